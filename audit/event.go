@@ -1,0 +1,69 @@
+package audit
+
+import (
+	"time"
+
+	"github.com/sandgate/sandgate/identity"
+)
+
+// Kinds of calls. They are the policy's input.kind values.
+const (
+	KindToolsList     = "mcp.tools_list"
+	KindToolsCall     = "mcp.tools_call"
+	KindResourcesRead = "mcp.resources_read"
+	KindPromptsGet    = "mcp.prompts_get"
+	KindHTTPConnect   = "http.connect"
+	KindHTTPRequest   = "http.request"
+)
+
+// Event is one audited call: exactly one per call, denied calls included. It is written as one
+// JSON object on one line. It never holds a credential value, only the credential's name.
+type Event struct {
+	ID         string            `json:"id"`
+	Time       time.Time         `json:"time"`
+	Kind       string            `json:"kind"`
+	Identity   identity.Identity `json:"identity"`
+	Target     Target            `json:"target"`
+	Decision   Decision          `json:"decision"`
+	Credential string            `json:"credential,omitempty"`
+	Outcome    Outcome           `json:"outcome"`
+	TraceID    string            `json:"trace_id,omitempty"`
+	// PrevHash is the Hash of the event before this one in the log (empty for the first), and
+	// Hash is the SHA-256 over this event with Hash itself empty: together a chain that reveals an
+	// edited, removed or reordered event.
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
+}
+
+// Target is what the call was aimed at: an MCP upstream and tool, or an HTTP destination.
+type Target struct {
+	Upstream   string `json:"upstream,omitempty"`
+	Tool       string `json:"tool,omitempty"`
+	ArgsSHA256 string `json:"args_sha256,omitempty"`
+	Method     string `json:"method,omitempty"`
+	Host       string `json:"host,omitempty"`
+	Path       string `json:"path,omitempty"`
+	Route      string `json:"route,omitempty"`
+	Model      string `json:"model,omitempty"`
+	// Shown and Hidden count the tools (or resources, prompts) a list call returned and withheld.
+	Shown  *int `json:"shown,omitempty"`
+	Hidden *int `json:"hidden,omitempty"`
+}
+
+// Decision is the policy's answer as audited.
+type Decision struct {
+	Allow          bool   `json:"allow"`
+	Reason         string `json:"reason"`
+	PolicyRevision string `json:"policy_revision"`
+}
+
+// Outcome is what happened after the decision.
+type Outcome struct {
+	Status     int     `json:"status"`
+	Error      string  `json:"error,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+	BytesIn    int64   `json:"bytes_in"`
+	BytesOut   int64   `json:"bytes_out"`
+	TokensIn   int64   `json:"tokens_in,omitempty"`
+	TokensOut  int64   `json:"tokens_out,omitempty"`
+}

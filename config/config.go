@@ -1,0 +1,328 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/sandgate/sandgate/identity"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Listen      Listen       `json:"listen"`
+	Admin       Admin        `json:"admin"`
+	Policy      Policy       `json:"policy"`
+	Audit       Audit        `json:"audit"`
+	Identity    Identity     `json:"identity"`
+	Credentials []Credential `json:"credentials"`
+	Gateway     Gateway      `json:"gateway"`
+	Proxy       Proxy        `json:"proxy"`
+	Kubernetes  Kubernetes   `json:"kubernetes"`
+	Redis       Redis        `json:"redis"`
+	Log         Log          `json:"log"`
+
+	// Dir is the folder of the config file; relative paths in it are resolved against Dir.
+	Dir string `json:"-"`
+}
+
+// Listen holds the three listener addresses. An empty address disables that listener.
+type Listen struct {
+	MCP   string `json:"mcp"`
+	Proxy string `json:"proxy"`
+	Admin string `json:"admin"`
+}
+
+// Admin configures the admin listener's API (grants, reload). Metrics and health need no token.
+type Admin struct {
+	// TokenCredential names the credential whose value callers of the admin API must present as a
+	// bearer token. Empty disables the admin API (health and metrics stay).
+	TokenCredential string `json:"token_credential"`
+}
+
+// Policy configures the Rego engine.
+type Policy struct {
+	// Dir holds *.rego files and optional data files (*.json, *.yaml); *_test.rego are skipped.
+	Dir string `json:"dir"`
+	// Watch reloads the policies when a file in Dir changes. Default true.
+	Watch *bool `json:"watch"`
+}
+
+// WatchEnabled reports whether policy hot reload is on.
+func (p Policy) WatchEnabled() bool { return p.Watch == nil || *p.Watch }
+
+// Audit configures the audit log.
+type Audit struct {
+	File AuditFile `json:"file"`
+}
+
+// AuditFile is the JSON-lines file sink.
+type AuditFile struct {
+	// Dir receives audit.log and its rotated predecessors.
+	Dir string `json:"dir"`
+	// MaxSizeMB rotates the active file when it would grow past this size. Default 64.
+	MaxSizeMB int `json:"max_size_mb"`
+	// Fsync is "batch" (default: fsync at most every FsyncInterval), "always" (before each batch is
+	// acknowledged) or "never" (leave it to the OS).
+	Fsync string `json:"fsync"`
+	// FsyncInterval bounds how long an acknowledged event may sit unsynced in batch mode.
+	FsyncInterval Duration `json:"fsync_interval"`
+}
+
+// Identity says how callers are identified.
+type Identity struct {
+	// Static is the embedded default: sandboxes listed by address.
+	Static []identity.StaticEntry `json:"static"`
+}
+
+// Credential is a named secret. Exactly one of File and Env is set.
+type Credential struct {
+	Name string `json:"name"`
+	// File is read at start and re-read when it changes (a mounted Secret).
+	File string `json:"file"`
+	// Env names an environment variable.
+	Env string `json:"env"`
+}
+
+// Redis connects replicas to shared state. Empty Addr keeps everything in memory.
+type Redis struct {
+	Addr string `json:"addr"`
+	// PasswordCredential names a credential holding the Redis password.
+	PasswordCredential string `json:"password_credential"`
+	DB                 int    `json:"db"`
+}
+
+// Log configures Sandgate's own log (not the audit log).
+type Log struct {
+	Level  string `json:"level"`  // debug, info (default), warn, error
+	Format string `json:"format"` // json (default) or text
+}
+
+// Duration is a time.Duration written as "250ms", "5s" or "1m" in YAML.
+type Duration time.Duration
+
+// UnmarshalJSON accepts a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	if len(b) < 2 || b[0] != '"' {
+		return fmt.Errorf("want a duration string such as \"500ms\" or \"5s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"500ms\" or \"5s\", got %q", s)
+	}
+	if v < 0 {
+		return fmt.Errorf("duration %q is negative", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Duration(d).String() + `"`), nil
+}
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Load reads, decodes and validates the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(b, dir)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a config document. Relative paths are resolved against dir.
+func Parse(doc []byte, dir string) (*Config, error) {
+	c := &Config{}
+	if len(bytes.TrimSpace(doc)) > 0 {
+		if err := yaml.UnmarshalStrict(doc, c); err != nil {
+			return nil, decodeError(err)
+		}
+	}
+	c.Dir = dir
+	c.applyDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeError turns the decoder's wording into one that says which field is wrong.
+func decodeError(err error) error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
+	msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
+	if i := strings.Index(msg, "json: unknown field "); i >= 0 {
+		return fmt.Errorf("unknown field %s (check the spelling; see examples/sandgate.yaml)", msg[i+len("json: unknown field "):])
+	}
+	if i := strings.Index(msg, "json: cannot unmarshal "); i >= 0 {
+		// "json: cannot unmarshal string into Go struct field Config.listen.mcp of type int"
+		rest := msg[i+len("json: cannot unmarshal "):]
+		if j := strings.Index(rest, " into Go struct field "); j >= 0 {
+			got := rest[:j]
+			field := rest[j+len(" into Go struct field "):]
+			want := ""
+			if k := strings.Index(field, " of type "); k >= 0 {
+				field, want = field[:k], field[k+len(" of type "):]
+			}
+			if k := strings.Index(field, "."); k >= 0 {
+				field = field[k+1:]
+			}
+			return fmt.Errorf("%s: want %s, got %s", field, want, got)
+		}
+	}
+	return fmt.Errorf("decode: %s", msg)
+}
+
+func (c *Config) applyDefaults() {
+	if c.Policy.Dir == "" {
+		c.Policy.Dir = "policies"
+	}
+	if c.Audit.File.Dir == "" {
+		c.Audit.File.Dir = "var/audit"
+	}
+	if c.Audit.File.MaxSizeMB == 0 {
+		c.Audit.File.MaxSizeMB = 64
+	}
+	if c.Audit.File.Fsync == "" {
+		c.Audit.File.Fsync = "batch"
+	}
+	if c.Audit.File.FsyncInterval == 0 {
+		c.Audit.File.FsyncInterval = Duration(100 * time.Millisecond)
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = "json"
+	}
+	c.Policy.Dir = c.Path(c.Policy.Dir)
+	c.Audit.File.Dir = c.Path(c.Audit.File.Dir)
+	for i := range c.Credentials {
+		if c.Credentials[i].File != "" {
+			c.Credentials[i].File = c.Path(c.Credentials[i].File)
+		}
+	}
+	c.Gateway.applyDefaults(c)
+	c.Proxy.applyDefaults(c)
+	c.Kubernetes.applyDefaults(c)
+}
+
+// Path resolves p against the config file's folder unless it is absolute.
+func (c *Config) Path(p string) string {
+	if p == "" || filepath.IsAbs(p) || c.Dir == "" {
+		return p
+	}
+	return filepath.Join(c.Dir, p)
+}
+
+// fieldErrors collects validation errors so that one run reports every mistake.
+type fieldErrors []error
+
+func (f *fieldErrors) add(field, format string, args ...any) {
+	*f = append(*f, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+func (f fieldErrors) err() error { return errors.Join(f...) }
+
+func (c *Config) validate() error {
+	var errs fieldErrors
+	for field, addr := range map[string]string{"listen.mcp": c.Listen.MCP, "listen.proxy": c.Listen.Proxy, "listen.admin": c.Listen.Admin} {
+		if addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			errs.add(field, "%q is not host:port (for example 127.0.0.1:8080 or :8080)", addr)
+		}
+	}
+	switch c.Audit.File.Fsync {
+	case "batch", "always", "never":
+	default:
+		errs.add("audit.file.fsync", "%q is not one of batch, always, never", c.Audit.File.Fsync)
+	}
+	if c.Audit.File.MaxSizeMB < 0 {
+		errs.add("audit.file.max_size_mb", "must be positive, got %d", c.Audit.File.MaxSizeMB)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs.add("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "json", "text":
+	default:
+		errs.add("log.format", "%q is not one of json, text", c.Log.Format)
+	}
+	names := map[string]int{}
+	for i, cr := range c.Credentials {
+		f := fmt.Sprintf("credentials[%d]", i)
+		switch {
+		case cr.Name == "":
+			errs.add(f+".name", "must not be empty")
+		case !validName(cr.Name):
+			errs.add(f+".name", "%q may contain only letters, digits, '-', '_' and '.'", cr.Name)
+		}
+		if j, dup := names[cr.Name]; dup && cr.Name != "" {
+			errs.add(f+".name", "%q is already defined by credentials[%d]", cr.Name, j)
+		}
+		names[cr.Name] = i
+		if (cr.File == "") == (cr.Env == "") {
+			errs.add(f, "set exactly one of file or env (credential values are never written in the config)")
+		}
+	}
+	if _, err := identity.NewStatic(c.Identity.Static); err != nil {
+		errs.add("identity.static", "%s", strings.TrimPrefix(err.Error(), "sandboxes"))
+	}
+	if c.Admin.TokenCredential != "" {
+		if _, ok := names[c.Admin.TokenCredential]; !ok {
+			errs.add("admin.token_credential", "no credential named %q in credentials", c.Admin.TokenCredential)
+		}
+	}
+	if c.Redis.PasswordCredential != "" {
+		if _, ok := names[c.Redis.PasswordCredential]; !ok {
+			errs.add("redis.password_credential", "no credential named %q in credentials", c.Redis.PasswordCredential)
+		}
+	}
+	c.Gateway.validate(c, &errs)
+	c.Proxy.validate(c, &errs)
+	c.Kubernetes.validate(c, &errs)
+	return errs.err()
+}
+
+// HasCredential reports whether a credential of that name is defined.
+func (c *Config) HasCredential(name string) bool {
+	for _, cr := range c.Credentials {
+		if cr.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return s != ""
+}
