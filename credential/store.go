@@ -1,0 +1,133 @@
+// Package credential holds the secrets Sandgate injects on behalf of sandboxes: upstream MCP
+// tokens, model-API keys, the admin token. Values come from files (mounted Kubernetes Secrets)
+// or environment variables named in the config; the config itself never holds a value.
+//
+// A value is only ever handed to code that writes it into an outgoing request. It is never
+// logged: Store's errors and log lines name the credential, not its value.
+package credential
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/config"
+)
+
+// Store is the set of named credentials. It is safe for concurrent use.
+type Store struct {
+	mu      sync.RWMutex
+	values  map[string]string
+	sources []config.Credential
+	getenv  func(string) string
+	log     *slog.Logger
+}
+
+// NewStore reads every credential once. A file that cannot be read, an empty value or an unset
+// environment variable is an error naming the credential.
+func NewStore(sources []config.Credential, getenv func(string) string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{values: map[string]string{}, sources: sources, getenv: getenv, log: log}
+	for i, src := range sources {
+		v, err := s.read(src)
+		if err != nil {
+			return nil, fmt.Errorf("credentials[%d] (%s): %w", i, src.Name, err)
+		}
+		s.values[src.Name] = v
+	}
+	return s, nil
+}
+
+// FromValues builds a store from literal values, for tests and embedded use.
+func FromValues(values map[string]string) *Store {
+	s := &Store{values: map[string]string{}, log: slog.New(slog.DiscardHandler)}
+	for k, v := range values {
+		s.values[k] = v
+	}
+	return s
+}
+
+func (s *Store) read(src config.Credential) (string, error) {
+	if src.Env != "" {
+		v := s.getenv(src.Env)
+		if v == "" {
+			return "", fmt.Errorf("environment variable %s is unset or empty", src.Env)
+		}
+		return v, nil
+	}
+	b, err := os.ReadFile(src.File)
+	if err != nil {
+		return "", fmt.Errorf("read credential file: %w", err)
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	if len(b) == 0 {
+		return "", fmt.Errorf("credential file %s is empty", src.File)
+	}
+	return string(b), nil
+}
+
+// Get returns the value of the named credential.
+func (s *Store) Get(name string) (string, bool) {
+	s.mu.RLock()
+	v, ok := s.values[name]
+	s.mu.RUnlock()
+	return v, ok
+}
+
+// Values returns every current value, for code that must make sure none leaves towards a
+// sandbox (response header scrubbing, leak tests).
+func (s *Store) Values() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.values))
+	for _, v := range s.values {
+		out = append(out, v)
+	}
+	return out
+}
+
+// Refresh re-reads the file-backed credentials. A file that fails to read keeps its last value
+// (a Secret being rotated is briefly absent); the failure is logged by name.
+func (s *Store) Refresh() (changed []string) {
+	for _, src := range s.sources {
+		if src.File == "" {
+			continue
+		}
+		v, err := s.read(src)
+		if err != nil {
+			s.log.Warn("credential refresh failed; keeping the last value", "credential", src.Name, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		if s.values[src.Name] != v {
+			s.values[src.Name] = v
+			changed = append(changed, src.Name)
+		}
+		s.mu.Unlock()
+	}
+	for _, name := range changed {
+		s.log.Info("credential reloaded", "credential", name)
+	}
+	return changed
+}
+
+// Watch refreshes the file-backed credentials every interval until ctx ends. Polling, rather
+// than file events, copes with every way a Secret volume swaps its files.
+func (s *Store) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Refresh()
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+// Reasons of the decisions the engine makes itself, when policy cannot answer. They are also
+// the Code of those decisions (bounded, for metric labels).
+const (
+	CodeNoPolicy       = "no_policy"
+	CodeEvalError      = "policy_error"
+	CodeUndefined      = "policy_undefined"
+	CodeBadResult      = "policy_bad_result"
+	CodeInputError     = "input_error"
+	CodePolicyAllow    = "allow"
+	CodePolicyDeny     = "deny"
+	defaultDebounce    = 200 * time.Millisecond
+	maxReasonBytes     = 512
+	maxCodeBytes       = 64
+	noRevision         = "none"
+	reasonNoPolicy     = "no policy is loaded"
+	reasonUndefinedFmt = "%s is undefined for this input"
+)
+
+// Decision is the answer for one call.
+type Decision struct {
+	Allow bool
+	// Reason is the policy's explanation (shown to the agent for a denied tool call, written to
+	// the audit event).
+	Reason string
+	// Code is a short, bounded classification of the reason for metric labels: the policy's
+	// `code` field, else "allow"/"deny", or one of the Code* constants for engine-made denials.
+	Code string
+	// Credential names the credential to inject, if the policy chose one.
+	Credential string
+	// Revision identifies the policy files that made the decision ("none" when none is loaded).
+	Revision string
+	// Result is the whole object the policy returned, for fields beyond the contract.
+	Result map[string]any
+	// Err is the evaluation error behind an engine-made deny, for logs.
+	Err error
+}
+
+// Engine evaluates data.sandgate.decision. It is safe for concurrent use; Decide never blocks
+// on a reload.
+type Engine struct {
+	dir      string
+	log      *slog.Logger
+	onReload func(ReloadResult)
+	debounce time.Duration
+
+	cur      atomic.Pointer[revision]
+	reloadMu sync.Mutex
+}
+
+// ReloadResult reports one reload attempt to an observer (logs, metrics).
+type ReloadResult struct {
+	Revision string // the revision serving after the attempt
+	Changed  bool   // a new revision was installed
+	Err      error  // the attempt failed; the previous revision keeps serving
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithLogger sets the logger for reloads.
+func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
+
+// WithReloadObserver is called after every reload attempt, including the first load.
+func WithReloadObserver(f func(ReloadResult)) Option { return func(e *Engine) { e.onReload = f } }
+
+// WithDebounce sets how long Watch waits after a file change before reloading.
+func WithDebounce(d time.Duration) Option { return func(e *Engine) { e.debounce = d } }
+
+// New loads the policies in dir. A folder that does not compile is an error; a folder with no
+// policy files yields an engine that denies everything with reason "no policy is loaded" until
+// a reload finds some.
+func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
+	e := &Engine{dir: dir, log: slog.New(slog.DiscardHandler), debounce: defaultDebounce}
+	for _, o := range opts {
+		o(e)
+	}
+	if err := e.Reload(ctx); err != nil && !errors.Is(err, ErrNoPolicy) {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Dir is the policy folder.
+func (e *Engine) Dir() string { return e.dir }
+
+// Revision is the revision serving now, or "none".
+func (e *Engine) Revision() string {
+	if r := e.cur.Load(); r != nil {
+		return r.id
+	}
+	return noRevision
+}
+
+// Reload compiles the folder again. On failure the last good revision keeps serving and the
+// error says why; a folder emptied of policies also keeps the last revision.
+func (e *Engine) Reload(ctx context.Context) error {
+	e.reloadMu.Lock()
+	defer e.reloadMu.Unlock()
+	prev := e.cur.Load()
+	rev, err := load(ctx, e.dir)
+	res := ReloadResult{Err: err}
+	switch {
+	case err != nil:
+		res.Revision = e.Revision()
+		e.log.Error("policy reload rejected; last good revision keeps serving", "dir", e.dir, "revision", res.Revision, "err", err)
+	case prev != nil && prev.id == rev.id:
+		res.Revision = rev.id
+	default:
+		e.cur.Store(rev)
+		res.Revision, res.Changed = rev.id, true
+		old := noRevision
+		if prev != nil {
+			old = prev.id
+		}
+		e.log.Info("policy loaded", "dir", e.dir, "revision", rev.id, "previous", old, "files", len(rev.files))
+	}
+	if e.onReload != nil {
+		e.onReload(res)
+	}
+	return err
+}
+
+// Decide evaluates the policy for one call. It never fails: every problem is a deny whose
+// Reason says what went wrong.
+func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
+	rev := e.cur.Load()
+	if rev == nil {
+		return Decision{Reason: reasonNoPolicy, Code: CodeNoPolicy, Revision: noRevision}
+	}
+	val, err := in.Value()
+	if err != nil {
+		return Decision{Reason: "policy input: " + err.Error(), Code: CodeInputError, Revision: rev.id, Err: err}
+	}
+	return rev.decide(ctx, val)
+}
+
+// DecideDocument evaluates the policy for an input given as a decoded JSON document, as
+// `sandgate policy eval` reads it from a file.
+func (e *Engine) DecideDocument(ctx context.Context, doc any) Decision {
+	rev := e.cur.Load()
+	if rev == nil {
+		return Decision{Reason: reasonNoPolicy, Code: CodeNoPolicy, Revision: noRevision}
+	}
+	val, err := ast.InterfaceToValue(doc)
+	if err != nil {
+		return Decision{Reason: "policy input: " + err.Error(), Code: CodeInputError, Revision: rev.id, Err: err}
+	}
+	return rev.decide(ctx, val)
+}
+
+func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
+	rs, err := rev.pq.Eval(ctx, rego.EvalParsedInput(val))
+	if err != nil {
+		return Decision{Reason: "policy evaluation failed: " + truncate(err.Error(), maxReasonBytes), Code: CodeEvalError, Revision: rev.id, Err: err}
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return Decision{Reason: fmt.Sprintf(reasonUndefinedFmt, Query), Code: CodeUndefined, Revision: rev.id}
+	}
+	return decisionFrom(rs[0].Expressions[0].Value, rev.id)
+}
+
+// decisionFrom reads the policy's result object. Anything but {"allow": true, …} is a deny.
+func decisionFrom(v any, revision string) Decision {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return Decision{Reason: fmt.Sprintf("%s is not an object (got %T)", Query, v), Code: CodeBadResult, Revision: revision}
+	}
+	d := Decision{Revision: revision, Result: obj}
+	allow, ok := obj["allow"].(bool)
+	if !ok {
+		d.Reason = fmt.Sprintf("%s.allow is not a boolean", Query)
+		d.Code = CodeBadResult
+		return d
+	}
+	d.Allow = allow
+	d.Reason, _ = obj["reason"].(string)
+	d.Reason = truncate(d.Reason, maxReasonBytes)
+	d.Credential, _ = obj["credential"].(string)
+	d.Code, _ = obj["code"].(string)
+	if d.Code == "" || len(d.Code) > maxCodeBytes {
+		d.Code = CodePolicyDeny
+		if allow {
+			d.Code = CodePolicyAllow
+		}
+	}
+	if d.Reason == "" {
+		d.Reason = "denied by policy"
+		if allow {
+			d.Reason = "allowed by policy"
+		}
+	}
+	return d
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
