@@ -58,6 +58,8 @@ type Engine struct {
 	onReload func(ReloadResult)
 	debounce time.Duration
 
+	metrics  *engineMetrics
+
 	cur      atomic.Pointer[revision]
 	reloadMu sync.Mutex
 }
@@ -138,6 +140,13 @@ func (e *Engine) Reload(ctx context.Context) error {
 // Decide evaluates the policy for one call. It never fails: every problem is a deny whose
 // Reason says what went wrong.
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
+	start := time.Now()
+	d := e.decide(ctx, in)
+	e.metrics.record(ctx, in.Kind, &d, start)
+	return d
+}
+
+func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	rev := e.cur.Load()
 	if rev == nil {
 		return Decision{Reason: reasonNoPolicy, Code: CodeNoPolicy, Revision: noRevision}
