@@ -1,8 +1,228 @@
 package config
 
-// Gateway configures the gateway side. Its fields arrive with the issue that builds that side.
-type Gateway struct{}
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
 
-func (x *Gateway) applyDefaults(c *Config) {}
+// Gateway configures the MCP side: the /mcp endpoint sandboxes talk to and the upstream MCP
+// servers behind it.
+//
+//	gateway:
+//	  allowed_hosts: [sandgate, sandgate.sandgate.svc]
+//	  allowed_origins: []
+//	  max_body_bytes: 4194304
+//	  session_idle_timeout: 30m
+//	  upstreams:
+//	  - name: github
+//	    url: https://api.githubcopilot.com/mcp/
+//	    prefix: always
+//	    credential: {name: github, header: Authorization, format: "Bearer {value}"}
+//	  - name: everything
+//	    command: bin/mcp-upstream
+//	    env: {LOG_LEVEL: info}
+//	    credential_env: {API_TOKEN: some-credential}
+type Gateway struct {
+	// AllowedHosts are the Host header values (without port) /mcp accepts, in addition to
+	// localhost, 127.0.0.1 and ::1. Any other Host is refused with 403 (DNS-rebinding
+	// protection). Default: [sandgate].
+	AllowedHosts []string `json:"allowed_hosts"`
+	// AllowedOrigins are the Origin header values ("scheme://host[:port]") accepted. A request
+	// without Origin is accepted; an Origin whose host is localhost or an allowed host is
+	// accepted; any other Origin is refused with 403.
+	AllowedOrigins []string `json:"allowed_origins"`
+	// MaxBodyBytes bounds one POST body; larger bodies get 413 and a JSON-RPC error.
+	// Default 4 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+	// SessionIdleTimeout ends a sandbox session (and its upstream sessions) after this long
+	// without a request. Default 30m.
+	SessionIdleTimeout Duration `json:"session_idle_timeout"`
+	// Upstreams are the MCP servers whose tools, resources and prompts are aggregated.
+	Upstreams []Upstream `json:"upstreams"`
+}
 
-func (x *Gateway) validate(c *Config, errs *fieldErrors) {}
+// Prefix modes of an upstream's tool and prompt names.
+const (
+	PrefixAlways     = "always"      // always "<upstream>_<tool>"
+	PrefixNever      = "never"       // the upstream's name; on a clash the earlier upstream wins
+	PrefixOnConflict = "on-conflict" // the upstream's name unless another upstream has it too
+)
+
+// Upstream is one MCP server. Exactly one of URL (Streamable HTTP) and Command (stdio, started
+// and supervised by Sandgate) is set.
+type Upstream struct {
+	// Name identifies the upstream in policy (input.mcp.upstream), audit and prefixes.
+	Name string `json:"name"`
+	// URL is the Streamable HTTP endpoint, http or https.
+	URL string `json:"url"`
+	// Command and Args start a stdio server; Env adds variables to its environment (Sandgate's
+	// own environment is not inherited beyond PATH and HOME).
+	Command string            `json:"command"`
+	Args    []string          `json:"args"`
+	Env     map[string]string `json:"env"`
+	// Prefix is always, never or on-conflict (default).
+	Prefix string `json:"prefix"`
+	// Credential is injected into every HTTP request to the upstream.
+	Credential *UpstreamCredential `json:"credential"`
+	// CredentialEnv maps environment variable names of a stdio server to credential names.
+	CredentialEnv map[string]string `json:"credential_env"`
+	// CallTimeout bounds one forwarded request. Default 60s.
+	CallTimeout Duration `json:"call_timeout"`
+	// ConnectTimeout bounds connecting and initializing. Default 10s.
+	ConnectTimeout Duration `json:"connect_timeout"`
+}
+
+// UpstreamCredential says which credential goes into which header, and how it is written.
+type UpstreamCredential struct {
+	// Name of the credential in credentials.
+	Name string `json:"name"`
+	// Header to set. Default Authorization.
+	Header string `json:"header"`
+	// Format of the header value, with {value} standing for the credential. Default
+	// "Bearer {value}" for Authorization, "{value}" otherwise.
+	Format string `json:"format"`
+}
+
+// IsStdio reports whether the upstream is a command Sandgate starts.
+func (u Upstream) IsStdio() bool { return u.Command != "" }
+
+func (x *Gateway) applyDefaults(c *Config) {
+	if x.AllowedHosts == nil {
+		x.AllowedHosts = []string{"sandgate"}
+	}
+	if x.MaxBodyBytes == 0 {
+		x.MaxBodyBytes = 4 << 20
+	}
+	if x.SessionIdleTimeout == 0 {
+		x.SessionIdleTimeout = Duration(30 * time.Minute)
+	}
+	for i := range x.Upstreams {
+		u := &x.Upstreams[i]
+		if u.Prefix == "" {
+			u.Prefix = PrefixOnConflict
+		}
+		if u.CallTimeout == 0 {
+			u.CallTimeout = Duration(60 * time.Second)
+		}
+		if u.ConnectTimeout == 0 {
+			u.ConnectTimeout = Duration(10 * time.Second)
+		}
+		if u.Credential != nil {
+			if u.Credential.Header == "" {
+				u.Credential.Header = "Authorization"
+			}
+			if u.Credential.Format == "" {
+				if strings.EqualFold(u.Credential.Header, "Authorization") {
+					u.Credential.Format = "Bearer {value}"
+				} else {
+					u.Credential.Format = "{value}"
+				}
+			}
+		}
+		if u.Command != "" && strings.ContainsRune(u.Command, '/') {
+			u.Command = c.Path(u.Command)
+		}
+	}
+}
+
+func (x *Gateway) validate(c *Config, errs *fieldErrors) {
+	if x.MaxBodyBytes < 1024 {
+		errs.add("gateway.max_body_bytes", "must be at least 1024, got %d", x.MaxBodyBytes)
+	}
+	if x.SessionIdleTimeout.D() < time.Second {
+		errs.add("gateway.session_idle_timeout", "must be at least 1s, got %s", x.SessionIdleTimeout.D())
+	}
+	for i, h := range x.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ :") && !strings.HasPrefix(h, "[") {
+			errs.add(fmt.Sprintf("gateway.allowed_hosts[%d]", i), "%q is not a host name (no scheme, port or path)", h)
+		}
+	}
+	for i, o := range x.AllowedOrigins {
+		u, err := url.Parse(o)
+		if err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			errs.add(fmt.Sprintf("gateway.allowed_origins[%d]", i), "%q is not an origin such as https://app.example.com", o)
+		}
+	}
+	names := map[string]int{}
+	for i, u := range x.Upstreams {
+		f := fmt.Sprintf("gateway.upstreams[%d]", i)
+		switch {
+		case u.Name == "":
+			errs.add(f+".name", "must not be empty")
+		case !validUpstreamName(u.Name):
+			errs.add(f+".name", "%q may contain only letters, digits, '-' and '_' (it becomes a tool-name prefix)", u.Name)
+		case len(u.Name) > 32:
+			errs.add(f+".name", "%q is longer than 32 characters (it becomes a tool-name prefix)", u.Name)
+		}
+		if j, dup := names[u.Name]; dup && u.Name != "" {
+			errs.add(f+".name", "%q is already defined by gateway.upstreams[%d]", u.Name, j)
+		}
+		names[u.Name] = i
+		if (u.URL == "") == (u.Command == "") {
+			errs.add(f, "set exactly one of url (Streamable HTTP) or command (stdio)")
+		}
+		if u.URL != "" {
+			pu, err := url.Parse(u.URL)
+			if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+				errs.add(f+".url", "%q is not an http(s) URL", u.URL)
+			} else if pu.User != nil {
+				errs.add(f+".url", "must not carry user info; use credential instead")
+			}
+			if len(u.Args) > 0 || len(u.Env) > 0 || len(u.CredentialEnv) > 0 {
+				errs.add(f, "args, env and credential_env apply to stdio upstreams (command) only")
+			}
+		}
+		if u.Command != "" && u.Credential != nil {
+			errs.add(f+".credential", "applies to HTTP upstreams only; use credential_env for a command")
+		}
+		switch u.Prefix {
+		case PrefixAlways, PrefixNever, PrefixOnConflict:
+		default:
+			errs.add(f+".prefix", "%q is not one of always, never, on-conflict", u.Prefix)
+		}
+		if cr := u.Credential; cr != nil {
+			if cr.Name == "" {
+				errs.add(f+".credential.name", "must not be empty")
+			} else if !c.HasCredential(cr.Name) {
+				errs.add(f+".credential.name", "no credential named %q in credentials", cr.Name)
+			}
+			if !strings.Contains(cr.Format, "{value}") {
+				errs.add(f+".credential.format", "%q must contain {value}", cr.Format)
+			}
+			if !gatewayHeaderName(cr.Header) {
+				errs.add(f+".credential.header", "%q is not an HTTP header name", cr.Header)
+			}
+		}
+		for env, cred := range u.CredentialEnv {
+			if !c.HasCredential(cred) {
+				errs.add(f+".credential_env."+env, "no credential named %q in credentials", cred)
+			}
+		}
+		if u.CallTimeout.D() < 10*time.Millisecond {
+			errs.add(f+".call_timeout", "must be at least 10ms")
+		}
+		if u.ConnectTimeout.D() < 10*time.Millisecond {
+			errs.add(f+".connect_timeout", "must be at least 10ms")
+		}
+	}
+}
+
+func validUpstreamName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func gatewayHeaderName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return false
+		}
+	}
+	return s != "" && !strings.EqualFold(s, "Host")
+}

@@ -58,7 +58,7 @@ type Engine struct {
 	onReload func(ReloadResult)
 	debounce time.Duration
 
-	metrics  *engineMetrics
+	metrics *engineMetrics
 
 	cur      atomic.Pointer[revision]
 	reloadMu sync.Mutex

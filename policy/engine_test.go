@@ -234,7 +234,7 @@ func BenchmarkDecideShippedPolicy(b *testing.B) {
 	require.NoError(b, err)
 	cases := map[string]*policy.Input{
 		"tools_call": {Kind: policy.KindToolsCall, Identity: identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true, Labels: map[string]string{}},
-			MCP: &policy.MCP{Upstream: "github", Tool: "create_pull_request", Arguments: map[string]any{"owner": "acme", "repo": "api", "title": "fix"}},
+			MCP:    &policy.MCP{Upstream: "github", Tool: "create_pull_request", Arguments: map[string]any{"owner": "acme", "repo": "api", "title": "fix"}},
 			Grants: map[string]any{"github_repos": []any{"acme/api"}}},
 		"model_request": {Kind: policy.KindHTTPRequest, Identity: identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true, Labels: map[string]string{}},
 			HTTP: &policy.HTTP{Method: "POST", Host: "api.anthropic.com", Port: 443, Path: "/v1/messages", Route: "anthropic", Model: "claude-sonnet-4-5", MaxTokens: 1024}},
