@@ -154,6 +154,13 @@ func Load(path string) (*Config, error) {
 func Parse(doc []byte, dir string) (*Config, error) {
 	c := &Config{}
 	if len(bytes.TrimSpace(doc)) > 0 {
+		var generic any
+		if err := yaml.Unmarshal(doc, &generic); err != nil {
+			return nil, decodeError(err)
+		}
+		if errs := unknownFields(generic); len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
 		if err := yaml.UnmarshalStrict(doc, c); err != nil {
 			return nil, decodeError(err)
 		}
@@ -290,7 +297,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if _, err := identity.NewStatic(c.Identity.Static); err != nil {
-		errs.add("identity.static", "%s", strings.TrimPrefix(err.Error(), "sandboxes"))
+		errs = append(errs, errors.New(strings.ReplaceAll(err.Error(), "sandboxes[", "identity.static[")))
 	}
 	if c.Admin.TokenCredential != "" {
 		if _, ok := names[c.Admin.TokenCredential]; !ok {

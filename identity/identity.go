@@ -9,6 +9,7 @@ package identity
 
 import (
 	"net"
+	"net/http"
 	"net/netip"
 )
 
@@ -76,4 +77,11 @@ func addrString(a netip.Addr) string {
 		return ""
 	}
 	return a.String()
+}
+
+// FromRequest resolves the caller of an HTTP request from its connection's peer address
+// (Request.RemoteAddr as net/http sets it). No header is read: X-Forwarded-For, X-Real-IP,
+// Forwarded and X-Sandbox-* cannot change who the caller is.
+func FromRequest(r Resolver, req *http.Request) Identity {
+	return FromRemoteAddr(r, req.RemoteAddr)
 }

@@ -1,0 +1,82 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/config"
+)
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, doc, wantErr string
+	}{
+		{"unknown top-level field", "listn:\n  mcp: :8080\n", `unknown field "listn"`},
+		{"unknown nested field", "audit:\n  file:\n    maxsize: 3\n", `unknown field "audit.file.maxsize"`},
+		{"wrong type", "audit:\n  file:\n    max_size_mb: big\n", "audit.file.max_size_mb: want int, got string"},
+		{"listen address without port", "listen:\n  mcp: localhost\n", `listen.mcp: "localhost" is not host:port`},
+		{"fsync mode out of range", "audit:\n  file:\n    fsync: sometimes\n", `audit.file.fsync: "sometimes" is not one of batch, always, never`},
+		{"duration that does not parse", "audit:\n  file:\n    fsync_interval: soon\n", `want a duration such as "500ms" or "5s", got "soon"`},
+		{"negative size", "audit:\n  file:\n    max_size_mb: -1\n", "audit.file.max_size_mb: must be positive"},
+		{"log level out of range", "log:\n  level: loud\n", `log.level: "loud" is not one of debug, info, warn, error`},
+		{"credential with both sources", "credentials:\n  - name: a\n    file: /x\n    env: A\n", "credentials[0]: set exactly one of file or env"},
+		{"credential with no source", "credentials:\n  - name: a\n", "credentials[0]: set exactly one of file or env"},
+		{"credential value written inline", "credentials:\n  - name: a\n    value: sk-123\n", `unknown field "credentials[0].value"`},
+		{"credential without name", "credentials:\n  - env: A\n", "credentials[0].name: must not be empty"},
+		{"credential name with odd characters", "credentials:\n  - name: 'a b'\n    env: A\n", `credentials[0].name: "a b" may contain only`},
+		{"duplicate credential", "credentials:\n  - name: a\n    env: A\n  - name: a\n    env: B\n", `credentials[1].name: "a" is already defined by credentials[0]`},
+		{"admin token names a missing credential", "admin:\n  token_credential: nope\n", `admin.token_credential: no credential named "nope"`},
+		{"static identity with a bad address", "identity:\n  static:\n    - sandbox: a\n      addresses: [nope]\n", `identity.static[0].addresses[0]: "nope" is neither an IP address nor a CIDR prefix`},
+		{"static identity address claimed twice", "identity:\n  static:\n    - sandbox: a\n      addresses: [127.0.0.2]\n    - sandbox: b\n      addresses: [127.0.0.2]\n", "identity.static[1].addresses[0]: 127.0.0.2/32 is already given to identity.static[0]"},
+		{"not YAML at all", "listen: [\n", "decode:"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tc.doc), "/etc/sandgate")
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+func TestParseReportsEveryMistakeAtOnce(t *testing.T) {
+	_, err := config.Parse([]byte("log:\n  level: loud\n  format: xml\naudit:\n  file:\n    fsync: x\n"), "/")
+	require.Error(t, err)
+	for _, field := range []string{"log.level", "log.format", "audit.file.fsync"} {
+		assert.Contains(t, err.Error(), field)
+	}
+}
+
+func TestDefaultsAndRelativePaths(t *testing.T) {
+	c, err := config.Parse([]byte("credentials:\n  - name: k\n    file: secrets/k\n"), "/etc/sandgate")
+	require.NoError(t, err)
+	assert.Equal(t, "/etc/sandgate/policies", c.Policy.Dir)
+	assert.Equal(t, "/etc/sandgate/var/audit", c.Audit.File.Dir)
+	assert.Equal(t, "/etc/sandgate/secrets/k", c.Credentials[0].File)
+	assert.Equal(t, 64, c.Audit.File.MaxSizeMB)
+	assert.Equal(t, "batch", c.Audit.File.Fsync)
+	assert.Equal(t, 100*time.Millisecond, c.Audit.File.FsyncInterval.D())
+	assert.True(t, c.Policy.WatchEnabled())
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	c, err := config.Load("../examples/sandgate.yaml")
+	require.NoError(t, err)
+	abs, _ := filepath.Abs("../policies")
+	assert.Equal(t, abs, c.Policy.Dir)
+	assert.NotEmpty(t, c.Identity.Static)
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(p, []byte("log:\n  level: loud\n"), 0o600))
+	_, err := config.Load(p)
+	require.ErrorContains(t, err, "bad.yaml: log.level")
+	_, err = config.Load(filepath.Join(t.TempDir(), "missing.yaml"))
+	require.ErrorContains(t, err, "read config")
+}
