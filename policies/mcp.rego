@@ -29,7 +29,7 @@ grant_scoped if {
 
 repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])
 
-repo_granted if repo in {r | some r in input.grants.github_repos}
+repo_granted if repo in input.grants.github_repos
 
 default decision := {"allow": false, "reason": "denied by default", "code": "default_deny"}
 

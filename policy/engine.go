@@ -44,8 +44,6 @@ type Decision struct {
 	Credential string
 	// Revision identifies the policy files that made the decision ("none" when none is loaded).
 	Revision string
-	// Result is the whole object the policy returned, for fields beyond the contract.
-	Result map[string]any
 	// Err is the evaluation error behind an engine-made deny, for logs.
 	Err error
 }
@@ -180,27 +178,43 @@ func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
 		return Decision{Reason: fmt.Sprintf(reasonUndefinedFmt, Query), Code: CodeUndefined, Revision: rev.id}
 	}
-	return decisionFrom(rs[0].Expressions[0].Value, rev.id)
+	d, ok := rs[0].Expressions[0].Value.(Decision)
+	if !ok {
+		return Decision{Reason: fmt.Sprintf("%s has an unexpected result", Query), Code: CodeBadResult, Revision: rev.id}
+	}
+	d.Revision = rev.id
+	return d
 }
 
-// decisionFrom reads the policy's result object. Anything but {"allow": true, …} is a deny.
-func decisionFrom(v any, revision string) Decision {
-	obj, ok := v.(map[string]any)
+var (
+	kAllow      = ast.StringTerm("allow")
+	kReason     = ast.StringTerm("reason")
+	kCode       = ast.StringTerm("code")
+	kCredential = ast.StringTerm("credential")
+)
+
+// decisionFromTerm reads the policy's result straight from the AST (installed with
+// rego.GenerateJSON, so no generic JSON conversion runs per call). Anything but
+// {"allow": true, …} is a deny.
+func decisionFromTerm(t *ast.Term, _ *rego.EvalContext) (any, error) {
+	obj, ok := t.Value.(ast.Object)
 	if !ok {
-		return Decision{Reason: fmt.Sprintf("%s is not an object (got %T)", Query, v), Code: CodeBadResult, Revision: revision}
+		return Decision{Reason: fmt.Sprintf("%s is not an object (got %s)", Query, ast.ValueName(t.Value)), Code: CodeBadResult}, nil
 	}
-	d := Decision{Revision: revision, Result: obj}
-	allow, ok := obj["allow"].(bool)
+	var d Decision
+	allow, ok := termValue[ast.Boolean](obj, kAllow)
 	if !ok {
 		d.Reason = fmt.Sprintf("%s.allow is not a boolean", Query)
 		d.Code = CodeBadResult
-		return d
+		return d, nil
 	}
-	d.Allow = allow
-	d.Reason, _ = obj["reason"].(string)
-	d.Reason = truncate(d.Reason, maxReasonBytes)
-	d.Credential, _ = obj["credential"].(string)
-	d.Code, _ = obj["code"].(string)
+	d.Allow = bool(allow)
+	reason, _ := termValue[ast.String](obj, kReason)
+	d.Reason = truncate(string(reason), maxReasonBytes)
+	cred, _ := termValue[ast.String](obj, kCredential)
+	d.Credential = string(cred)
+	code, _ := termValue[ast.String](obj, kCode)
+	d.Code = string(code)
 	if d.Code == "" || len(d.Code) > maxCodeBytes {
 		d.Code = CodePolicyDeny
 		if allow {
@@ -213,7 +227,17 @@ func decisionFrom(v any, revision string) Decision {
 			d.Reason = "allowed by policy"
 		}
 	}
-	return d
+	return d, nil
+}
+
+func termValue[V ast.Value](obj ast.Object, key *ast.Term) (V, bool) {
+	var zero V
+	t := obj.Get(key)
+	if t == nil {
+		return zero, false
+	}
+	v, ok := t.Value.(V)
+	return v, ok
 }
 
 func truncate(s string, n int) string {

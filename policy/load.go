@@ -104,6 +104,7 @@ func load(ctx context.Context, dir string) (*revision, error) {
 		rego.Compiler(compiler),
 		rego.Store(inmem.NewFromObject(res.Documents)),
 		rego.StrictBuiltinErrors(true),
+		rego.GenerateJSON(decisionFromTerm),
 	).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", Query, err)
