@@ -1,0 +1,374 @@
+package audit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/config"
+)
+
+// FsyncMode says when the FileSink forces written events to disk.
+type FsyncMode string
+
+const (
+	// FsyncBatch syncs at most every FsyncInterval while there are unsynced writes, and on Close.
+	FsyncBatch FsyncMode = "batch"
+	// FsyncAlways syncs every batch before WriteBatch returns.
+	FsyncAlways FsyncMode = "always"
+	// FsyncNever leaves it to the operating system (and still syncs on Close).
+	FsyncNever FsyncMode = "never"
+)
+
+// FileConfig configures a FileSink. Zero values take the defaults.
+type FileConfig struct {
+	// Dir receives audit.log and the rotated files. It is created with mode 0700.
+	Dir string
+	// MaxSize in bytes rotates audit.log before a batch would grow it past this size (default
+	// 64 MiB). A batch is never split, so a file exceeds MaxSize only by holding a single batch
+	// larger than MaxSize.
+	MaxSize int64
+	// Fsync is the fsync mode (default FsyncBatch).
+	Fsync FsyncMode
+	// FsyncInterval is the batch mode's bound on how long a write stays unsynced (default 100ms).
+	FsyncInterval time.Duration
+}
+
+// FileConfigFrom translates the config file's audit.file section.
+func FileConfigFrom(c config.AuditFile) (FileConfig, error) {
+	fc := FileConfig{
+		Dir:           c.Dir,
+		MaxSize:       int64(c.MaxSizeMB) << 20,
+		Fsync:         FsyncMode(c.Fsync),
+		FsyncInterval: c.FsyncInterval.D(),
+	}
+	return fc, fc.withDefaults().validate()
+}
+
+func (c FileConfig) withDefaults() FileConfig {
+	if c.MaxSize == 0 {
+		c.MaxSize = 64 << 20
+	}
+	if c.Fsync == "" {
+		c.Fsync = FsyncBatch
+	}
+	if c.FsyncInterval == 0 {
+		c.FsyncInterval = 100 * time.Millisecond
+	}
+	return c
+}
+
+func (c FileConfig) validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("audit.file.dir: must not be empty"))
+	}
+	if c.MaxSize < 0 {
+		errs = append(errs, fmt.Errorf("audit.file.max_size_mb: must be positive, got %d bytes", c.MaxSize))
+	}
+	switch c.Fsync {
+	case FsyncBatch, FsyncAlways, FsyncNever:
+	default:
+		errs = append(errs, fmt.Errorf("audit.file.fsync: %q is not one of batch, always, never", c.Fsync))
+	}
+	if c.FsyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("audit.file.fsync_interval: must not be negative, got %s", c.FsyncInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// FileSink appends JSON lines to Dir/audit.log and rotates it by size. Files are created with mode
+// 0600. A write that fails is undone (the file is truncated back) so the Writer can retry it; if
+// it cannot be undone, or an fsync fails, the sink fails every later write.
+//
+// Before each batch the sink checks that Dir/audit.log is still the file it has open, so a removed
+// or replaced file or directory is reported rather than written into an unlinked inode.
+type FileSink struct {
+	cfg      FileConfig
+	path     string
+	lastHash string
+
+	mu          sync.Mutex
+	f           *os.File // nil after a rotation whose reopen failed
+	size        int64
+	dirty       bool
+	broken      error
+	closed      bool
+	lastRotated time.Time
+	buf         []byte
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// OpenFileSink creates Dir if needed, opens audit.log for appending and reads the last event's
+// hash so the chain continues. It refuses a log whose last line is cut off: that needs a look
+// (sandgate audit verify) before anything is appended.
+func OpenFileSink(cfg FileConfig) (*FileSink, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("open audit file sink: %w", err)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create audit dir: %w", err)
+	}
+	s := &FileSink{cfg: cfg, path: filepath.Join(cfg.Dir, ActiveFile)}
+
+	files, err := logFiles(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range files {
+		if t, ok := parseRotatedName(filepath.Base(p)); ok && t.After(s.lastRotated) {
+			s.lastRotated = t
+		}
+	}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	// The newest event is in audit.log, or in the newest rotated file when audit.log is empty
+	// (a crash between rotation and the first write, or between rename and create).
+	for i := len(files) - 1; i >= 0 && s.lastHash == ""; i-- {
+		h, err := lastLineHash(files[i])
+		if err != nil {
+			s.f.Close()
+			return nil, err
+		}
+		s.lastHash = h
+	}
+	if cfg.Fsync == FsyncBatch {
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.syncLoop()
+	}
+	return s, nil
+}
+
+// open opens (creating) the active file. Caller holds mu or owns s exclusively.
+func (s *FileSink) open() error {
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open audit log: %w", err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("open audit log: %w", err)
+	}
+	s.f, s.size = f, fi.Size()
+	return nil
+}
+
+// LastHash returns the hash of the newest event found when the sink was opened.
+func (s *FileSink) LastHash() (string, error) { return s.lastHash, nil }
+
+// WriteBatch appends the batch's lines, rotating first if they would grow audit.log past MaxSize.
+func (s *FileSink) WriteBatch(b *Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return errors.New("audit file sink is closed")
+	case s.broken != nil:
+		return s.broken
+	}
+	if s.f == nil {
+		if err := s.open(); err != nil {
+			return err
+		}
+	}
+	if err := s.checkFile(); err != nil {
+		return err
+	}
+	data := s.buf[:0]
+	for _, l := range b.Lines {
+		data = append(data, l...)
+		data = append(data, '\n')
+	}
+	s.buf = data
+	if s.size > 0 && s.size+int64(len(data)) > s.cfg.MaxSize {
+		if err := s.rotate(); err != nil {
+			return err
+		}
+	}
+	if n, err := s.f.Write(data); err != nil {
+		err = fmt.Errorf("append %d events to %s: %w", len(b.Lines), s.path, err)
+		if n > 0 {
+			s.undo(err)
+		}
+		return err
+	}
+	s.size += int64(len(data))
+	switch s.cfg.Fsync {
+	case FsyncAlways:
+		if err := s.f.Sync(); err != nil {
+			err = fmt.Errorf("fsync %s: %w", s.path, err)
+			s.undo(err)
+			s.broken = err // after a failed fsync the page cache cannot be trusted
+			return err
+		}
+	case FsyncBatch:
+		s.dirty = true
+	}
+	return nil
+}
+
+// undo truncates a partly written batch away so a retry does not store it twice.
+func (s *FileSink) undo(cause error) {
+	if err := s.f.Truncate(s.size); err != nil {
+		s.broken = fmt.Errorf("%w; truncating the partial write failed too, so no more events are appended: %w", cause, err)
+	}
+}
+
+// checkFile makes sure audit.log is still the open file (not removed or replaced).
+func (s *FileSink) checkFile() error {
+	open, err := s.f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat open audit log: %w", err)
+	}
+	named, err := os.Stat(s.path)
+	if err != nil {
+		return fmt.Errorf("audit log was removed (check %s): %w", s.cfg.Dir, err)
+	}
+	if !os.SameFile(open, named) {
+		return fmt.Errorf("audit log %s was replaced by another file; restart to continue in it", s.path)
+	}
+	return nil
+}
+
+// rotate renames audit.log to its rotated name and opens a fresh audit.log.
+func (s *FileSink) rotate() error {
+	if s.cfg.Fsync != FsyncNever {
+		if err := s.f.Sync(); err != nil {
+			s.broken = fmt.Errorf("fsync %s before rotation: %w", s.path, err)
+			return s.broken
+		}
+		s.dirty = false
+	}
+	t := time.Now().UTC()
+	if !t.After(s.lastRotated) {
+		t = s.lastRotated.Add(time.Nanosecond) // names must sort in rotation order
+	}
+	rotated := filepath.Join(s.cfg.Dir, rotatedName(t))
+	if err := os.Rename(s.path, rotated); err != nil {
+		return fmt.Errorf("rotate audit log: %w", err)
+	}
+	s.lastRotated = t
+	s.f.Close()
+	s.f, s.size = nil, 0
+	if err := s.open(); err != nil {
+		return fmt.Errorf("rotate audit log: %w", err)
+	}
+	if s.cfg.Fsync != FsyncNever {
+		if err := syncDir(s.cfg.Dir); err != nil {
+			return fmt.Errorf("rotate audit log: %w", err)
+		}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir: %w", err)
+	}
+	return nil
+}
+
+// syncLoop is batch mode's timer: it syncs unsynced writes every FsyncInterval.
+func (s *FileSink) syncLoop() {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.FsyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			if s.dirty && s.f != nil && s.broken == nil {
+				if err := s.f.Sync(); err != nil {
+					s.broken = fmt.Errorf("fsync %s: %w", s.path, err)
+				}
+				s.dirty = false
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Close syncs (in every mode) and closes audit.log. It is idempotent.
+func (s *FileSink) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	var err error
+	if s.f != nil {
+		if serr := s.f.Sync(); serr != nil {
+			err = fmt.Errorf("fsync %s: %w", s.path, serr)
+		}
+		if cerr := s.f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close %s: %w", s.path, cerr)
+		}
+		s.f = nil
+	}
+	s.mu.Unlock()
+	if s.stop != nil {
+		close(s.stop)
+		<-s.done
+	}
+	return err
+}
+
+// lastLineHash returns the stored hash of the file's last line, "" for an empty file.
+func lastLineHash(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("read last audit event: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("read last audit event: %w", err)
+	}
+	size := fi.Size()
+	if size == 0 {
+		return "", nil
+	}
+	// Read backwards in growing chunks until the chunk holds the newline before the last line.
+	for chunk := int64(64 << 10); ; chunk *= 4 {
+		off := max(size-chunk, 0)
+		buf := make([]byte, size-off)
+		if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("read last audit event from %s: %w", path, err)
+		}
+		if buf[len(buf)-1] != '\n' {
+			return "", fmt.Errorf("%s ends with an incomplete line (cut off during a write?): "+
+				"run 'sandgate audit verify', then move the file aside or remove the partial line", path)
+		}
+		body := buf[:len(buf)-1]
+		i := bytes.LastIndexByte(body, '\n')
+		if i < 0 && off > 0 && chunk < maxLineSize*4 {
+			continue
+		}
+		h, err := storedHash(body[i+1:])
+		if err != nil {
+			return "", fmt.Errorf("read last audit event from %s: %w", path, err)
+		}
+		return h, nil
+	}
+}

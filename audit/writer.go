@@ -1,0 +1,386 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors Record returns. Callers deny the call on any error from Record.
+var (
+	// ErrClosed is returned by Record after Close.
+	ErrClosed = errors.New("audit writer is closed")
+	// ErrQueueFull is returned when the queue stayed full for the enqueue timeout.
+	ErrQueueFull = errors.New("audit queue is full")
+	// ErrUnhealthy wraps the sink's error while the writer cannot write.
+	ErrUnhealthy = errors.New("audit log cannot be written")
+)
+
+// The Recorder interface (recorder.go) is what the request path sees of a Writer.
+var _ Recorder = (*Writer)(nil)
+
+// Writer assigns IDs, chains and writes events to a Sink. See the package documentation for the
+// delivery contract. A Writer is safe for concurrent use; it never logs event contents.
+type Writer struct {
+	sink           Sink
+	queue          chan Event
+	enqueueTimeout time.Duration
+	maxBatch       int
+	retryMax       time.Duration
+
+	// mu orders Record's send against Close's close(queue): Record holds it shared while sending.
+	mu     sync.RWMutex
+	closed bool
+
+	closeOnce sync.Once
+	abort     chan struct{} // closed when Close's context ends: stop retrying
+	done      chan struct{} // closed when the sequencer has exited
+
+	// fatal is set at construction when the sink's last hash could not be read; never cleared.
+	fatal error
+	// failure is the current sink error, nil while healthy.
+	failure atomic.Pointer[failure]
+	// lastErr is the most recent sink error, kept after recovery for Stats.
+	lastErr atomic.Pointer[failure]
+
+	written  atomic.Uint64
+	failed   atomic.Uint64
+	rejected atomic.Uint64
+	lost     atomic.Uint64
+}
+
+type failure struct {
+	err  error
+	time time.Time
+}
+
+// Option configures a Writer.
+type Option func(*Writer)
+
+// WithQueueSize sets how many accepted events may wait for the sequencer (default 4096).
+func WithQueueSize(n int) Option {
+	return func(w *Writer) {
+		if n > 0 {
+			w.queue = make(chan Event, n)
+		}
+	}
+}
+
+// WithEnqueueTimeout sets how long Record waits for room in a full queue before it returns
+// ErrQueueFull (default 1s).
+func WithEnqueueTimeout(d time.Duration) Option {
+	return func(w *Writer) {
+		if d > 0 {
+			w.enqueueTimeout = d
+		}
+	}
+}
+
+// WithMaxBatch caps the events handed to the sink in one WriteBatch (default 512).
+func WithMaxBatch(n int) Option {
+	return func(w *Writer) {
+		if n > 0 {
+			w.maxBatch = n
+		}
+	}
+}
+
+// WithRetryBackoff caps the wait between retries of a failed batch (default 1s).
+func WithRetryBackoff(d time.Duration) Option {
+	return func(w *Writer) {
+		if d > 0 {
+			w.retryMax = d
+		}
+	}
+}
+
+// NewWriter starts a Writer on sink; Close stops it and closes the sink. If the sink cannot tell
+// its last hash the writer starts unhealthy and refuses every event, since a chain continued from
+// a guess would not verify.
+func NewWriter(sink Sink, opts ...Option) *Writer {
+	w := &Writer{
+		sink:           sink,
+		enqueueTimeout: time.Second,
+		maxBatch:       512,
+		retryMax:       time.Second,
+		abort:          make(chan struct{}),
+		done:           make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(w)
+	}
+	if w.queue == nil {
+		w.queue = make(chan Event, 4096)
+	}
+	prev, err := sink.LastHash()
+	if err != nil {
+		w.fatal = fmt.Errorf("%w: read the last hash to continue the chain: %w", ErrUnhealthy, err)
+		w.lastErr.Store(&failure{err: w.fatal, time: time.Now()})
+		close(w.done)
+		return w
+	}
+	go w.sequence(prev)
+	return w
+}
+
+// Record accepts one event for writing. It sets ev.ID (always: IDs are the writer's, so they are
+// unique) and ev.Time (when zero) before it returns, so the caller can log the ID; PrevHash and
+// Hash are filled in on the writer's copy only. Record copies the event: the caller may reuse ev,
+// but must not modify the maps and pointers it shares (Identity.Labels, Target.Shown/Hidden).
+//
+// A nil error means the event will be written exactly once, in order, unless the writer becomes
+// unhealthy. On any error the event was not accepted and the caller must fail closed.
+func (w *Writer) Record(ev *Event) error {
+	if err := w.Healthy(); err != nil {
+		w.rejected.Add(1)
+		return err
+	}
+	now := time.Now()
+	if ev.Time.IsZero() {
+		ev.Time = now
+	}
+	if err := checkEncodable(ev); err != nil {
+		w.rejected.Add(1)
+		return err
+	}
+	ev.ID = newID(now)
+
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		w.rejected.Add(1)
+		return ErrClosed
+	}
+	select {
+	case w.queue <- *ev:
+		return nil
+	default:
+	}
+	t := time.NewTimer(w.enqueueTimeout)
+	defer t.Stop()
+	select {
+	case w.queue <- *ev:
+		return nil
+	case <-t.C:
+		w.rejected.Add(1)
+		return fmt.Errorf("record event: waited %s: %w", w.enqueueTimeout, ErrQueueFull)
+	}
+}
+
+// checkEncodable rejects the few values encoding/json cannot write, so that an accepted event can
+// always be encoded by the sequencer.
+func checkEncodable(ev *Event) error {
+	if d := ev.Outcome.DurationMS; math.IsNaN(d) || math.IsInf(d, 0) {
+		return errors.New("record event: outcome.duration_ms is not a finite number")
+	}
+	if y := ev.Time.UTC().Year(); y < 0 || y > 9999 {
+		return errors.New("record event: time is outside years 0-9999")
+	}
+	return nil
+}
+
+// Healthy returns nil while events can be written, and otherwise the reason they cannot.
+func (w *Writer) Healthy() error {
+	if w.fatal != nil {
+		return w.fatal
+	}
+	if f := w.failure.Load(); f != nil {
+		return f.err
+	}
+	return nil
+}
+
+// Stats is a snapshot of the writer's counters, for metrics and health endpoints.
+type Stats struct {
+	QueueDepth    int
+	QueueCapacity int
+	// Written counts events the sink acknowledged.
+	Written uint64
+	// FailedWrites counts WriteBatch calls that returned an error (each retry counts).
+	FailedWrites uint64
+	// Rejected counts Record calls that returned an error.
+	Rejected uint64
+	// Lost counts accepted events that were not written: Close ran out of time while the sink
+	// was failing. Anything but 0 is an incident.
+	Lost uint64
+	// Healthy is false while the sink is failing.
+	Healthy bool
+	// LastError is the most recent sink error (kept after recovery) and when it happened.
+	LastError     error
+	LastErrorTime time.Time
+}
+
+// Stats returns the current counters.
+func (w *Writer) Stats() Stats {
+	s := Stats{
+		QueueDepth:    len(w.queue),
+		QueueCapacity: cap(w.queue),
+		Written:       w.written.Load(),
+		FailedWrites:  w.failed.Load(),
+		Rejected:      w.rejected.Load(),
+		Lost:          w.lost.Load(),
+		Healthy:       w.Healthy() == nil,
+	}
+	if f := w.lastErr.Load(); f != nil {
+		s.LastError, s.LastErrorTime = f.err, f.time
+	}
+	return s
+}
+
+// Close stops accepting events, writes every queued event and closes the sink. If the sink keeps
+// failing until ctx ends, Close gives up and returns an error saying how many accepted events
+// were lost. Close is idempotent; later calls return nil.
+func (w *Writer) Close(ctx context.Context) error {
+	var err error
+	w.closeOnce.Do(func() {
+		w.mu.Lock()
+		w.closed = true
+		if w.fatal == nil {
+			close(w.queue)
+		}
+		w.mu.Unlock()
+
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			close(w.abort)
+			<-w.done
+		}
+		w.countUnwritten()
+		if n := w.lost.Load(); n > 0 {
+			err = fmt.Errorf("close audit writer: %d accepted events were not written: %w", n, w.Healthy())
+		}
+		if cerr := w.sink.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close audit sink: %w", cerr))
+		}
+	})
+	return err
+}
+
+// sequence is the writer's only goroutine: it drains the queue in batches, chains and encodes
+// them, and writes each batch until it succeeds or Close gives up.
+func (w *Writer) sequence(prev string) {
+	defer close(w.done)
+	var (
+		events  = make([]Event, 0, w.maxBatch)
+		lines   = make([][]byte, 0, w.maxBatch)
+		ends    = make([]int, 0, w.maxBatch)
+		buf     []byte
+		scratch bytes.Buffer
+		batch   Batch
+	)
+	enc := json.NewEncoder(&scratch)
+	enc.SetEscapeHTML(false)
+
+	for {
+		ev, ok := <-w.queue
+		if !ok {
+			return
+		}
+		events = append(events[:0], ev)
+		open := true
+	drain:
+		for len(events) < w.maxBatch {
+			select {
+			case ev, ok := <-w.queue:
+				if !ok {
+					open = false
+					break drain
+				}
+				events = append(events, ev)
+			default:
+				break drain
+			}
+		}
+
+		buf, ends = buf[:0], ends[:0]
+		for i := range events {
+			e := &events[i]
+			e.Time = e.Time.UTC()
+			e.PrevHash, e.Hash = prev, ""
+			scratch.Reset()
+			var err error
+			if err = enc.Encode(e); err == nil {
+				start := len(buf)
+				buf = append(buf, bytes.TrimSuffix(scratch.Bytes(), []byte("\n"))...)
+				buf, e.Hash, err = sealLine(buf, start)
+			}
+			if err != nil {
+				// checkEncodable makes this unreachable; if it happens, stop for good rather
+				// than write a chain with a hole in it.
+				w.setFailure(fmt.Errorf("%w: encode event: %w", ErrUnhealthy, err))
+				w.lost.Add(uint64(len(events)))
+				return
+			}
+			prev = e.Hash
+			ends = append(ends, len(buf))
+		}
+		lines = lines[:0]
+		start := 0
+		for _, end := range ends {
+			lines = append(lines, buf[start:end:end])
+			start = end
+		}
+		batch = Batch{Events: events, Lines: lines}
+		if !w.write(&batch) {
+			w.lost.Add(uint64(len(events)))
+			return
+		}
+		clear(events) // drop references to label maps until the next batch
+		if !open {
+			return
+		}
+	}
+}
+
+// write hands b to the sink, retrying with backoff while it fails. It returns false when Close
+// gave up waiting.
+func (w *Writer) write(b *Batch) bool {
+	backoff := 10 * time.Millisecond
+	for {
+		err := w.sink.WriteBatch(b)
+		if err == nil {
+			w.written.Add(uint64(len(b.Events)))
+			w.failure.Store(nil)
+			return true
+		}
+		w.failed.Add(1)
+		w.setFailure(fmt.Errorf("%w: write %d events: %w", ErrUnhealthy, len(b.Events), err))
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-w.abort:
+			t.Stop()
+			return false
+		}
+		backoff = min(2*backoff, w.retryMax)
+	}
+}
+
+func (w *Writer) setFailure(err error) {
+	f := &failure{err: err, time: time.Now()}
+	w.failure.Store(f)
+	w.lastErr.Store(f)
+}
+
+// countUnwritten counts as lost what is still queued once the sequencer has exited. The queue
+// is closed by then, except when the writer never started, and then nothing was queued.
+func (w *Writer) countUnwritten() {
+	for {
+		select {
+		case _, ok := <-w.queue:
+			if !ok {
+				return
+			}
+			w.lost.Add(1)
+		default:
+			return
+		}
+	}
+}
