@@ -1,0 +1,66 @@
+// Command mcp-upstream is a tiny MCP server over stdio, the example upstream `make run` puts
+// behind Sandgate. Its tools match the `everything` upstream of policies/data.yaml:
+//
+//	echo      returns its message
+//	add       adds two numbers
+//	get-time  returns the current time (RFC 3339, UTC)
+//	get-env   says whether the variable named by -secret-env is set (never its value)
+//
+// Flags: -name sets the server name; -tool-prefix adds a prefix to every tool name (tests use
+// it to produce name conflicts).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+func main() {
+	name := flag.String("name", "mcp-upstream", "server name")
+	prefix := flag.String("tool-prefix", "", "prefix for every tool name")
+	secretEnv := flag.String("secret-env", "UPSTREAM_TOKEN", "environment variable get-env reports on")
+	flag.Parse()
+
+	s := server.NewMCPServer(*name, "1.0.0", server.WithToolCapabilities(true))
+	s.AddTool(mcp.NewTool(*prefix+"echo", mcp.WithDescription("Returns its message"),
+		mcp.WithString("message", mcp.Required(), mcp.Description("text to echo"))),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			msg, err := req.RequireString("message")
+			if err != nil {
+				return mcp.NewToolResultError(err.Error()), nil
+			}
+			return mcp.NewToolResultText(msg), nil
+		})
+	s.AddTool(mcp.NewTool(*prefix+"add", mcp.WithDescription("Adds two numbers"),
+		mcp.WithNumber("a", mcp.Required()), mcp.WithNumber("b", mcp.Required())),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			a, err := req.RequireFloat("a")
+			if err != nil {
+				return mcp.NewToolResultError(err.Error()), nil
+			}
+			b, err := req.RequireFloat("b")
+			if err != nil {
+				return mcp.NewToolResultError(err.Error()), nil
+			}
+			return mcp.NewToolResultText(fmt.Sprint(a + b)), nil
+		})
+	s.AddTool(mcp.NewTool(*prefix+"get-time", mcp.WithDescription("Returns the current time")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(time.Now().UTC().Format(time.RFC3339)), nil
+		})
+	s.AddTool(mcp.NewTool(*prefix+"get-env", mcp.WithDescription("Says whether the configured secret variable is set")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			_, ok := os.LookupEnv(*secretEnv)
+			return mcp.NewToolResultText(fmt.Sprintf("%s set: %t", *secretEnv, ok)), nil
+		})
+	if err := server.ServeStdio(s); err != nil {
+		fmt.Fprintln(os.Stderr, "mcp-upstream:", err)
+		os.Exit(1)
+	}
+}

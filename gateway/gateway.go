@@ -1,0 +1,282 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// Decider is what the gateway needs of the policy engine (*policy.Engine).
+type Decider interface {
+	Decide(ctx context.Context, in *policy.Input) policy.Decision
+}
+
+// Options are the gateway's dependencies. Config, Identity, Policy and Audit are required.
+type Options struct {
+	Config      config.Gateway
+	Identity    identity.Resolver
+	Policy      Decider
+	Audit       audit.Recorder
+	Credentials *credential.Store
+	Meters      metric.MeterProvider
+	Log         *slog.Logger
+	// Transport is the pooled transport of every HTTP upstream; nil builds one.
+	Transport http.RoundTripper
+}
+
+// Gateway is the MCP side of Sandgate: one Streamable HTTP endpoint for every sandbox in front
+// of every configured upstream. See the package documentation for what it checks.
+type Gateway struct {
+	opts      Options
+	log       *slog.Logger
+	mcp       *server.MCPServer
+	http      *server.StreamableHTTPServer
+	handler   http.Handler
+	sessions  *sessionStore
+	upstreams []*upstream
+	metrics   *metrics
+	inflight  *inflight
+	subs      *subscriptions
+
+	mu        sync.RWMutex
+	tools     map[string]named // exposed name → upstream tool
+	prompts   map[string]named
+	resources map[string]*upstream // URI → upstream
+	templates []templateEntry
+	rebuildMu sync.Mutex
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type templateEntry struct {
+	tmpl     mcp.ResourceTemplate
+	upstream *upstream
+}
+
+// New builds the gateway. Upstreams are not contacted until Start.
+func New(opts Options) (*Gateway, error) {
+	switch {
+	case opts.Identity == nil:
+		return nil, errors.New("gateway: Options.Identity is required")
+	case opts.Policy == nil:
+		return nil, errors.New("gateway: Options.Policy is required")
+	case opts.Audit == nil:
+		return nil, errors.New("gateway: Options.Audit is required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Meters == nil {
+		opts.Meters = noop.NewMeterProvider()
+	}
+	if opts.Credentials == nil {
+		opts.Credentials = credential.FromValues(nil)
+	}
+	if opts.Config.MaxBodyBytes == 0 {
+		opts.Config.MaxBodyBytes = 4 << 20
+	}
+	if opts.Config.SessionIdleTimeout == 0 {
+		opts.Config.SessionIdleTimeout = config.Duration(30 * time.Minute)
+	}
+	if opts.Transport == nil {
+		opts.Transport = &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+			ForceAttemptHTTP2:   true,
+		}
+	}
+	m, err := newMetrics(opts.Meters)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{opts: opts, log: opts.Log, metrics: m, inflight: newInflight(), subs: newSubscriptions(),
+		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
+	hc := &http.Client{Transport: opts.Transport}
+	hooks := upstreamHooks{
+		catalogChanged: g.rebuild,
+		notification:   g.onUpstreamNotification,
+		sampling:       bridgeSampling{g},
+		elicitation:    bridgeElicitation{g},
+		roots:          bridgeRoots{g},
+	}
+	for _, uc := range opts.Config.Upstreams {
+		g.upstreams = append(g.upstreams, newUpstream(uc, opts.Credentials, hc, hooks, opts.Log))
+	}
+	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D())
+	g.mcp = g.newMCPServer()
+	g.http = server.NewStreamableHTTPServer(g.mcp,
+		server.WithEndpointPath("/mcp"),
+		server.WithStateful(true),
+		server.WithSessionIdManagerResolver(g.sessions),
+		server.WithDisableLocalhostProtection(true), // replaced by guard's Host/Origin allow-list
+		server.WithHTTPContextFunc(g.requestContext),
+		server.WithStreamableHTTPLogger(opts.Log),
+		server.WithSessionIdleTTL(opts.Config.SessionIdleTimeout.D()),
+	)
+	g.handler = newGuard(g)
+	return g, nil
+}
+
+// Start connects to every upstream in the background and keeps reconnecting until Close.
+// Sandgate serves while upstreams are down; their tools are absent meanwhile.
+func (g *Gateway) Start(ctx context.Context) {
+	ctx, g.cancel = context.WithCancel(ctx)
+	for _, u := range g.upstreams {
+		g.wg.Go(func() { u.run(ctx) })
+	}
+	g.wg.Go(func() { g.sessions.sweep(ctx, g.endSession) })
+}
+
+// Close stops the upstreams (stdio servers are terminated) and ends every session.
+func (g *Gateway) Close() {
+	if g.cancel != nil {
+		g.cancel()
+	}
+	g.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = g.http.Shutdown(ctx)
+}
+
+// Handler serves /mcp.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Ready is nil when every upstream is connected; otherwise it names each one that is not and
+// why. The gateway serves either way.
+func (g *Gateway) Ready() error {
+	var errs []error
+	for _, u := range g.upstreams {
+		if err := u.health(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// endSession drops what the gateway keeps for an expired session.
+func (g *Gateway) endSession(id string) {
+	g.subs.drop(id)
+	g.mcp.UnregisterSession(context.Background(), id)
+}
+
+// rebuild recomputes the aggregated catalog from every connected upstream and installs it;
+// mcp-go tells the sandboxes' sessions that the lists changed.
+func (g *Gateway) rebuild() {
+	g.rebuildMu.Lock()
+	defer g.rebuildMu.Unlock()
+	var toolC, promptC []candidate
+	toolDefs := map[*upstream]map[string]mcp.Tool{}
+	promptDefs := map[*upstream]map[string]mcp.Prompt{}
+	resources := map[string]*upstream{}
+	var resList []server.ServerResource
+	var templates []templateEntry
+	var tmplList []server.ServerResourceTemplate
+	for _, u := range g.upstreams {
+		if u.health() != nil {
+			continue
+		}
+		cat := u.catalog()
+		toolDefs[u], promptDefs[u] = map[string]mcp.Tool{}, map[string]mcp.Prompt{}
+		for _, t := range cat.tools {
+			toolC = append(toolC, candidate{u, t.Name})
+			toolDefs[u][t.Name] = t
+		}
+		for _, p := range cat.prompts {
+			promptC = append(promptC, candidate{u, p.Name})
+			promptDefs[u][p.Name] = p
+		}
+		for _, r := range cat.resources {
+			if _, dup := resources[r.URI]; dup {
+				g.log.Warn("resource offered by two upstreams; the earlier one serves it", "uri", r.URI, "upstream", u.cfg.Name)
+				continue
+			}
+			resources[r.URI] = u
+			resList = append(resList, server.ServerResource{Resource: r, Handler: g.readResource})
+		}
+		for _, t := range cat.templates {
+			templates = append(templates, templateEntry{t, u})
+			tmplList = append(tmplList, server.ServerResourceTemplate{Template: t, Handler: g.readResource})
+		}
+	}
+	tools := map[string]named{}
+	var serverTools []server.ServerTool
+	for _, n := range assignNames(toolC, g.log, "tool") {
+		def := toolDefs[n.upstream][n.name]
+		def.Name = n.exposed
+		tools[n.exposed] = n
+		serverTools = append(serverTools, server.ServerTool{Tool: def, Handler: g.callTool})
+	}
+	prompts := map[string]named{}
+	var serverPrompts []server.ServerPrompt
+	for _, n := range assignNames(promptC, g.log, "prompt") {
+		def := promptDefs[n.upstream][n.name]
+		def.Name = n.exposed
+		prompts[n.exposed] = n
+		serverPrompts = append(serverPrompts, server.ServerPrompt{Prompt: def, Handler: g.getPrompt})
+	}
+	g.mu.Lock()
+	g.tools, g.prompts, g.resources, g.templates = tools, prompts, resources, templates
+	g.mu.Unlock()
+	g.mcp.SetTools(serverTools...)
+	g.mcp.SetPrompts(serverPrompts...)
+	g.mcp.SetResources(resList...)
+	g.mcp.SetResourceTemplates(tmplList...)
+}
+
+func (g *Gateway) tool(name string) (named, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	n, ok := g.tools[name]
+	return n, ok
+}
+
+func (g *Gateway) prompt(name string) (named, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	n, ok := g.prompts[name]
+	return n, ok
+}
+
+// resourceUpstream finds the upstream serving uri: an exact resource, else the first upstream
+// with a template that matches.
+func (g *Gateway) resourceUpstream(uri string) (*upstream, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if u, ok := g.resources[uri]; ok {
+		return u, true
+	}
+	for _, t := range g.templates {
+		if t.tmpl.URITemplate != nil && t.tmpl.URITemplate.Regexp().MatchString(uri) {
+			return t.upstream, true
+		}
+	}
+	return nil, false
+}
+
+func (g *Gateway) counts() (tools, prompts int) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return len(g.tools), len(g.prompts)
+}
+
+func (g *Gateway) String() string { return fmt.Sprintf("gateway(%d upstreams)", len(g.upstreams)) }

@@ -1,0 +1,72 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+
+	"github.com/sandgate/sandgate/config"
+)
+
+// maxNameLen is the longest tool name clients accept (Anthropic and OpenAI tool names are
+// limited to 64 characters).
+const maxNameLen = 64
+
+// named is one upstream item (tool or prompt) under the name sandboxes see.
+type named struct {
+	exposed  string
+	upstream *upstream
+	name     string // the upstream's own name
+}
+
+// candidate is an item before naming.
+type candidate struct {
+	upstream *upstream
+	name     string
+}
+
+// assignNames gives every candidate its exposed name. Candidates come in config order, and
+// that order decides every conflict, so the result is deterministic:
+//   - prefix always: "<upstream>_<name>";
+//   - prefix never: the upstream's name;
+//   - prefix on-conflict: the upstream's name, unless another upstream offers the same name,
+//     then "<upstream>_<name>";
+//   - a name still taken by an earlier candidate is dropped (and logged);
+//   - a name longer than 64 characters is cut to 55 and completed with "_" and 8 hex digits of
+//     its SHA-256, so that distinct long names stay distinct.
+func assignNames(cands []candidate, log *slog.Logger, kind string) []named {
+	count := map[string]int{}
+	for _, c := range cands {
+		count[c.name]++
+	}
+	taken := map[string]bool{}
+	out := make([]named, 0, len(cands))
+	for _, c := range cands {
+		name := c.name
+		switch c.upstream.cfg.Prefix {
+		case config.PrefixAlways:
+			name = c.upstream.cfg.Name + "_" + c.name
+		case config.PrefixOnConflict:
+			if count[c.name] > 1 {
+				name = c.upstream.cfg.Name + "_" + c.name
+			}
+		}
+		name = limitName(name)
+		if taken[name] {
+			log.Warn("name conflict: the earlier upstream keeps the name; this one is not offered",
+				"kind", kind, "name", name, "upstream", c.upstream.cfg.Name, "upstream_name", c.name)
+			continue
+		}
+		taken[name] = true
+		out = append(out, named{exposed: name, upstream: c.upstream, name: c.name})
+	}
+	return out
+}
+
+func limitName(name string) string {
+	if len(name) <= maxNameLen {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:maxNameLen-9] + "_" + hex.EncodeToString(sum[:4])
+}

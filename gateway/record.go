@@ -1,0 +1,54 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sandgate/sandgate/audit"
+)
+
+type metrics struct {
+	calls       metric.Int64Counter
+	auditErrors metric.Int64Counter
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	m := mp.Meter("github.com/sandgate/sandgate/gateway")
+	calls, err := m.Int64Counter("sandgate.gateway.calls",
+		metric.WithDescription("MCP calls by kind and outcome (allowed, denied, failed)"))
+	if err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	auditErrors, err := m.Int64Counter("sandgate.gateway.audit_errors",
+		metric.WithDescription("Audit events that could not be recorded"))
+	if err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	return &metrics{calls: calls, auditErrors: auditErrors}, nil
+}
+
+// record is the one place the gateway writes audit: exactly one event per call. A Record error
+// after the call already happened cannot undo it: it is logged and counted, and the next calls
+// are refused while the recorder reports unhealthy.
+func (g *Gateway) record(ctx context.Context, ev *audit.Event, start time.Time) {
+	ev.Time = start.UTC()
+	ev.Identity = identityFrom(ctx)
+	ev.Outcome.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	outcome := "allowed"
+	switch {
+	case !ev.Decision.Allow:
+		outcome = "denied"
+	case ev.Outcome.Status >= 500:
+		outcome = "failed"
+	}
+	g.metrics.calls.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", ev.Kind), attribute.String("outcome", outcome)))
+	if err := g.opts.Audit.Record(ev); err != nil {
+		g.metrics.auditErrors.Add(ctx, 1)
+		g.log.Error("audit event not recorded", "kind", ev.Kind, "upstream", ev.Target.Upstream, "tool", ev.Target.Tool,
+			"allow", ev.Decision.Allow, "err", err)
+	}
+}

@@ -1,0 +1,376 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/credential"
+)
+
+// Backoff bounds for reconnecting to an upstream that is down.
+const (
+	backoffMin     = 100 * time.Millisecond
+	backoffMax     = 15 * time.Second
+	healthInterval = 2 * time.Second
+)
+
+// errUpstreamDown is returned for calls to an upstream that is not connected.
+var errUpstreamDown = errors.New("upstream is not connected")
+
+// catalog is what one upstream offers.
+type catalog struct {
+	tools     []mcp.Tool
+	resources []mcp.Resource
+	templates []mcp.ResourceTemplate
+	prompts   []mcp.Prompt
+}
+
+// upstreamHooks is how an upstream reports to the gateway.
+type upstreamHooks struct {
+	catalogChanged func()
+	notification   func(u *upstream, n mcp.JSONRPCNotification)
+	sampling       client.SamplingHandler
+	elicitation    client.ElicitationHandler
+	roots          client.RootsHandler
+}
+
+// upstream is one supervised MCP server connection. Sandbox requests share one upstream
+// session per upstream; server-to-client requests made while a call is in flight reach the
+// sandbox session of that call through the call's context.
+//
+// Security: requests to the upstream carry only what Sandgate builds: the JSON-RPC params it
+// forwards and the configured credential header. No header a sandbox sent (Authorization
+// included) is ever copied. A stdio server gets a clean environment: PATH, HOME, its
+// configured env and its credential_env, nothing else of Sandgate's environment.
+type upstream struct {
+	cfg   config.Upstream
+	creds *credential.Store
+	http  *http.Client
+	hooks upstreamHooks
+	log   *slog.Logger
+
+	mu        sync.RWMutex
+	cli       *client.Client
+	gen       uint64
+	cat       catalog
+	err       error
+	downSince time.Time
+	listed    bool // the catalog of the current connection has been listed
+
+	kick    chan struct{} // reconnect now
+	refresh chan struct{} // re-list the catalog
+}
+
+func newUpstream(cfg config.Upstream, creds *credential.Store, hc *http.Client, hooks upstreamHooks, log *slog.Logger) *upstream {
+	return &upstream{cfg: cfg, creds: creds, http: hc, hooks: hooks, log: log.With("upstream", cfg.Name),
+		err: errors.New("not connected yet"), downSince: time.Now(),
+		kick: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
+}
+
+// client returns the connected client and its generation, or errUpstreamDown.
+func (u *upstream) client() (*client.Client, uint64, error) {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	if u.cli == nil {
+		return nil, 0, fmt.Errorf("%w: %v", errUpstreamDown, u.err)
+	}
+	return u.cli, u.gen, nil
+}
+
+// health is nil while connected, else why not.
+func (u *upstream) health() error {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	if u.cli == nil || !u.listed {
+		return fmt.Errorf("upstream %s down since %s: %v", u.cfg.Name, u.downSince.UTC().Format(time.RFC3339), u.err)
+	}
+	return nil
+}
+
+func (u *upstream) catalog() catalog {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	return u.cat
+}
+
+// broken reports that a call found the connection of generation gen unusable; the supervisor
+// reconnects.
+func (u *upstream) broken(gen uint64, err error) {
+	u.mu.Lock()
+	if u.cli == nil || u.gen != gen {
+		u.mu.Unlock()
+		return
+	}
+	old := u.cli
+	u.cli, u.err, u.downSince, u.listed = nil, err, time.Now(), false
+	u.mu.Unlock()
+	u.log.Warn("upstream connection lost; reconnecting", "err", err)
+	go old.Close()
+	u.hooks.catalogChanged()
+	select {
+	case u.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (u *upstream) requestRefresh() {
+	select {
+	case u.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// run supervises the connection until ctx ends: connect with backoff, list the catalog,
+// re-list on list_changed, ping to notice a dead server.
+func (u *upstream) run(ctx context.Context) {
+	backoff := backoffMin
+	ping := time.NewTicker(healthInterval)
+	defer ping.Stop()
+	defer func() {
+		u.mu.Lock()
+		c := u.cli
+		u.cli, u.err = nil, errors.New("gateway closed")
+		u.mu.Unlock()
+		if c != nil {
+			c.Close()
+		}
+	}()
+	for ctx.Err() == nil {
+		cli, gen, _ := u.client()
+		if cli == nil {
+			if err := u.connect(ctx); err != nil {
+				u.mu.Lock()
+				u.err = err
+				u.mu.Unlock()
+				u.log.Warn("upstream connect failed; retrying", "err", err, "retry_in", backoff)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				case <-u.kick:
+				}
+				backoff = min(backoff*2, backoffMax)
+				continue
+			}
+			backoff = backoffMin
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.kick:
+		case <-u.refresh:
+			if err := u.list(ctx, cli, gen); err != nil {
+				u.broken(gen, fmt.Errorf("list catalog: %w", err))
+			}
+		case <-ping.C:
+			pctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout.D())
+			err := cli.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				u.broken(gen, fmt.Errorf("ping: %w", err))
+			}
+		}
+	}
+}
+
+// connect starts a transport, initializes a session and lists the catalog.
+func (u *upstream) connect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout.D())
+	defer cancel()
+	var tr transport.Interface
+	if u.cfg.IsStdio() {
+		tr = transport.NewStdioWithOptions(u.cfg.Command, nil, u.cfg.Args,
+			transport.WithCommandFunc(u.command), transport.WithCommandLogger(u.log))
+	} else {
+		h, err := transport.NewStreamableHTTP(u.cfg.URL,
+			transport.WithHTTPBasicClient(u.http),
+			transport.WithHTTPHeaderFunc(u.headers),
+			transport.WithHTTPLogger(u.log))
+		if err != nil {
+			return fmt.Errorf("streamable HTTP transport for %s: %w", u.cfg.URL, err)
+		}
+		tr = h
+	}
+	cli := client.NewClient(tr,
+		client.WithLegacyProtocolOnly(),
+		client.WithSamplingHandler(u.hooks.sampling),
+		client.WithElicitationHandler(u.hooks.elicitation),
+		client.WithRootsHandler(u.hooks.roots))
+	// The transport outlives this function's timeout: start it with a context that lasts.
+	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("start transport: %w", err)
+	}
+	cli.OnNotification(func(n mcp.JSONRPCNotification) { u.hooks.notification(u, n) })
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "sandgate", Version: "1"}
+	if _, err := cli.Initialize(ctx, init); err != nil {
+		cli.Close()
+		return fmt.Errorf("initialize: %w", err)
+	}
+	// The upstream sends every log message; each sandbox session's own level filters them.
+	if cli.GetServerCapabilities().Logging != nil {
+		if err := cli.SetLevel(ctx, mcp.SetLevelRequest{Params: mcp.SetLevelParams{Level: mcp.LoggingLevelDebug}}); err != nil {
+			u.log.Debug("upstream refused logging/setLevel", "err", err)
+		}
+	}
+	u.mu.Lock()
+	u.gen++
+	gen := u.gen
+	u.cli, u.err = cli, nil
+	u.mu.Unlock()
+	if err := u.list(ctx, cli, gen); err != nil {
+		u.broken(gen, fmt.Errorf("list catalog: %w", err))
+		return fmt.Errorf("list catalog: %w", err)
+	}
+	u.log.Info("upstream connected", "tools", len(u.catalog().tools))
+	return nil
+}
+
+// list fetches every list the upstream declares and publishes the catalog.
+func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) error {
+	var cat catalog
+	caps := cli.GetServerCapabilities()
+	if caps.Tools != nil {
+		r, err := cli.ListTools(ctx, mcp.ListToolsRequest{})
+		if err != nil {
+			return fmt.Errorf("tools/list: %w", err)
+		}
+		cat.tools = r.Tools
+	}
+	if caps.Resources != nil {
+		r, err := cli.ListResources(ctx, mcp.ListResourcesRequest{})
+		if err != nil {
+			return fmt.Errorf("resources/list: %w", err)
+		}
+		cat.resources = r.Resources
+		t, err := cli.ListResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{})
+		if err != nil {
+			return fmt.Errorf("resources/templates/list: %w", err)
+		}
+		cat.templates = t.ResourceTemplates
+	}
+	if caps.Prompts != nil {
+		r, err := cli.ListPrompts(ctx, mcp.ListPromptsRequest{})
+		if err != nil {
+			return fmt.Errorf("prompts/list: %w", err)
+		}
+		cat.prompts = r.Prompts
+	}
+	u.mu.Lock()
+	if u.gen != gen {
+		u.mu.Unlock()
+		return nil
+	}
+	u.cat, u.listed = cat, true
+	u.mu.Unlock()
+	u.hooks.catalogChanged()
+	return nil
+}
+
+// headers is the credential header of every request to an HTTP upstream, read at request
+// time so that a rotated credential applies at once.
+func (u *upstream) headers(context.Context) map[string]string {
+	c := u.cfg.Credential
+	if c == nil {
+		return nil
+	}
+	v, ok := u.creds.Get(c.Name)
+	if !ok {
+		return nil
+	}
+	return map[string]string{c.Header: strings.Replace(c.Format, "{value}", v, 1)}
+}
+
+// command builds the stdio server's process with a clean environment.
+func (u *upstream) command(ctx context.Context, command string, _ []string, args []string) (*exec.Cmd, error) {
+	cmd := exec.CommandContext(ctx, command, args...)
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range u.cfg.Env {
+		env = append(env, k+"="+v)
+	}
+	for k, name := range u.cfg.CredentialEnv {
+		v, ok := u.creds.Get(name)
+		if !ok {
+			return nil, fmt.Errorf("credential %q for %s is not available", name, k)
+		}
+		env = append(env, k+"="+v)
+	}
+	cmd.Env = env
+	cmd.Stderr = nil
+	return cmd, nil
+}
+
+// do runs one request on the current session. When the session was ended by the upstream
+// (404, e.g. after a restart) it reconnects once and retries: the request was not processed.
+func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *client.Client) (T, error)) (T, error) {
+	var zero T
+	for attempt := 0; ; attempt++ {
+		cli, gen, err := u.client()
+		if err != nil {
+			return zero, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, u.cfg.CallTimeout.D())
+		res, err := f(cctx, cli)
+		timedOut := cctx.Err() != nil
+		cancel()
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return zero, err
+		}
+		if errors.Is(err, transport.ErrSessionTerminated) && attempt == 0 {
+			u.broken(gen, err)
+			if werr := u.waitConnected(ctx); werr != nil {
+				return zero, fmt.Errorf("upstream session expired and could not be re-established: %w", werr)
+			}
+			continue
+		}
+		if isTransportError(err) && !timedOut {
+			u.broken(gen, err)
+		}
+		return zero, err
+	}
+}
+
+// waitConnected waits up to the connect timeout for the supervisor to reconnect.
+func (u *upstream) waitConnected(ctx context.Context) error {
+	deadline := time.NewTimer(u.cfg.ConnectTimeout.D())
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, _, err := u.client(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			_, _, err := u.client()
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+// isTransportError tells a broken connection from a JSON-RPC error the upstream answered.
+func isTransportError(err error) bool {
+	var te *transport.Error
+	return errors.As(err, &te) || errors.Is(err, transport.ErrTransportClosed)
+}
