@@ -27,8 +27,12 @@ type Proxy struct {
 	Hosts []ProxyHost `json:"hosts"`
 	// DeniedCIDRs are extra destination ranges the dial guard refuses (the pod and service
 	// CIDRs of the cluster), on top of loopback, private, link-local, metadata and CGNAT.
-	DeniedCIDRs []string `json:"denied_cidrs"`
+	DeniedCIDRs []string    `json:"denied_cidrs"`
 	Limits      ProxyLimits `json:"limits"`
+	// ResolveOverrides answers the dial guard's name lookups from this map (host name → IP
+	// address) instead of DNS. It is for tests and the benchmark (bench/), which give local
+	// stand-ins fake public names; the answers still pass every dial guard check.
+	ResolveOverrides map[string]string `json:"resolve_overrides"`
 }
 
 // ProxyCA names the CA files. Relative paths are resolved against the config file's folder.
@@ -197,8 +201,8 @@ func (x *Proxy) validate(c *Config, errs *fieldErrors) {
 	hosts := map[string]int{}
 	for i, h := range x.Hosts {
 		f := fmt.Sprintf("proxy.hosts[%d]", i)
-		if h.Host == "" || strings.ContainsAny(h.Host, ":/ @*") {
-			errs.add(f+".host", "%q is not a host name or IPv4 address (give the port in port; IPv6 literals are not supported)", h.Host)
+		if _, ipErr := netip.ParseAddr(h.Host); h.Host == "" || strings.ContainsAny(h.Host, "/ @*[]") || (strings.Contains(h.Host, ":") && ipErr != nil) {
+			errs.add(f+".host", "%q is not a host name or IP address (give the port in port)", h.Host)
 		}
 		if h.Port < 1 || h.Port > 65535 {
 			errs.add(f+".port", "%d is not a port between 1 and 65535", h.Port)
@@ -226,6 +230,15 @@ func (x *Proxy) validate(c *Config, errs *fieldErrors) {
 	for i, s := range x.DeniedCIDRs {
 		if _, err := netip.ParsePrefix(s); err != nil {
 			errs.add(fmt.Sprintf("proxy.denied_cidrs[%d]", i), "%q is not a CIDR prefix such as 10.96.0.0/12", s)
+		}
+	}
+	for name, ip := range x.ResolveOverrides {
+		f := fmt.Sprintf("proxy.resolve_overrides[%q]", name)
+		if _, err := netip.ParseAddr(name); err == nil || name == "" || strings.ContainsAny(name, "/ @*[]:") {
+			errs.add(f, "%q is not a host name", name)
+		}
+		if _, err := netip.ParseAddr(ip); err != nil {
+			errs.add(f, "%q is not an IP address", ip)
 		}
 	}
 	if (x.CA.Cert == "") != (x.CA.Key == "") {

@@ -1,0 +1,299 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/proxy/hostport"
+)
+
+// handleConnect decides a CONNECT (policy kind http.connect) and picks how the tunnel is
+// handled: refused (with a JSON reason), intercepted or relayed. A refused CONNECT is audited
+// here; an accepted one is audited when its tunnel closes.
+func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+	r := gctx.Req
+	x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPConnect)
+	reject := func(rf refusal) (*goproxy.ConnectAction, string) {
+		x.status = rf.Status
+		x.ev.Decision.Allow = false
+		x.ev.Decision.Reason = rf.Reason
+		x.ev.Outcome.Error = rf.Code
+		x.finish()
+		gctx.Resp = refusalResponse(r, rf)
+		return goproxy.RejectConnect, host
+	}
+	if err := p.opts.Audit.Healthy(); err != nil {
+		return reject(refusal{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Reason: "audit log unavailable"})
+	}
+	dest, err := hostport.Parse(host, 443)
+	if err != nil {
+		return reject(refusal{Status: http.StatusBadRequest, Code: "bad_host", Reason: err.Error()})
+	}
+	x.dest = dest
+	x.ev.Target.Host = auditHost(dest, "https")
+	d := p.opts.Policy.Decide(r.Context(), &policy.Input{Kind: policy.KindHTTPConnect, Identity: x.ev.Identity,
+		HTTP: &policy.HTTP{Method: http.MethodConnect, Host: dest.Host, Port: dest.Port, MaxTokens: -1}})
+	x.ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
+	if !d.Allow {
+		return reject(refusal{Status: http.StatusForbidden, Code: d.Code, Reason: d.Reason})
+	}
+	he := p.hosts[dest.String()]
+	if he == nil {
+		return reject(refusal{Status: http.StatusForbidden, Code: "host_not_configured",
+			Reason: fmt.Sprintf("%s is not a configured proxy host (proxy.hosts)", dest)})
+	}
+	key := x.ev.Identity.Key()
+	if !p.acquireTunnel(key) {
+		return reject(refusal{Status: http.StatusTooManyRequests, Code: "too_many_tunnels",
+			Reason: fmt.Sprintf("sandbox has %d open tunnels, the limit", p.cfg.Limits.TunnelsPerSandbox)})
+	}
+	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
+		defer p.releaseTunnel(key)
+		p.m.tunnels.Add(context.Background(), 1)
+		defer p.m.tunnels.Add(context.Background(), -1)
+		cc := &countConn{Conn: client, in: &x.in, out: &x.out}
+		if !p.track(cc) {
+			_ = client.Close()
+			return
+		}
+		defer func() {
+			p.untrack(cc)
+			_ = cc.Close()
+			x.finish()
+		}()
+		if he.cfg.Mode == config.ModeIntercept {
+			p.intercept(cc, x, he)
+		} else {
+			p.tunnel(cc, x, he)
+		}
+	}}, host
+}
+
+func refusalResponse(r *http.Request, rf refusal) *http.Response {
+	b := refusalBody(rf)
+	return &http.Response{StatusCode: rf.Status, Status: fmt.Sprintf("%d %s", rf.Status, http.StatusText(rf.Status)),
+		ProtoMajor: 1, ProtoMinor: 1, Request: r, Close: true, ContentLength: int64(len(b)),
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(string(b)))}
+}
+
+func writeRawRefusal(c net.Conn, rf refusal) {
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_ = refusalResponse(nil, rf).Write(c)
+}
+
+// tunnel dials the checked destination and relays bytes until either side closes, the client
+// sends nothing within the handshake timeout, or the tunnel is idle for the idle timeout.
+func (p *Proxy) tunnel(client net.Conn, x *exchange, he *hostEntry) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	up, _, err := p.guard.Dial(ctx, x.dest, he.cfg.AllowPrivate)
+	if err != nil {
+		if reason, ok := Denied(err); ok {
+			x.status = http.StatusForbidden
+			x.ev.Decision.Allow = false
+			x.ev.Decision.Reason = "destination denied by dial guard: " + string(reason)
+			x.ev.Outcome.Error = string(reason)
+			writeRawRefusal(client, refusal{Status: http.StatusForbidden, Code: string(reason), Reason: err.Error()})
+			return
+		}
+		x.status = http.StatusBadGateway
+		x.ev.Outcome.Error = "upstream_error: " + err.Error()
+		writeRawRefusal(client, refusal{Status: http.StatusBadGateway, Code: "upstream_error", Reason: "upstream unavailable"})
+		return
+	}
+	defer up.Close()
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	x.status = http.StatusOK
+	if why := p.relay(client, up); why != "" {
+		x.ev.Outcome.Error = why
+	}
+}
+
+// relay copies both ways and closes both connections when either direction ends. It returns
+// "client_silent" or "idle_timeout" when a timeout ended the tunnel.
+func (p *Proxy) relay(client, up net.Conn) string {
+	idle := p.cfg.Limits.TunnelIdleTimeout.D()
+	first := p.cfg.Limits.ClientHandshakeTimeout.D()
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	var spoke atomic.Bool
+	var why atomic.Value
+	var once sync.Once
+	closeBoth := func() { once.Do(func() { _ = client.Close(); _ = up.Close() }) }
+	pipe := func(dst, src net.Conn, fromClient bool) {
+		defer closeBoth()
+		buf := make([]byte, 32<<10)
+		for {
+			wait := idle
+			if fromClient && !spoke.Load() {
+				wait = first
+			}
+			_ = src.SetReadDeadline(time.Now().Add(wait))
+			n, err := src.Read(buf)
+			if n > 0 {
+				if fromClient {
+					spoke.Store(true)
+				}
+				last.Store(time.Now().UnixNano())
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					if fromClient && !spoke.Load() {
+						why.CompareAndSwap(nil, "client_silent")
+						return
+					}
+					if time.Since(time.Unix(0, last.Load())) < idle {
+						continue
+					}
+					why.CompareAndSwap(nil, "idle_timeout")
+				}
+				return
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() { pipe(up, client, true); close(done) }()
+	pipe(client, up, false)
+	<-done
+	s, _ := why.Load().(string)
+	return s
+}
+
+// intercept terminates TLS with a leaf certificate for the CONNECT target and serves the
+// tunnel's requests with a per-tunnel HTTP/1.1 server whose every request is decided again.
+func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry) {
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	x.status = http.StatusOK
+	l := p.cfg.Limits
+	_ = client.SetDeadline(time.Now().Add(l.ClientHandshakeTimeout.D()))
+	tc := tls.Server(client, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return p.ca.Leaf(x.dest.Host)
+		},
+	})
+	if err := tc.Handshake(); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			x.ev.Outcome.Error = "client_silent"
+		} else {
+			x.ev.Outcome.Error = "client_tls_handshake_failed"
+		}
+		return
+	}
+	_ = client.SetDeadline(time.Time{})
+	done := make(chan struct{})
+	var doneOnce sync.Once
+	g := newHeadGuard(tc, l.MaxHeaderBytes, func(rf refusal) { p.refuseConn(client, rf) })
+	srv := &http.Server{
+		Handler:           p.innerHandler(x.ev.Identity, x.dest, he),
+		ReadHeaderTimeout: l.ClientHandshakeTimeout.D(),
+		IdleTimeout:       l.TunnelIdleTimeout.D(),
+		MaxHeaderBytes:    2 * l.MaxHeaderBytes,
+		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateClosed || s == http.StateHijacked {
+				doneOnce.Do(func() { close(done) })
+			}
+		},
+		ErrorLog: log.New(discardWriter{}, "", 0),
+	}
+	_ = srv.Serve(&oneConnListener{c: g, done: done})
+	<-done
+}
+
+// innerHandler serves the requests of one intercepted tunnel.
+func (p *Proxy) innerHandler(id identity.Identity, dest hostport.Addr, he *hostEntry) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x := p.newExchange(r, id, audit.KindHTTPRequest)
+		x.ev.Target.Host = auditHost(dest, "https")
+		if g, ok := r.Context().Value(connKey{}).(*headGuard); ok {
+			if rf, bad := g.next(); bad {
+				x.refuse(w, rf)
+				return
+			}
+		}
+		if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
+			x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "absolute_uri_in_tunnel", Close: true,
+				Reason: "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests"})
+			return
+		}
+		h, err := hostport.Parse(r.Host, 443)
+		if err != nil || h != dest {
+			x.refuse(w, refusal{Status: http.StatusMisdirectedRequest, Code: "host_mismatch", Close: true,
+				Reason: fmt.Sprintf("request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), dest)})
+			return
+		}
+		x.up, x.dest = he.up, dest
+		p.decideAndForward(w, r, x, r.URL.EscapedPath())
+	})
+}
+
+func truncateString(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// oneConnListener hands one connection to http.Server.Serve, then blocks until it is done.
+type oneConnListener struct {
+	c    net.Conn
+	done chan struct{}
+	used bool
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if !l.used {
+		l.used = true
+		return l.c, nil
+	}
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+// countConn counts the bytes of a tunnel: in is what the sandbox sent, out what it received.
+type countConn struct {
+	net.Conn
+	in, out *atomic.Int64
+}
+
+func (c *countConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.in.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.out.Add(int64(n))
+	return n, err
+}

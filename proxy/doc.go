@@ -1,0 +1,13 @@
+// Package proxy is Sandgate's egress side: a forward proxy (CONNECT with TLS interception for
+// configured hosts, plain tunnels, plain-HTTP absolute-URI requests) and base-URL routes
+// (/routes/NAME/...), on one listener. Sandboxes hold placeholder keys; the proxy decides every
+// request with the policy engine, injects the real credential and writes one audit event.
+//
+// Every request follows one path (exchange.go): identity from the TCP peer → policy input
+// (with model, max_tokens and stream read from a model-API body) → decision → credential
+// injection → the pooled upstream transport behind the dial guard → one audit event with
+// status, bytes, latency and token usage. CONNECT tunnels (connect.go) get one audit event each,
+// written when the tunnel closes.
+//
+// What is stripped, checked and refused is documented on Proxy.
+package proxy

@@ -1,0 +1,241 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// headGuard wraps a client connection and follows the HTTP/1.1 framing of the requests that
+// stream past net/http's parser, to catch what that parser repairs silently: net/http accepts a
+// request with both Content-Length and Transfer-Encoding by dropping Content-Length, which is
+// what request smuggling relies on when some other hop frames the message differently.
+// Sandgate refuses such requests instead (and audits them), as well as heads larger than the
+// configured limit and obsolete line folding. After a CONNECT or Upgrade head, or after a
+// flagged head, it stops inspecting.
+type headGuard struct {
+	net.Conn
+	maxHead int
+	onHard  func(refusal) // called once when a head grows past what net/http will read
+
+	mu    sync.Mutex
+	st    int
+	line  []byte // first bytes of the current line (enough for CL/TE headers)
+	llen  int
+	head  int // bytes of the current head
+	heads int // complete heads seen
+	first bool
+	meth  string
+	cl    int
+	te    bool
+	upg   bool
+	rem   int64
+	bad   int // 1-based index of the first refused head, 0 if none
+	why   refusal
+
+	served atomic.Int64 // requests the handler has seen on this connection
+}
+
+const (
+	gsHead = iota
+	gsBody
+	gsChunkSize
+	gsChunkData
+	gsChunkEnd
+	gsTrailer
+	gsPass
+	gsOversize // head over the limit: count on to see whether net/http will refuse it itself
+)
+
+const keepLine = 256
+
+func newHeadGuard(c net.Conn, maxHead int, onHard func(refusal)) *headGuard {
+	return &headGuard{Conn: c, maxHead: maxHead, onHard: onHard, first: true}
+}
+
+func (g *headGuard) Read(p []byte) (int, error) {
+	n, err := g.Conn.Read(p)
+	if n > 0 {
+		g.mu.Lock()
+		g.scan(p[:n])
+		g.mu.Unlock()
+	}
+	return n, err
+}
+
+// next is called by the handler once per request; it returns the refusal for this request,
+// if its head was flagged.
+func (g *headGuard) next() (refusal, bool) {
+	i := int(g.served.Add(1))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.bad != 0 && i >= g.bad {
+		return g.why, true
+	}
+	return refusal{}, false
+}
+
+// hijacked stops inspection: the connection now carries a tunnel.
+func (g *headGuard) passthrough() {
+	g.mu.Lock()
+	g.st = gsPass
+	g.mu.Unlock()
+}
+
+func (g *headGuard) flag(r refusal) {
+	if g.bad == 0 {
+		g.bad, g.why = g.heads+1, r
+	}
+	g.st = gsPass
+}
+
+func (g *headGuard) scan(p []byte) {
+	for len(p) > 0 {
+		switch g.st {
+		case gsPass:
+			return
+		case gsOversize:
+			g.head += len(p)
+			// net/http reads at most 2*maxHead (+4096) of a head, then answers 431 itself and
+			// never calls the handler: audit that refusal here.
+			if g.head > 2*g.maxHead && g.served.Load() < int64(g.bad) {
+				g.st = gsPass
+				if g.onHard != nil {
+					g.onHard(g.why)
+				}
+			}
+			return
+		case gsBody, gsChunkData:
+			n := int64(len(p))
+			if n > g.rem {
+				n = g.rem
+			}
+			g.rem -= n
+			p = p[n:]
+			if g.rem == 0 {
+				if g.st == gsBody {
+					g.st = gsHead
+				} else {
+					g.st = gsChunkEnd
+				}
+			}
+		default:
+			i := bytes.IndexByte(p, '\n')
+			seg := p
+			if i >= 0 {
+				seg = p[:i]
+			}
+			if g.st == gsHead {
+				g.head += len(seg) + 1
+				if g.head > g.maxHead && g.bad == 0 {
+					g.flag(refusal{Status: 431, Code: "header_too_large", Reason: "request head exceeds " + strconv.Itoa(g.maxHead) + " bytes", Close: true})
+					g.st = gsOversize
+					continue
+				}
+			}
+			if room := keepLine - len(g.line); room > 0 {
+				g.line = append(g.line, seg[:min(room, len(seg))]...)
+			}
+			g.llen += len(seg)
+			if i < 0 {
+				return
+			}
+			p = p[i+1:]
+			g.endLine(bytes.TrimSuffix(g.line, []byte("\r")), g.llen)
+			g.line, g.llen = g.line[:0], 0
+		}
+	}
+}
+
+func (g *headGuard) endLine(l []byte, n int) {
+	switch g.st {
+	case gsHead:
+		if g.first {
+			if len(l) == 0 {
+				g.head = 0 // blank lines before a request line are ignored by net/http too
+				return
+			}
+			g.first = false
+			m, _, _ := bytes.Cut(l, []byte(" "))
+			g.meth, g.cl, g.te, g.upg = string(m), 0, false, false
+			return
+		}
+		if len(l) == 0 {
+			g.endHead()
+			return
+		}
+		if l[0] == ' ' || l[0] == '\t' {
+			g.flag(refusal{Status: 400, Code: "malformed_request", Reason: "obsolete header line folding", Close: true})
+			return
+		}
+		name, _, _ := bytes.Cut(l, []byte(":"))
+		switch {
+		case bytes.EqualFold(bytes.TrimSpace(name), []byte("content-length")):
+			g.cl++
+			if v := bytes.TrimSpace(l[len(name)+1:]); g.cl == 1 {
+				g.rem, _ = strconv.ParseInt(string(v), 10, 64)
+			}
+		case bytes.EqualFold(bytes.TrimSpace(name), []byte("transfer-encoding")):
+			g.te = true
+		case bytes.EqualFold(bytes.TrimSpace(name), []byte("upgrade")):
+			g.upg = true
+		}
+	case gsChunkSize:
+		sz, _, _ := bytes.Cut(l, []byte(";"))
+		v, err := strconv.ParseInt(string(bytes.TrimSpace(sz)), 16, 64)
+		switch {
+		case err != nil || v < 0:
+			g.st = gsPass // net/http refuses the body and closes the connection
+		case v == 0:
+			g.st = gsTrailer
+		default:
+			g.rem, g.st = v, gsChunkData
+		}
+	case gsChunkEnd:
+		g.st = gsChunkSize
+	case gsTrailer:
+		if len(l) == 0 {
+			g.st = gsHead
+		}
+	}
+	_ = n
+}
+
+func (g *headGuard) endHead() {
+	g.heads++
+	g.first = true
+	g.head = 0
+	switch {
+	case g.te && g.cl > 0:
+		g.heads--
+		g.flag(refusal{Status: 400, Code: "request_smuggling", Reason: "request has both Content-Length and Transfer-Encoding", Close: true})
+		return
+	case g.meth == "CONNECT" || g.upg:
+		g.st = gsPass
+	case g.te:
+		g.st = gsChunkSize
+	case g.cl > 0 && g.rem > 0:
+		g.st = gsBody
+	default:
+		g.rem = 0
+	}
+}
+
+// guardListener wraps every accepted connection in a headGuard.
+type guardListener struct {
+	net.Listener
+	maxHead int
+	onHard  func(net.Conn, refusal)
+}
+
+func (l *guardListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	var g *headGuard
+	g = newHeadGuard(c, l.maxHead, func(r refusal) { l.onHard(g, r) })
+	return g, nil
+}

@@ -1,0 +1,138 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseModelRequest(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		want    ModelRequest
+		wantErr string
+	}{
+		{"Anthropic message gives model, max_tokens and stream",
+			`{"model":"claude-haiku-4-5","max_tokens":1024,"messages":[{"role":"user","content":"hi"}],"stream":true}`,
+			ModelRequest{Model: "claude-haiku-4-5", MaxTokens: 1024, Stream: true}, ""},
+		{"missing max_tokens is -1", `{"model":"gpt-5"}`, ModelRequest{Model: "gpt-5", MaxTokens: -1}, ""},
+		{"OpenAI max_completion_tokens counts", `{"model":"gpt-5","max_completion_tokens":50}`, ModelRequest{Model: "gpt-5", MaxTokens: 50}, ""},
+		{"Responses max_output_tokens counts", `{"model":"gpt-5","max_output_tokens":70,"stream":false}`, ModelRequest{Model: "gpt-5", MaxTokens: 70}, ""},
+		{"the largest of several caps counts", `{"max_tokens":10,"max_completion_tokens":900}`, ModelRequest{MaxTokens: 900}, ""},
+		{"nested model keys are ignored", `{"metadata":{"model":"x"},"model":"y"}`, ModelRequest{Model: "y", MaxTokens: -1}, ""},
+		{"null stream and cap are absent", `{"stream":null,"max_tokens":null}`, ModelRequest{MaxTokens: -1}, ""},
+		{"duplicate model key is refused", `{"model":"claude-haiku-4-5","model":"claude-opus-4-1"}`, ModelRequest{}, "appears twice"},
+		{"model that is not a string is refused", `{"model":["a"]}`, ModelRequest{}, "not a string"},
+		{"negative max_tokens is refused", `{"max_tokens":-5}`, ModelRequest{}, "non-negative"},
+		{"fractional max_tokens is refused", `{"max_tokens":1.5}`, ModelRequest{}, "non-negative"},
+		{"string stream is refused", `{"stream":"yes"}`, ModelRequest{}, "not a boolean"},
+		{"array body is refused", `[{"model":"x"}]`, ModelRequest{}, "not a JSON object"},
+		{"trailing data is refused", `{"model":"a"} {"model":"b"}`, ModelRequest{}, "data after"},
+		{"truncated body is refused", `{"model":"a"`, ModelRequest{}, "model request body"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseModelRequest([]byte(tt.body))
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func FuzzParseModelRequest(f *testing.F) {
+	for _, s := range []string{`{"model":"a","max_tokens":1,"stream":true}`, `{"model":1}`, `{}`, `[`, `{"a":{"b":[1,2]}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		mr, err := ParseModelRequest(b)
+		if err == nil && mr.MaxTokens < -1 {
+			t.Fatalf("MaxTokens %d", mr.MaxTokens)
+		}
+	})
+}
+
+const anthropicSSE = `event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","model":"claude-haiku-4-5","usage":{"input_tokens":25,"cache_read_input_tokens":5,"output_tokens":1}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+`
+
+func TestUsageParser(t *testing.T) {
+	tests := []struct {
+		name        string
+		contentType string
+		body        string
+		chunk       int
+		want        Usage
+	}{
+		{"Anthropic JSON message", "application/json", `{"id":"m","usage":{"input_tokens":12,"output_tokens":34}}`, 0, Usage{12, 34}},
+		{"OpenAI chat completion", "application/json; charset=utf-8", `{"usage":{"prompt_tokens":7,"completion_tokens":9,"total_tokens":16}}`, 0, Usage{7, 9}},
+		{"OpenAI response object", "application/json", `{"object":"response","usage":{"input_tokens":3,"output_tokens":4}}`, 0, Usage{3, 4}},
+		{"Anthropic SSE stream read in one piece", "text/event-stream", anthropicSSE, 0, Usage{30, 15}},
+		{"Anthropic SSE stream split into 7-byte writes", "text/event-stream", anthropicSSE, 7, Usage{30, 15}},
+		{"Anthropic SSE stream with CRLF line ends", "text/event-stream", strings.ReplaceAll(anthropicSSE, "\n", "\r\n"), 3, Usage{30, 15}},
+		{"OpenAI chat stream with a usage chunk", "text/event-stream", "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", 5, Usage{11, 2}},
+		{"OpenAI Responses stream", "text/event-stream", "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":8,\"output_tokens\":6}}}\n", 0, Usage{8, 6}},
+		{"JSON without usage gives zero", "application/json", `{"error":{"type":"overloaded"}}`, 0, Usage{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := NewUsageParser(tt.contentType)
+			require.NotNil(t, p)
+			b := []byte(tt.body)
+			step := tt.chunk
+			if step == 0 {
+				step = len(b)
+			}
+			for len(b) > 0 {
+				n := min(step, len(b))
+				_, _ = p.Write(b[:n])
+				b = b[n:]
+			}
+			assert.Equal(t, tt.want, p.Usage())
+		})
+	}
+	assert.Nil(t, NewUsageParser("text/html"))
+}
+
+func TestUsageParserSkipsOverlongLines(t *testing.T) {
+	p := NewUsageParser("text/event-stream")
+	_, _ = p.Write([]byte("data: " + strings.Repeat("x", maxUsageSSELine+10) + `"usage":{"input_tokens":999}` + "\n"))
+	_, _ = p.Write([]byte(`data: {"usage":{"input_tokens":1,"output_tokens":2}}` + "\n"))
+	assert.Equal(t, Usage{1, 2}, p.Usage())
+}
+
+func FuzzUsageParser(f *testing.F) {
+	f.Add([]byte(anthropicSSE), uint8(7))
+	f.Add([]byte("data: {\"usage\":{\"prompt_tokens\":1}}\n"), uint8(1))
+	f.Fuzz(func(t *testing.T, b []byte, step uint8) {
+		s := int(step) + 1
+		p := NewUsageParser("text/event-stream")
+		whole := NewUsageParser("text/event-stream")
+		_, _ = whole.Write(b)
+		for len(b) > 0 {
+			n := min(s, len(b))
+			_, _ = p.Write(b[:n])
+			b = b[n:]
+		}
+		// Chunking never changes the result.
+		if p.Usage() != whole.Usage() {
+			t.Fatalf("chunked %+v, whole %+v", p.Usage(), whole.Usage())
+		}
+	})
+}

@@ -1,0 +1,345 @@
+package proxy
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/elazarl/goproxy"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/proxy/hostport"
+)
+
+// Decider is the policy engine as the proxy uses it; *policy.Engine implements it.
+type Decider interface {
+	Decide(ctx context.Context, in *policy.Input) policy.Decision
+	Revision() string
+}
+
+// Options configure a Proxy. Config, Identity, Policy, Audit and Credentials are required.
+type Options struct {
+	Config      config.Proxy
+	Identity    identity.Resolver
+	Policy      Decider
+	Audit       audit.Recorder
+	Credentials *credential.Store
+	Meters      metric.MeterProvider // nil: no metrics
+	Log         *slog.Logger         // nil: discard
+
+	// Resolver resolves upstream names for the dial guard (default net.DefaultResolver).
+	Resolver Resolver
+	// Dial connects to an address the dial guard has checked, given as "ip:port" (default a
+	// net.Dialer). Tests use it to keep every packet on loopback.
+	Dial DialFunc
+	// UpstreamRoots verifies upstream TLS certificates (default the system roots).
+	UpstreamRoots *x509.CertPool
+	// CA signs the certificates of intercepted hosts; default LoadCA(Config.CA.Cert, Config.CA.Key)
+	// when those are set.
+	CA *CA
+}
+
+// Proxy is the egress policy proxy. Serve it on the proxy listener; it is an http.Handler as
+// well, but only Serve inspects request framing (smuggling, oversized heads).
+//
+// Security behaviour, exactly:
+//
+//   - Identity is the TCP peer address alone; X-Forwarded-For and friends are never read.
+//   - Requests from a caller the policy does not allow are refused (403) before anything is
+//     dialed; while the audit log is unhealthy every new request and tunnel is refused (503,
+//     "audit log unavailable").
+//   - Outgoing requests lose the sandbox's Authorization, X-Api-Key, Proxy-Authorization and
+//     the configured credential header, every hop-by-hop header (Connection and the headers it
+//     names, Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade except for upgrades,
+//     Proxy-Connection), Forwarded, X-Forwarded-*, X-Real-Ip, True-Client-Ip and Via. Then the
+//     route's or host's credential is set in its configured header and format. Sandgate adds
+//     no forwarding headers of its own.
+//   - A response header whose value contains any credential value is removed, as are
+//     hop-by-hop headers. Redirects are passed to the sandbox, never followed.
+//   - Model-API requests (api anthropic or openai) with a body are read up to
+//     limits.body_bytes to give policy model, max_tokens and stream; a larger body is refused
+//     (413), a body that is not one JSON object with unambiguous model/max_tokens/stream is
+//     refused (400). Accept-Encoding is dropped so token usage can be read from the response.
+//   - Route paths containing dot segments are refused (400).
+//   - Inside an intercepted tunnel every request is decided again; its Host must equal the
+//     CONNECT target (421 otherwise) and an absolute URI is refused (400).
+//   - A request head with both Content-Length and Transfer-Encoding, obsolete line folding, or
+//     larger than limits.max_header_bytes is refused (400/431) and the connection closed.
+//   - Every destination goes through the DialGuard: resolved once, every address classified,
+//     the checked address dialed.
+type Proxy struct {
+	opts   Options
+	cfg    config.Proxy
+	log    *slog.Logger
+	guard  *DialGuard
+	ca     *CA
+	routes map[string]*upstream
+	hosts  map[string]*hostEntry // by normalised host:port
+	plain  *upstream             // plain-HTTP forward requests
+	rp     *httputil.ReverseProxy
+	gp     *goproxy.ProxyHttpServer
+	m      *metrics
+
+	mu      sync.Mutex
+	tunnels map[string]int
+	conns   map[net.Conn]struct{}
+	closed  bool
+}
+
+type hostEntry struct {
+	cfg config.ProxyHost
+	up  *upstream // intercept only
+}
+
+// New builds a Proxy. It loads the CA when a host is intercepted and fails if that cannot be
+// done, so a misconfiguration is found at start, not at the first CONNECT.
+func New(o Options) (*Proxy, error) {
+	if o.Identity == nil || o.Policy == nil || o.Audit == nil || o.Credentials == nil {
+		return nil, errors.New("proxy: Identity, Policy, Audit and Credentials are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Meters == nil {
+		o.Meters = noop.NewMeterProvider()
+	}
+	if o.Resolver == nil {
+		o.Resolver = net.DefaultResolver
+	}
+	cfg := o.Config
+	if len(cfg.ResolveOverrides) > 0 {
+		r, err := newOverrideResolver(cfg.ResolveOverrides, o.Resolver)
+		if err != nil {
+			return nil, err
+		}
+		o.Resolver = r
+	}
+	if o.Dial == nil {
+		d := &net.Dialer{Timeout: cfg.Limits.DialTimeout.D(), KeepAlive: 30 * time.Second}
+		o.Dial = d.DialContext
+	}
+	m, err := newMetrics(o.Meters)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{opts: o, cfg: cfg, log: o.Log, m: m, routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
+		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}}
+	p.guard = &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied}
+	for _, s := range cfg.DeniedCIDRs {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.denied_cidrs: %w", err)
+		}
+		p.guard.denied = append(p.guard.denied, pfx.Masked())
+	}
+	for _, r := range cfg.Routes {
+		u, err := url.Parse(r.Upstream)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.routes %s: upstream: %w", r.Name, err)
+		}
+		base, err := hostport.Parse(u.Host, defaultPort(u.Scheme))
+		if err != nil {
+			return nil, fmt.Errorf("proxy.routes %s: upstream: %w", r.Name, err)
+		}
+		p.routes[r.Name] = p.newUpstream(u.Scheme, base, strings.TrimSuffix(u.EscapedPath(), "/"), r.Name, r.API, r.Credential, r.AllowPrivate)
+	}
+	for _, h := range cfg.Hosts {
+		a, err := hostport.Parse(net.JoinHostPort(h.Host, strconv.Itoa(h.Port)), 443)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.hosts %s: %w", h.Host, err)
+		}
+		e := &hostEntry{cfg: h}
+		if h.Mode == config.ModeIntercept {
+			e.up = p.newUpstream("https", a, "", "", h.API, h.Credential, h.AllowPrivate)
+			if o.CA == nil {
+				if cfg.CA.Cert == "" {
+					return nil, fmt.Errorf("proxy.hosts %s: intercept needs proxy.ca", h.Host)
+				}
+				if o.CA, err = LoadCA(cfg.CA.Cert, cfg.CA.Key); err != nil {
+					return nil, err
+				}
+			}
+		}
+		p.hosts[a.String()] = e
+	}
+	p.ca = o.CA
+	p.plain = p.newUpstream("http", hostport.Addr{}, "", "", config.APINone, nil, false)
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewrite,
+		Transport:      exchangeTransport{},
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.upstreamError,
+		ErrorLog:       log.New(discardWriter{}, "", 0),
+	}
+	p.gp = goproxy.NewProxyHttpServer()
+	p.gp.Logger = log.New(discardWriter{}, "", 0)
+	p.gp.OnRequest().HandleConnectFunc(p.handleConnect)
+	return p, nil
+}
+
+type discardWriter struct{}
+
+func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+func defaultPort(scheme string) int {
+	if scheme == "http" {
+		return 80
+	}
+	return 443
+}
+
+// Serve accepts sandbox connections on ln until ctx ends, then stops accepting, waits up to
+// 10 seconds for requests in flight and closes every tunnel.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	l := p.cfg.Limits
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: l.ClientHandshakeTimeout.D(),
+		IdleTimeout:       l.TunnelIdleTimeout.D(),
+		// net/http stops reading at twice our limit; heads between the two are refused (and
+		// audited) by the handler, larger ones by net/http with a 431 the headGuard audits.
+		MaxHeaderBytes: 2 * l.MaxHeaderBytes,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		ErrorLog: log.New(discardWriter{}, "", 0),
+	}
+	gl := &guardListener{Listener: ln, maxHead: l.MaxHeaderBytes, onHard: p.refuseConn}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(gl) }()
+	select {
+	case err := <-errc:
+		p.Close()
+		return fmt.Errorf("serve proxy: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	p.Close()
+	if err != nil {
+		return fmt.Errorf("shut down proxy: %w", err)
+	}
+	return nil
+}
+
+// Close closes every tunnel and intercepted connection and the idle upstream connections.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = map[net.Conn]struct{}{}
+	p.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	for _, u := range p.routes {
+		u.tr.CloseIdleConnections()
+	}
+	for _, h := range p.hosts {
+		if h.up != nil {
+			h.up.tr.CloseIdleConnections()
+		}
+	}
+	p.plain.tr.CloseIdleConnections()
+}
+
+// CAPEM returns the CA certificate sandboxes trust, or nil when nothing is intercepted.
+func (p *Proxy) CAPEM() []byte {
+	if p.ca == nil {
+		return nil
+	}
+	return p.ca.CertPEM()
+}
+
+type connKey struct{}
+
+// ServeHTTP dispatches: CONNECT to the forward proxy, /routes/NAME/... to the route,
+// absolute-URI http:// requests to plain forwarding; anything else is 404.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g, ok := r.Context().Value(connKey{}).(*headGuard); ok {
+		if rf, bad := g.next(); bad {
+			x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
+			if r.Method == http.MethodConnect {
+				x.ev.Kind = audit.KindHTTPConnect
+			}
+			x.refuse(w, rf)
+			return
+		}
+	}
+	switch {
+	case r.Method == http.MethodConnect:
+		p.gp.ServeHTTP(w, r)
+	case r.URL.IsAbs():
+		p.serveForward(w, r)
+	case strings.HasPrefix(r.URL.Path, routePrefix):
+		p.serveRoute(w, r)
+	default:
+		x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
+		x.refuse(w, refusal{Status: http.StatusNotFound, Code: "no_route", Reason: "not a proxy request and no /routes/NAME/ prefix"})
+	}
+}
+
+// refuseConn audits a connection net/http refuses before any handler runs (a head larger than
+// net/http reads).
+func (p *Proxy) refuseConn(c net.Conn, rf refusal) {
+	x := p.newExchange(&http.Request{Method: "", URL: &url.URL{}, RemoteAddr: c.RemoteAddr().String(), Header: http.Header{}},
+		identity.FromRemoteAddr(p.opts.Identity, c.RemoteAddr().String()), audit.KindHTTPRequest)
+	x.status = rf.Status
+	x.ev.Decision.Reason = rf.Reason
+	x.ev.Outcome.Error = rf.Code
+	x.finish()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// acquireTunnel counts a tunnel against the sandbox's cap.
+func (p *Proxy) acquireTunnel(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tunnels[key] >= p.cfg.Limits.TunnelsPerSandbox {
+		return false
+	}
+	p.tunnels[key]++
+	return true
+}
+
+func (p *Proxy) releaseTunnel(key string) {
+	p.mu.Lock()
+	if p.tunnels[key]--; p.tunnels[key] <= 0 {
+		delete(p.tunnels, key)
+	}
+	p.mu.Unlock()
+}

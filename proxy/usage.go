@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+)
+
+// Usage is the token usage a model API reported in its response.
+type Usage struct {
+	In, Out int64
+}
+
+const (
+	maxUsageJSON    = 1 << 20   // a JSON response larger than this is not parsed for usage
+	maxUsageSSELine = 256 << 10 // an SSE line longer than this is skipped
+)
+
+// UsageParser reads token usage from a response body as it streams past: Write is fed the
+// bytes the client receives, Usage gives the result once the body ended. It never holds more
+// than one SSE line or maxUsageJSON bytes of a JSON body.
+//
+// It understands Anthropic Messages (usage, message_start's message.usage, message_delta's
+// cumulative usage), OpenAI Chat Completions (usage.prompt_tokens/completion_tokens, also in
+// the final stream chunk) and OpenAI Responses (usage, response.completed's response.usage).
+// Input tokens include Anthropic's cache reads and writes.
+type UsageParser struct {
+	sse     bool
+	json    bool
+	buf     []byte
+	skip    bool // inside an over-long SSE line
+	tooBig  bool
+	usage   Usage
+	decoded bool
+}
+
+// NewUsageParser returns a parser for a response of the given Content-Type, or nil when the
+// type carries no usage (neither JSON nor SSE).
+func NewUsageParser(contentType string) *UsageParser {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	switch {
+	case mt == "text/event-stream":
+		return &UsageParser{sse: true}
+	case mt == "application/json" || len(mt) > 5 && mt[len(mt)-5:] == "+json":
+		return &UsageParser{json: true}
+	}
+	return nil
+}
+
+// Write implements io.Writer; it never fails.
+func (u *UsageParser) Write(p []byte) (int, error) {
+	n := len(p)
+	if u.json {
+		if !u.tooBig {
+			if len(u.buf)+len(p) > maxUsageJSON {
+				u.tooBig, u.buf = true, nil
+			} else {
+				u.buf = append(u.buf, p...)
+			}
+		}
+		return n, nil
+	}
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			u.appendLine(p)
+			return n, nil
+		}
+		u.appendLine(p[:i])
+		if !u.skip {
+			u.line(u.buf)
+		}
+		u.buf, u.skip = u.buf[:0], false
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (u *UsageParser) appendLine(p []byte) {
+	if u.skip {
+		return
+	}
+	if len(u.buf)+len(p) > maxUsageSSELine {
+		u.skip, u.buf = true, u.buf[:0]
+		return
+	}
+	u.buf = append(u.buf, p...)
+}
+
+// line handles one SSE line: only "data:" lines that mention usage are decoded.
+func (u *UsageParser) line(l []byte) {
+	l = bytes.TrimSuffix(l, []byte("\r"))
+	data, ok := bytes.CutPrefix(l, []byte("data:"))
+	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+		return
+	}
+	u.doc(bytes.TrimSpace(data))
+}
+
+type usageFields struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	PromptTokens             int64 `json:"prompt_tokens"`
+	CompletionTokens         int64 `json:"completion_tokens"`
+}
+
+type usageDoc struct {
+	Usage    *usageFields `json:"usage"`
+	Message  *usageDoc    `json:"message"`
+	Response *usageDoc    `json:"response"`
+}
+
+func (u *UsageParser) doc(b []byte) {
+	var d usageDoc
+	if json.Unmarshal(b, &d) != nil {
+		return
+	}
+	for _, f := range []*usageDoc{&d, d.Message, d.Response} {
+		if f == nil || f.Usage == nil {
+			continue
+		}
+		x := f.Usage
+		u.decoded = true
+		u.usage.In = max(u.usage.In, x.InputTokens+x.CacheCreationInputTokens+x.CacheReadInputTokens, x.PromptTokens)
+		u.usage.Out = max(u.usage.Out, x.OutputTokens, x.CompletionTokens)
+	}
+}
+
+// Usage returns the usage seen so far; for a JSON body it decodes the buffered body once.
+func (u *UsageParser) Usage() Usage {
+	if u == nil {
+		return Usage{}
+	}
+	if u.json && !u.tooBig && u.buf != nil {
+		u.doc(u.buf)
+		u.buf = nil
+	}
+	if u.sse && len(u.buf) > 0 && !u.skip { // a final line without newline
+		u.line(u.buf)
+		u.buf = u.buf[:0]
+	}
+	return u.usage
+}
