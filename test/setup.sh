@@ -41,8 +41,10 @@ if [ -d "$root/test/kube-apiserver" ]; then
   stamp=$(cat "$root/test/kube-apiserver/go.mod" "$root/test/kube-apiserver/main.go" | sha256sum | cut -c1-16)
   if [ ! -x "$bin/kube-apiserver" ] || [ "$(cat "$bin/.kube-apiserver.stamp" 2>/dev/null)" != "$stamp" ]; then
     log "building kube-apiserver v1.37.2 (a few minutes when cold)"
-    (cd "$root/test/kube-apiserver" && go build -o "$bin/kube-apiserver" \
+    # Build beside the target and rename: an interrupted build never leaves a broken binary.
+    (cd "$root/test/kube-apiserver" && go build -o "$bin/.kube-apiserver.tmp" \
       -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" .)
+    mv -f "$bin/.kube-apiserver.tmp" "$bin/kube-apiserver"
     echo "$stamp" > "$bin/.kube-apiserver.stamp"
   fi
 fi

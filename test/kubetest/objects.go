@@ -1,0 +1,149 @@
+package kubetest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Agent Sandbox resources of the test CRDs.
+var (
+	SandboxGVR         = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
+	SandboxTemplateGVR = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxtemplates"}
+	SandboxClaimGVR    = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxclaims"}
+)
+
+// Namespace creates a namespace (the apiserver adds kubernetes.io/metadata.name).
+func Namespace(t testing.TB, cs kubernetes.Interface, name string, labels map[string]string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("kubetest: create namespace %s: %v", name, err)
+	}
+}
+
+// Claim creates a SandboxClaim.
+func Claim(t testing.TB, dyn dynamic.Interface, ns, name, template string) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"sandboxTemplateRef": map[string]any{"name": template}},
+	}}
+	return create(t, dyn, SandboxClaimGVR, obj)
+}
+
+// Sandbox creates a Sandbox annotated with its template (if any) and controlled by claim (if
+// not nil), as the Agent Sandbox claim controller does.
+func Sandbox(t testing.TB, dyn dynamic.Interface, ns, name, template string, claim *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"podTemplate": map[string]any{}},
+	}}
+	if template != "" {
+		obj.SetAnnotations(map[string]string{"agents.x-k8s.io/sandbox-template-ref": template})
+	}
+	if claim != nil {
+		obj.SetOwnerReferences([]metav1.OwnerReference{controllerRef(claim)})
+	}
+	return create(t, dyn, SandboxGVR, obj)
+}
+
+// Template creates a SandboxTemplate with the given networkPolicyManagement ("" keeps the
+// CRD default, Managed).
+func Template(t testing.TB, dyn dynamic.Interface, ns, name, management string) *unstructured.Unstructured {
+	t.Helper()
+	spec := map[string]any{"podTemplate": map[string]any{"spec": map[string]any{}}}
+	if management != "" {
+		spec["networkPolicyManagement"] = management
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxTemplate",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     spec,
+	}}
+	return create(t, dyn, SandboxTemplateGVR, obj)
+}
+
+// SandboxPod creates a pod controlled by sandbox with the labels the Agent Sandbox controller
+// sets (sandbox-name-hash and, for templated sandboxes, sandbox-template-ref-hash).
+func SandboxPod(t testing.TB, cs kubernetes.Interface, sandbox *unstructured.Unstructured, name string, labels map[string]string) *corev1.Pod {
+	t.Helper()
+	l := map[string]string{"agents.x-k8s.io/sandbox-name-hash": "h" + string(sandbox.GetUID())[:8]}
+	for k, v := range labels {
+		l[k] = v
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sandbox.GetNamespace(), Labels: l,
+			OwnerReferences: []metav1.OwnerReference{controllerRef(sandbox)}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "example.invalid/agent:1"}}},
+	}
+	p, err := cs.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kubetest: create pod %s: %v", name, err)
+	}
+	return p
+}
+
+// SetPodIPs sets status.podIP and status.podIPs through the status subresource, as a kubelet
+// would once the sandbox has its network.
+func SetPodIPs(t testing.TB, cs kubernetes.Interface, ns, name string, ips ...string) {
+	t.Helper()
+	podIPs := make([]map[string]string, 0, len(ips))
+	for _, ip := range ips {
+		podIPs = append(podIPs, map[string]string{"ip": ip})
+	}
+	first := ""
+	if len(ips) > 0 {
+		first = ips[0]
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"podIP": first, "podIPs": podIPs}})
+	if _, err := cs.CoreV1().Pods(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("kubetest: set IPs of pod %s/%s: %v", ns, name, err)
+	}
+}
+
+func create(t testing.TB, dyn dynamic.Interface, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	out, err := dyn.Resource(gvr).Namespace(obj.GetNamespace()).Create(context.Background(), obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("kubetest: create %s %s/%s: %v", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+	}
+	return out
+}
+
+func controllerRef(owner *unstructured.Unstructured) metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(), UID: owner.GetUID(), Controller: &yes}
+}
+
+// BindRules creates a Role with rules in ns and binds it to user: the only permissions the
+// user then has there (the apiserver enforces RBAC).
+func BindRules(t testing.TB, cs kubernetes.Interface, ns, user string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	name := "sandgate-test"
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: rules}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("kubetest: create Role in %s: %v", ns, err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("kubetest: create RoleBinding in %s: %v", ns, err)
+	}
+}
