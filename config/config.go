@@ -27,6 +27,7 @@ type Config struct {
 	Proxy       Proxy        `json:"proxy"`
 	Kubernetes  Kubernetes   `json:"kubernetes"`
 	Redis       Redis        `json:"redis"`
+	Limits      Limits       `json:"limits"`
 	Log         Log          `json:"log"`
 
 	// Dir is the folder of the config file; relative paths in it are resolved against Dir.
@@ -97,6 +98,15 @@ type Redis struct {
 	// PasswordCredential names a credential holding the Redis password.
 	PasswordCredential string `json:"password_credential"`
 	DB                 int    `json:"db"`
+	// KeyPrefix starts every key Sandgate writes, so that several deployments can share one Redis.
+	// Default "sandgate:".
+	KeyPrefix string `json:"key_prefix"`
+	// DialTimeout bounds connecting (default 1s); OpTimeout bounds every command (default 250ms),
+	// so a Redis outage delays a request by at most about this much.
+	DialTimeout Duration `json:"dial_timeout"`
+	OpTimeout   Duration `json:"op_timeout"`
+	// AuditStream mirrors the audit log into a Redis Stream (the file stays the source of truth).
+	AuditStream RedisAuditStream `json:"audit_stream"`
 }
 
 // Log configures Sandgate's own log (not the audit log).
@@ -232,6 +242,8 @@ func (c *Config) applyDefaults() {
 	c.Gateway.applyDefaults(c)
 	c.Proxy.applyDefaults(c)
 	c.Kubernetes.applyDefaults(c)
+	c.Redis.applyDefaults()
+	c.Limits.applyDefaults()
 }
 
 // Path resolves p against the config file's folder unless it is absolute.
@@ -312,6 +324,8 @@ func (c *Config) validate() error {
 	c.Gateway.validate(c, &errs)
 	c.Proxy.validate(c, &errs)
 	c.Kubernetes.validate(c, &errs)
+	c.Redis.validate(&errs)
+	c.Limits.validate(&errs)
 	return errs.err()
 }
 

@@ -1,0 +1,207 @@
+package audit
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// This file is the mirror's position keeping: which file and byte it is at, how it finds its place
+// again after a restart or a rotation, and the cursor file that survives restarts.
+
+// cursorRecord is CursorFile's content: the byte range and hash of the last mirrored line.
+type cursorRecord struct {
+	Stream string `json:"stream"`
+	File   string `json:"file"`
+	Start  int64  `json:"start"`
+	End    int64  `json:"end"`
+	Hash   string `json:"hash"`
+}
+
+// currentIndex finds the file the mirror is reading among files, by identity (it may have been
+// renamed by rotation), or -1.
+func (m *StreamMirror) currentIndex(files []string) int {
+	if m.pos.info == nil {
+		return -1
+	}
+	if fi, err := os.Stat(m.pos.path); err == nil && os.SameFile(fi, m.pos.info) {
+		for i, p := range files {
+			if p == m.pos.path {
+				return i
+			}
+		}
+	}
+	for i, p := range files {
+		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, m.pos.info) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *StreamMirror) openAt(path string, offset int64) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("audit stream mirror: %w", err)
+	}
+	// The hash of the last mirrored line stays: the chain check in pump needs it across files.
+	m.pos = position{path: path, info: fi, offset: offset, hash: m.pos.hash}
+	return nil
+}
+
+// locate finds where to continue: after the line the cursor names, where it was or (after a
+// rotation) in whichever file holds it; else from the start of the oldest file.
+func (m *StreamMirror) locate(files []string) error {
+	c, ok := m.loadCursor()
+	hash := m.pos.hash
+	if ok {
+		hash = c.Hash
+		p := filepath.Join(m.cfg.Dir, c.File)
+		if lineAt(p, c.Start, c.End) == c.Hash {
+			if err := m.openAt(p, c.End); err == nil {
+				m.pos.start, m.pos.hash, m.pos.located = c.Start, c.Hash, true
+				return nil
+			}
+		}
+	}
+	if hash != "" {
+		return m.locateHash(files, hash)
+	}
+	m.pos = position{}
+	return m.openAt(files[0], 0)
+}
+
+// locateHash continues after the line whose hash is hash, or from the start of the oldest file
+// when no file holds it any more.
+func (m *StreamMirror) locateHash(files []string, hash string) error {
+	for _, p := range files {
+		var start, end int64
+		found := false
+		_ = scanLines(p, func(_ int, line []byte, lineErr error) error {
+			start, end = end, end+int64(len(line))+1
+			if lineErr == nil {
+				if h, err := storedHash(line); err == nil && h == hash {
+					found = true
+					return errFound
+				}
+			}
+			return nil
+		})
+		if found {
+			if err := m.openAt(p, end); err != nil {
+				return err
+			}
+			m.pos.start, m.pos.hash, m.pos.located = start, hash, true
+			return nil
+		}
+	}
+	m.restarts.Add(1)
+	m.pos = position{}
+	return m.openAt(files[0], 0)
+}
+
+var (
+	errFound = errors.New("found")
+	errMoved = errors.New("file was moved")
+)
+
+// linePrevHash returns the prev_hash of a log line ("" when it cannot be parsed).
+func linePrevHash(line []byte) string {
+	ev, err := ParseLine(line)
+	if err != nil {
+		return ""
+	}
+	return ev.PrevHash
+}
+
+func (m *StreamMirror) loadCursor() (cursorRecord, bool) {
+	var c cursorRecord
+	b, err := os.ReadFile(filepath.Join(m.cfg.Dir, CursorFile))
+	if err != nil || json.Unmarshal(b, &c) != nil || c.Stream != m.cfg.Stream || c.Hash == "" {
+		return cursorRecord{}, false
+	}
+	return c, true
+}
+
+// saveCursor writes the cursor by rename, so a crash leaves the old or the new one. Losing it only
+// means lines are sent again.
+func (m *StreamMirror) saveCursor() {
+	b, _ := json.Marshal(cursorRecord{
+		Stream: m.cfg.Stream, File: filepath.Base(m.pos.path), Start: m.pos.start, End: m.pos.offset, Hash: m.pos.hash,
+	})
+	path := filepath.Join(m.cfg.Dir, CursorFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return
+	}
+	_ = os.Rename(tmp, path)
+}
+
+// readCompleteLines reads up to max newline-terminated lines from offset, returning them without
+// newlines with the offset just past each. partial reports bytes after the last complete line.
+// It returns errMoved when path is no longer the file want.
+func readCompleteLines(path string, want os.FileInfo, offset int64, max int) (lines [][]byte, ends []int64, partial bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, false, errMoved
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("audit stream mirror: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !os.SameFile(fi, want) {
+		return nil, nil, false, errMoved
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, nil, false, fmt.Errorf("audit stream mirror: %w", err)
+	}
+	r := bufio.NewReaderSize(f, 64<<10)
+	pos := offset
+	for len(lines) < max {
+		line, err := r.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			return lines, ends, len(line) > 0, nil
+		}
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("audit stream mirror: read %s: %w", path, err)
+		}
+		pos += int64(len(line))
+		lines = append(lines, line[:len(line)-1])
+		ends = append(ends, pos)
+	}
+	return lines, ends, false, nil
+}
+
+// lineAt returns the stored hash of the line at [start, end) of path ("" when it is not one).
+func lineAt(path string, start, end int64) string {
+	if start < 0 || end <= start || end-start > maxLineSize {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, end-start)
+	if _, err := f.ReadAt(b, start); err != nil || b[len(b)-1] != '\n' {
+		return ""
+	}
+	h, _ := storedHash(b[:len(b)-1])
+	return h
+}
+
+// lineID returns the event ID of a log line: "id" is the first member of every line.
+func lineID(line []byte) string {
+	const prefix = `{"id":"`
+	if len(line) > len(prefix)+36 && string(line[:len(prefix)]) == prefix && line[len(prefix)+36] == '"' {
+		return string(line[len(prefix) : len(prefix)+36])
+	}
+	if ev, err := ParseLine(line); err == nil {
+		return ev.ID
+	}
+	return ""
+}

@@ -1,0 +1,219 @@
+package limits
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/identity"
+)
+
+// Keys names the counters a call is charged to.
+type Keys struct {
+	// Sandbox is identity.Identity.Key(): "namespace/sandbox", or "anonymous".
+	Sandbox string
+	// Template is the sandbox's template name ("" when unknown: limits.default applies).
+	Template string
+}
+
+// KeysFor returns the keys of a caller.
+func KeysFor(id identity.Identity) Keys { return Keys{Sandbox: id.Key(), Template: id.Template} }
+
+// Usage is the caller's current consumption by name, as the policy sees it in input.usage.
+type Usage map[string]int64
+
+// Usage names. The template_* names appear only when the template has a total configured.
+const (
+	UsageRequestsThisMinute          = "requests_this_minute"
+	UsageTokensToday                 = "tokens_today"
+	UsageConcurrentToolCalls         = "concurrent_tool_calls"
+	UsageTemplateRequestsThisMinute  = "template_requests_this_minute"
+	UsageTemplateTokensToday         = "template_tokens_today"
+	UsageTemplateConcurrentToolCalls = "template_concurrent_tool_calls"
+)
+
+// Code says which limit refused a call; it is the metric label and the audit reason's key.
+type Code string
+
+// Codes of a Verdict.
+const (
+	CodeAllowed          Code = ""
+	CodeRateLimited      Code = "rate_limited"
+	CodeTokenBudgetSpent Code = "token_budget_spent"
+	CodeConcurrency      Code = "concurrency_limited"
+	CodeStoreUnavailable Code = "limits_store_unavailable"
+)
+
+// ReasonStoreUnavailable is the reason of a call refused because the counters could not be reached
+// (failure mode fail_closed).
+const ReasonStoreUnavailable = "rate limit store unavailable"
+
+// Verdict is the limiter's answer. Act on it even when an error is returned alongside.
+type Verdict struct {
+	Allowed bool
+	Code    Code
+	// Reason says which limit of which sandbox or template, for the caller and the audit event.
+	Reason string
+	// RetryAfter is when the refusing window ends (0 when unknown or not applicable).
+	RetryAfter time.Duration
+}
+
+var allowed = Verdict{Allowed: true}
+
+// Limiter checks and counts calls against the configured limits. It is safe for concurrent use.
+type Limiter struct {
+	store   store
+	prefix  string
+	limits  atomic.Pointer[config.Limits]
+	timeout time.Duration
+	now     func() time.Time
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithTimeout bounds every store call (default 250ms; config redis.op_timeout).
+func WithTimeout(d time.Duration) Option {
+	return func(l *Limiter) {
+		if d > 0 {
+			l.timeout = d
+		}
+	}
+}
+
+// WithClock replaces time.Now, for tests of window and day boundaries.
+func WithClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
+
+func newLimiter(s store, prefix string, cfg config.Limits, opts []Option) *Limiter {
+	l := &Limiter{store: s, prefix: prefix, timeout: 250 * time.Millisecond, now: time.Now}
+	l.SetLimits(cfg)
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// SetLimits replaces the limits (on config reload). Counters are kept.
+func (l *Limiter) SetLimits(cfg config.Limits) {
+	if cfg.FailureMode == "" {
+		cfg.FailureMode = config.FailClosed
+	}
+	if cfg.ConcurrencyLease <= 0 {
+		cfg.ConcurrencyLease = config.Duration(10 * time.Minute)
+	}
+	l.limits.Store(&cfg)
+}
+
+// Take counts one request against the requests-per-minute limits and checks the token budgets,
+// atomically. A refused request is not counted. Every request of any kind goes through Take once.
+func (l *Limiter) Take(ctx context.Context, k Keys) (Usage, Verdict, error) {
+	req := l.request(k)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	res, err := l.store.take(ctx, req)
+	if err != nil {
+		return nil, l.failure(), fmt.Errorf("limits: count request of %s: %w", k.Sandbox, err)
+	}
+	return req.usage(res), req.verdict(res), nil
+}
+
+// AddTokens adds n model tokens (input plus output, as the proxy records them) to today's budgets
+// and reports whether they are now spent. The tokens are counted either way: they were used. A
+// streaming response calls it as usage arrives and cuts the stream off once Allowed is false.
+func (l *Limiter) AddTokens(ctx context.Context, k Keys, n int64) (Usage, Verdict, error) {
+	if n < 0 {
+		return nil, Verdict{}, fmt.Errorf("limits: add %d tokens: must not be negative", n)
+	}
+	req := l.request(k)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	res, err := l.store.addTokens(ctx, req, n)
+	if err != nil {
+		return nil, l.failure(), fmt.Errorf("limits: add tokens of %s: %w", k.Sandbox, err)
+	}
+	return req.usage(res), req.verdict(res), nil
+}
+
+// Acquire takes a concurrent-tool-call slot. When allowed, the caller must call release when the
+// call ends (release is idempotent and never blocks longer than the store timeout; a release lost
+// to an outage frees the slot when its lease expires). release is never nil.
+func (l *Limiter) Acquire(ctx context.Context, k Keys) (release func(), _ Usage, _ Verdict, _ error) {
+	req := l.request(k)
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	res, err := l.store.acquire(ctx, req, id)
+	if err != nil {
+		return func() {}, nil, l.failure(), fmt.Errorf("limits: acquire tool call slot of %s: %w", k.Sandbox, err)
+	}
+	v := req.verdict(res)
+	if !v.Allowed {
+		return func() {}, req.usage(res), v, nil
+	}
+	var once atomic.Bool
+	release = func() {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		// Not the request's context: it is often cancelled by the time the call ends.
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		defer cancel()
+		_ = l.store.release(ctx, req, id)
+	}
+	return release, req.usage(res), v, nil
+}
+
+// Usage reads the caller's counters without counting anything.
+func (l *Limiter) Usage(ctx context.Context, k Keys) (Usage, error) {
+	req := l.request(k)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	res, err := l.store.usage(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("limits: read usage of %s: %w", k.Sandbox, err)
+	}
+	return req.usage(res), nil
+}
+
+func (l *Limiter) failure() Verdict {
+	if l.limits.Load().FailureMode == config.FailOpen {
+		return allowed
+	}
+	return Verdict{Code: CodeStoreUnavailable, Reason: ReasonStoreUnavailable}
+}
+
+// request resolves the limits and counter keys of one call.
+func (l *Limiter) request(k Keys) request {
+	cfg := l.limits.Load()
+	now := l.now().UTC()
+	per, total := cfg.For(k.Template)
+	minute := now.Format("200601021504")
+	day := now.Format("20060102")
+	base := l.prefix + "{limits}:"
+	r := request{
+		keys:  k,
+		now:   now,
+		lease: cfg.ConcurrencyLease.D(),
+	}
+	r.scopes = append(r.scopes, scope{
+		limits:   per,
+		rpmKey:   base + "sb:" + k.Sandbox + ":rpm:" + minute,
+		tokKey:   base + "sb:" + k.Sandbox + ":tok:" + day,
+		leaseKey: base + "sb:" + k.Sandbox + ":conc",
+	})
+	if !total.IsZero() {
+		r.scopes = append(r.scopes, scope{
+			limits:   total,
+			rpmKey:   base + "tpl:" + k.Template + ":rpm:" + minute,
+			tokKey:   base + "tpl:" + k.Template + ":tok:" + day,
+			leaseKey: base + "tpl:" + k.Template + ":conc",
+		})
+	}
+	return r
+}
