@@ -38,6 +38,10 @@ func New() (*Telemetry, error) {
 // MeterProvider is what components create their instruments from.
 func (t *Telemetry) MeterProvider() metric.MeterProvider { return t.provider }
 
+// Registerer is for the few collectors written against Prometheus directly (client-go's
+// controller metrics).
+func (t *Telemetry) Registerer() prometheus.Registerer { return t.registry }
+
 // Handler serves /metrics.
 func (t *Telemetry) Handler() http.Handler {
 	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{ErrorLog: nil})

@@ -7,6 +7,8 @@
 //	sandgate policy eval  print the decision for one input
 //	sandgate audit query  read the audit log with filters
 //	sandgate audit verify check the audit log's hash chain
+//	sandgate ca init      write the CA for TLS interception
+//	sandgate netpol       print or apply the NetworkPolicies that confine sandboxes
 //	sandgate version      print the version
 package main
 
@@ -46,6 +48,8 @@ func commands() map[string]command {
 		"serve":   {"run the gateway: admin, MCP and proxy listeners", runServe},
 		"policy":  {"test or evaluate Rego policies (policy test DIR, policy eval --input FILE)", runPolicy},
 		"audit":   {"query or verify the audit log (audit query, audit verify)", runAudit},
+		"ca":      {"manage the CA that signs intercepted TLS (ca init --dir DIR)", runCA},
+		"netpol":  {"print or apply the NetworkPolicies that confine sandboxes (--apply, --rbac)", runNetpol},
 		"version": {"print the version", runVersion},
 	}
 }

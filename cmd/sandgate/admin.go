@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// newAdminComponent serves the admin listener: /healthz (the process answers), /readyz (every
+// readiness check passes) and /metrics. It must never be reachable from sandboxes: the
+// generated NetworkPolicy admits only the monitoring selector to this port.
+func newAdminComponent(d *serveDeps, metrics http.Handler) component {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		failures := d.ready.Check()
+		w.Header().Set("Content-Type", "application/json")
+		if len(failures) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "failing": failures})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": true, "policy_revision": d.policy.Revision()})
+	})
+	mux.Handle("GET /metrics", metrics)
+	return httpComponent("admin", d.cfg.Listen.Admin, mux, d)
+}
+
+// httpComponent runs an http.Server on addr until ctx ends, then shuts it down gracefully
+// within shutdownGrace. An empty addr disables it.
+func httpComponent(name, addr string, h http.Handler, d *serveDeps) component {
+	return componentFunc(func(ctx context.Context) error {
+		if addr == "" {
+			<-ctx.Done()
+			return nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("%s listener: %w", name, err)
+		}
+		srv := &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+		}
+		d.log.Info("listening", "listener", name, "addr", ln.Addr().String())
+		errc := make(chan error, 1)
+		go func() { errc <- srv.Serve(ln) }()
+		select {
+		case err := <-errc:
+			return fmt.Errorf("%s listener: %w", name, err)
+		case <-ctx.Done():
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%s shutdown: %w", name, err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// syncBuffer is a bytes.Buffer safe for a command writing while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runCLI runs one command line in-process and returns its exit code and output.
+func runCLI(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut syncBuffer
+	code = run(context.Background(), &cliEnv{stdout: &out, stderr: &errOut, getenv: func(k string) string { return env[k] }}, args)
+	return code, out.String(), errOut.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func repoPath(t *testing.T, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", rel))
+	require.NoError(t, err)
+	return p
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	code, out, _ := runCLI(t, nil, "version")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "sandgate ")
+	code, _, errOut := runCLI(t, nil, "frobnicate")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `unknown command "frobnicate"`)
+	code, _, errOut = runCLI(t, nil, "policy", "nope")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `unknown subcommand "nope"`)
+}
+
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.yaml", fmt.Sprintf("policy:\n  dir: %s\ncredentials:\n  - name: key\n    env: TEST_KEY\n", repoPath(t, "policies")))
+	cases := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		wantCode int
+		wantOut  string
+	}{
+		{"valid config passes", []string{"--config", good}, map[string]string{"TEST_KEY": "sk-secret-value"}, 0, "is valid"},
+		{"unset credential variable names the credential, not a value", []string{"--config", good}, nil, 1, "credentials[0] (key): environment variable TEST_KEY is unset or empty"},
+		{"field mistake names the field", []string{"--config", writeFile(t, dir, "bad.yaml", "audit:\n  file:\n    fsync: sometimes\n")}, nil, 1, "audit.file.fsync"},
+		{"policy that does not compile is reported with its file", []string{"--config", writeFile(t, dir, "badpol.yaml", "policy:\n  dir: "+brokenPolicyDir(t)+"\n")}, nil, 1, "broken.rego:3"},
+		{"missing config file", []string{"--config", filepath.Join(dir, "none.yaml")}, nil, 1, "read config"},
+		{"example config is valid once make run has written its CA and key", []string{"--config", exampleTree(t)}, nil, 0, "is valid"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runCLI(t, tc.env, append([]string{"serve", "--check-config"}, tc.args...)...)
+			assert.Equal(t, tc.wantCode, code, "stderr: %s", errOut)
+			assert.Contains(t, out+errOut, tc.wantOut)
+			assert.NotContains(t, out+errOut, "sk-secret-value")
+		})
+	}
+}
+
+// exampleTree lays out what `make run` has before it serves examples/sandgate.yaml (the CA and
+// the placeholder model-API key under var/) in a temporary copy, and returns the config's path.
+func exampleTree(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "examples"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "var", "secrets"), 0o700))
+	require.NoError(t, os.Symlink(repoPath(t, "policies"), filepath.Join(root, "policies")))
+	example, err := os.ReadFile(repoPath(t, "examples/sandgate.yaml"))
+	require.NoError(t, err)
+	cfg := writeFile(t, filepath.Join(root, "examples"), "sandgate.yaml", string(example))
+	writeFile(t, filepath.Join(root, "var", "secrets"), "anthropic", "sk-ant-placeholder")
+	code, _, errOut := runCLI(t, nil, "ca", "init", "--dir", filepath.Join(root, "var", "ca"))
+	require.Equal(t, 0, code, errOut)
+	return cfg
+}
+
+func brokenPolicyDir(t *testing.T) string {
+	d := t.TempDir()
+	writeFile(t, d, "broken.rego", "package sandgate\n\ndecision := {\"allow\": nope}\n")
+	return d
+}
+
+func TestPolicyCommands(t *testing.T) {
+	code, out, errOut := runCLI(t, nil, "policy", "test", repoPath(t, "policies"))
+	assert.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "PASS")
+
+	dir := t.TempDir()
+	input := writeFile(t, dir, "in.json", `{"kind": "http.request", "identity": {"known": true, "template": "triage-agent"},
+		"http": {"route": "anthropic", "model": "claude-sonnet-4-5", "max_tokens": 10}}`)
+	code, out, errOut = runCLI(t, nil, "policy", "eval", "--dir", repoPath(t, "policies"), "--input", input)
+	assert.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `"allow": false`)
+	assert.Contains(t, out, `"code": "model_not_allowed"`)
+	assert.Contains(t, out, `model \"claude-sonnet-4-5\" is not allowed`)
+
+	code, _, errOut = runCLI(t, nil, "policy", "eval", "--dir", repoPath(t, "policies"))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--input is required")
+
+	failing := t.TempDir()
+	writeFile(t, failing, "p.rego", "package sandgate\n\ndecision := {\"allow\": false}\n")
+	writeFile(t, failing, "p_test.rego", "package sandgate_test\n\ntest_allows if data.sandgate.decision.allow\n")
+	code, _, errOut = runCLI(t, nil, "policy", "test", failing)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "1 failed")
+}
+
+// serve runs on loopback ports, answers health, readiness and metrics, and stops cleanly when
+// its context ends (what SIGTERM does).
+func TestServeLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	admin := freeAddr(t)
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen:
+  admin: %s
+policy:
+  dir: %s
+audit:
+  file:
+    dir: %s
+identity:
+  static:
+    - addresses: ["127.0.0.2"]
+      sandbox: coder
+      template: coding-agent
+`, admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: &errOut, getenv: func(string) string { return "" }}, []string{"serve", "--config", cfg})
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool { c, _ := get("/healthz"); return c == 200 }, 10*time.Second, 20*time.Millisecond, errOut.String())
+	code, body := get("/readyz")
+	assert.Equal(t, 200, code, body)
+	assert.Contains(t, body, `"ready":true`)
+	code, body = get("/metrics")
+	assert.Equal(t, 200, code)
+	assert.Contains(t, body, `sandgate_policy_reloads_total{result="ok"} 1`)
+	assert.Contains(t, body, "sandgate_policy_revision_info")
+
+	cancel()
+	select {
+	case c := <-done:
+		assert.Equal(t, 0, c, errOut.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop after its context ended")
+	}
+	assert.True(t, strings.Contains(errOut.String(), "sandgate stopped"), errOut.String())
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/kube"
+)
+
+// runNetpol prints (or applies) the NetworkPolicies and SandboxTemplate rules that confine
+// sandboxes to Sandgate, or the RBAC rules Sandgate needs.
+//
+//	sandgate netpol --config FILE                         every template of kubernetes.namespaces, read from the cluster
+//	sandgate netpol --template NS/NAME                    one template, read from the cluster
+//	sandgate netpol --template NS/NAME --management M     one template, offline
+//	sandgate netpol --apply                               server-side apply with field manager "sandgate"
+//	sandgate netpol --rbac [--service-account NS/NAME]    the Roles and RoleBindings Sandgate needs
+func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "netpol", "netpol [--config FILE] [--template [NS/]NAME [--management Managed|Unmanaged]] [-o yaml|json] [--apply] [--kubeconfig FILE] | netpol --rbac [--service-account NS/NAME]")
+	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
+	template := fs.String("template", "", "render only this SandboxTemplate ([NS/]NAME; NS defaults to the first of kubernetes.namespaces)")
+	management := fs.String("management", "", "with --template: Managed or Unmanaged, rendering offline instead of reading the template")
+	output := fs.String("o", "yaml", "output format: yaml or json")
+	apply := fs.Bool("apply", false, "apply with server-side apply (field manager \"sandgate\") instead of printing")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default kubernetes.kubeconfig, else in-cluster, else $KUBECONFIG)")
+	rbac := fs.Bool("rbac", false, "print the Roles and RoleBindings Sandgate needs and exit")
+	serviceAccount := fs.String("service-account", "sandgate/sandgate", "with --rbac: the ServiceAccount (NS/NAME) to bind")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	path := *cfgPath
+	if path == "" {
+		path = env.getenv("SANDGATE_CONFIG")
+	}
+	if path == "" {
+		path = defaultConfigRel
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	k := cfg.Kubernetes
+	if len(k.Namespaces) == 0 {
+		return fmt.Errorf("config %s: kubernetes.namespaces is empty: list the namespaces that hold sandboxes", path)
+	}
+
+	if *rbac {
+		ns, name, ok := strings.Cut(*serviceAccount, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("%w: --service-account wants NS/NAME, got %q", errUsage, *serviceAccount)
+		}
+		k.Controller.Enabled = true // print what serve with the controller needs
+		objs := kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name})
+		return kube.WriteDocuments(env.stdout, *output, objs)
+	}
+
+	if *management != "" && *management != kube.Managed && *management != kube.Unmanaged {
+		return fmt.Errorf("%w: --management wants Managed or Unmanaged, got %q", errUsage, *management)
+	}
+	if *management != "" && *template == "" {
+		return fmt.Errorf("%w: --management needs --template", errUsage)
+	}
+	offline := *management != "" && !*apply
+	var templates []kube.Template
+	var applier kube.Applier
+	if !offline {
+		kc := *kubeconfig
+		if kc == "" {
+			kc = k.Kubeconfig
+		}
+		rc, err := kube.RESTConfig(kc)
+		if err != nil {
+			return err
+		}
+		cs, dyn, err := kube.Clients(rc)
+		if err != nil {
+			return err
+		}
+		applier = kube.Applier{Client: cs, Dynamic: dyn}
+		if *template == "" {
+			if templates, err = kube.ListTemplates(ctx, dyn, k.Namespaces); err != nil {
+				return err
+			}
+		}
+	}
+	desired := kube.Render(k, templates)
+	if *template != "" {
+		ns, name := k.Namespaces[0], *template
+		if before, after, ok := strings.Cut(*template, "/"); ok {
+			ns, name = before, after
+		}
+		if !slices.Contains(k.Namespaces, ns) {
+			return fmt.Errorf("template %s/%s: namespace %q is not in kubernetes.namespaces of %s", ns, name, ns, path)
+		}
+		t := kube.Template{Namespace: ns, Name: name, Management: *management}
+		if *management == "" {
+			if t, err = kube.GetTemplate(ctx, applier.Dynamic, ns, name); err != nil {
+				return err
+			}
+		}
+		desired = kube.RenderTemplate(k, t)
+	}
+	if *apply {
+		if err := applier.Apply(ctx, desired); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "applied %d NetworkPolicies and %d SandboxTemplate rules (field manager %q)\n",
+			len(desired.NetworkPolicies), len(desired.Templates), kube.FieldManager)
+		return nil
+	}
+	objs, err := kube.Manifests(desired)
+	if err != nil {
+		return err
+	}
+	if len(objs) == 0 {
+		return errors.New("nothing to render")
+	}
+	return kube.WriteDocuments(env.stdout, *output, objs)
+}

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/kube"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/telemetry"
+)
+
+// serveDeps is what every listener component is built from: the one request path of
+// ARCHITECTURE.md (identity → policy → audit) plus credentials, metrics and readiness.
+type serveDeps struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	identity identity.Resolver
+	policy   *policy.Engine
+	audit    audit.Recorder
+	creds    *credential.Store
+	meters   metric.MeterProvider
+	ready    *readiness
+}
+
+// component is one listener (admin, MCP, proxy) or background loop. Serve runs until ctx ends,
+// then shuts down gracefully and returns nil; an error return stops the whole process.
+type component interface {
+	Serve(ctx context.Context) error
+}
+
+type componentFunc func(ctx context.Context) error
+
+func (f componentFunc) Serve(ctx context.Context) error { return f(ctx) }
+
+// shutdownGrace bounds how long listeners may take to drain on SIGTERM; the audit log is
+// flushed after them, within its own bound.
+const (
+	shutdownGrace    = 20 * time.Second
+	auditFlushBound  = 10 * time.Second
+	credentialPoll   = 5 * time.Second
+	defaultConfigRel = "examples/sandgate.yaml"
+)
+
+func runServe(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "serve", "serve [--config FILE] [--check-config]")
+	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
+	check := fs.Bool("check-config", false, "validate the config, read the credentials, compile the policies, then exit")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	path := *cfgPath
+	if path == "" {
+		path = env.getenv("SANDGATE_CONFIG")
+	}
+	if path == "" {
+		path = defaultConfigRel
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	log := newLogger(env, cfg.Log)
+	creds, err := credential.NewStore(cfg.Credentials, env.getenv, log)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if *check {
+		if _, err := policy.New(ctx, cfg.Policy.Dir); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "config %s is valid\n", path)
+		return nil
+	}
+	return serve(ctx, cfg, creds, log)
+}
+
+// serve builds the request path and runs every component until ctx ends.
+func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log *slog.Logger) error {
+	tel, err := telemetry.New()
+	if err != nil {
+		return err
+	}
+	defer tel.Shutdown(context.Background())
+	ready := &readiness{}
+	engine, err := policy.New(ctx, cfg.Policy.Dir,
+		policy.WithLogger(log.With("component", "policy")),
+		policy.WithMeterProvider(tel.MeterProvider()))
+	if err != nil {
+		return err
+	}
+	ready.Add("policy", func() error {
+		if engine.Revision() == "none" {
+			return errors.New("no policy loaded")
+		}
+		return nil
+	})
+	sink, err := openAuditSink(cfg)
+	if err != nil {
+		return err
+	}
+	writer := audit.NewWriter(sink)
+	ready.Add("audit", writer.Healthy)
+	resolver, kubeComps, err := newResolver(cfg, log, tel, ready)
+	if err != nil {
+		return err
+	}
+	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: engine, audit: writer,
+		creds: creds, meters: tel.MeterProvider(), ready: ready}
+
+	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
+	if cfg.Policy.WatchEnabled() {
+		comps = append(comps, componentFunc(engine.Watch))
+	}
+	comps = append(comps, componentFunc(func(ctx context.Context) error { creds.Watch(ctx, credentialPoll); return nil }))
+	for _, build := range listenerBuilders(cfg) {
+		c, err := build(d)
+		if err != nil {
+			return err
+		}
+		comps = append(comps, c)
+	}
+
+	log.Info("sandgate starting", "version", version, "policy_revision", engine.Revision(),
+		"mcp", cfg.Listen.MCP, "proxy", cfg.Listen.Proxy, "admin", cfg.Listen.Admin)
+	g, gctx := errgroup.WithContext(ctx)
+	for _, c := range comps {
+		g.Go(func() error { return c.Serve(gctx) })
+	}
+	runErr := g.Wait()
+
+	// Listeners have drained: every call they accepted has recorded its event. Flush them.
+	flushCtx, cancel := context.WithTimeout(context.Background(), auditFlushBound)
+	defer cancel()
+	if err := writer.Close(flushCtx); err != nil {
+		log.Error("audit flush on shutdown failed", "err", err)
+		runErr = errors.Join(runErr, fmt.Errorf("flush audit log: %w", err))
+	}
+	log.Info("sandgate stopped")
+	return runErr
+}
+
+func openAuditSink(cfg *config.Config) (audit.Sink, error) {
+	fc, err := audit.FileConfigFrom(cfg.Audit.File)
+	if err != nil {
+		return nil, fmt.Errorf("audit.file: %w", err)
+	}
+	return audit.OpenFileSink(fc)
+}
+
+// newResolver picks the identity source: Kubernetes when enabled (with the NetworkPolicy
+// controller when asked), else the static map of the config.
+func newResolver(cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry, ready *readiness) (identity.Resolver, []component, error) {
+	if !cfg.Kubernetes.Enabled {
+		r, err := identity.NewStatic(cfg.Identity.Static)
+		return r, nil, err
+	}
+	rc, err := kube.RESTConfig(cfg.Kubernetes.Kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	client, dyn, err := kube.Clients(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	k, err := identity.NewKube(client, dyn, cfg.Kubernetes.Namespaces, log.With("component", "identity"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes identity: %w", err)
+	}
+	ready.Add("kubernetes identity cache", synced(k.HasSynced))
+	comps := []component{componentFunc(k.Run)}
+	if cfg.Kubernetes.Controller.Enabled {
+		c, err := kube.NewController(client, dyn, cfg.Kubernetes, log.With("component", "netpol-controller"), tel.Registerer())
+		if err != nil {
+			return nil, nil, fmt.Errorf("kubernetes controller: %w", err)
+		}
+		ready.Add("networkpolicy controller cache", synced(c.HasSynced))
+		comps = append(comps, componentFunc(c.Run))
+	}
+	return k, comps, nil
+}
+
+func synced(f func() bool) func() error {
+	return func() error {
+		if !f() {
+			return errors.New("caches not synced yet")
+		}
+		return nil
+	}
+}
+
+func newLogger(env *cliEnv, lc config.Log) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(lc.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	w := env.stderr
+	if w == nil {
+		w = os.Stderr
+	}
+	if lc.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// readiness is the set of named checks behind /readyz.
+type readiness struct {
+	mu     sync.Mutex
+	checks []namedCheck
+}
+
+type namedCheck struct {
+	name  string
+	check func() error
+}
+
+// Add registers a check; /readyz fails while any check returns an error.
+func (r *readiness) Add(name string, check func() error) {
+	r.mu.Lock()
+	r.checks = append(r.checks, namedCheck{name, check})
+	r.mu.Unlock()
+}
+
+// Check runs every check and returns each failure by name.
+func (r *readiness) Check() (failures map[string]string) {
+	r.mu.Lock()
+	checks := append([]namedCheck(nil), r.checks...)
+	r.mu.Unlock()
+	for _, c := range checks {
+		if err := c.check(); err != nil {
+			if failures == nil {
+				failures = map[string]string{}
+			}
+			failures[c.name] = err.Error()
+		}
+	}
+	return failures
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// newGatewayComponent builds the MCP gateway on listen.mcp (/mcp for every sandbox).
+func newGatewayComponent(d *serveDeps) (component, error) {
+	g, err := gateway.New(gateway.Options{
+		Config:      d.cfg.Gateway,
+		Identity:    d.identity,
+		Policy:      d.policy,
+		Audit:       d.audit,
+		Credentials: d.creds,
+		Meters:      d.meters,
+		Log:         d.log.With("component", "gateway"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build gateway: %w", err)
+	}
+	d.ready.Add("gateway upstreams", g.Ready)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.Handler())
+	listener := httpComponent("mcp", d.cfg.Listen.MCP, mux, d)
+	return componentFunc(func(ctx context.Context) error {
+		g.Start(ctx)
+		defer g.Close()
+		return listener.Serve(ctx)
+	}), nil
+}
