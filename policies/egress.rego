@@ -24,35 +24,36 @@ host_allowed if {
 
 models := template.models[provider]
 
-default decision := {"allow": false, "reason": "denied by default", "code": "default_deny"}
-
 # A tunnel or interception is opened only to a host the template may reach.
-decision := {"allow": true, "reason": "host allowed for template", "code": "host_allowed"} if {
-	input.kind == "http.connect"
+connect_decision := {"allow": true, "reason": "host allowed for template", "code": "host_allowed"} if {
 	host_allowed
 } else := {
 	"allow": false,
 	"reason": sprintf("host %q is not allowed for template %q", [input.http.host, input.identity.template]),
 	"code": "host_not_allowed",
-} if {
-	input.kind == "http.connect"
 }
 
-decision := d if {
-	input.kind == "http.request"
-	d := request_decision
-}
-
-default request_decision := {"allow": false, "reason": "denied by default", "code": "default_deny"}
-
+# The allow path is one rule body, so an allowed request evaluates as little as possible; the
+# reasons for a deny are worked out only when it does not match.
 request_decision := {
+	"allow": true,
+	"reason": "model allowed for template",
+	"code": "model_allowed",
+	"credential": data.providers[provider].credential,
+} if {
+	m := template.models[provider]
+	input.http.model in m.allow
+	input.http.max_tokens <= m.max_tokens
+} else := {"allow": true, "reason": "host allowed for template", "code": "host_allowed"} if {
+	not provider
+	host_allowed
+} else := request_denial
+
+request_denial := {
 	"allow": false,
 	"reason": sprintf("host %q is not allowed for template %q", [input.http.host, input.identity.template]),
 	"code": "host_not_allowed",
 } if {
-	input.http.route == ""
-	not host_allowed
-} else := {"allow": true, "reason": "host allowed for template", "code": "host_allowed"} if {
 	not provider
 } else := {
 	"allow": false,
@@ -65,17 +66,9 @@ request_decision := {
 	"reason": sprintf("model %q is not allowed for template %q (allowed: %s)", [input.http.model, input.identity.template, concat(", ", models.allow)]),
 	"code": "model_not_allowed",
 } if {
-	input.http.model != ""
 	not input.http.model in models.allow
 } else := {
 	"allow": false,
 	"reason": sprintf("max_tokens %d exceeds the cap of %d for template %q", [input.http.max_tokens, models.max_tokens, input.identity.template]),
 	"code": "max_tokens_exceeded",
-} if {
-	input.http.max_tokens > models.max_tokens
-} else := {
-	"allow": true,
-	"reason": "model allowed for template",
-	"code": "model_allowed",
-	"credential": data.providers[provider].credential,
 }

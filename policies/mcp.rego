@@ -8,21 +8,20 @@ package sandgate.mcp
 
 template := data.templates[input.identity.template]
 
-# Patterns of one upstream for the caller's template.
-patterns contains p if {
+# The rules of the caller's template for the upstream called.
+upstream_rules contains entry if {
 	some entry in template.tools
 	entry.upstream == input.mcp.upstream
-	some p in entry.allow
 }
 
 tool_permitted if {
-	some p in patterns
+	some entry in upstream_rules
+	some p in entry.allow
 	glob.match(p, [], input.mcp.tool)
 }
 
 grant_scoped if {
-	some entry in template.tools
-	entry.upstream == input.mcp.upstream
+	some entry in upstream_rules
 	some p in entry.grant_scoped
 	glob.match(p, [], input.mcp.tool)
 }
@@ -31,9 +30,17 @@ repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])
 
 repo_granted if repo in input.grants.github_repos
 
-default decision := {"allow": false, "reason": "denied by default", "code": "default_deny"}
+grant_missing if {
+	input.kind == "mcp.tools_call"
+	grant_scoped
+	not repo_granted
+}
 
-decision := {
+# The allow path is one rule body; the reasons for a deny are worked out only when it fails.
+decision := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"} if {
+	tool_permitted
+	not grant_missing
+} else := {
 	"allow": false,
 	"reason": sprintf("template %q has no MCP rules", [input.identity.template]),
 	"code": "template_unknown",
@@ -49,8 +56,4 @@ decision := {
 	"allow": false,
 	"reason": sprintf("repository %q is not granted to this session", [repo]),
 	"code": "repo_not_granted",
-} if {
-	input.kind == "mcp.tools_call"
-	grant_scoped
-	not repo_granted
-} else := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"}
+}

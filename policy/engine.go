@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
 // Reasons of the decisions the engine makes itself, when policy cannot answer. They are also
@@ -171,17 +171,29 @@ func (e *Engine) DecideDocument(ctx context.Context, doc any) Decision {
 }
 
 func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
-	rs, err := rev.pq.Eval(ctx, rego.EvalParsedInput(val))
+	txn, err := rev.store.NewTransaction(ctx)
+	if err != nil {
+		return Decision{Reason: "policy store: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}
+	}
+	defer rev.store.Abort(ctx, txn)
+	var result *ast.Term
+	err = topdown.NewQuery(rev.query).
+		WithCompiler(rev.compiler).
+		WithStore(rev.store).
+		WithTransaction(txn).
+		WithInput(ast.NewTerm(val)).
+		WithStrictBuiltinErrors(true).
+		Iter(ctx, func(qr topdown.QueryResult) error {
+			result = qr[resultVar]
+			return nil
+		})
 	if err != nil {
 		return Decision{Reason: "policy evaluation failed: " + truncate(err.Error(), maxReasonBytes), Code: CodeEvalError, Revision: rev.id, Err: err}
 	}
-	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+	if result == nil {
 		return Decision{Reason: fmt.Sprintf(reasonUndefinedFmt, Query), Code: CodeUndefined, Revision: rev.id}
 	}
-	d, ok := rs[0].Expressions[0].Value.(Decision)
-	if !ok {
-		return Decision{Reason: fmt.Sprintf("%s has an unexpected result", Query), Code: CodeBadResult, Revision: rev.id}
-	}
+	d := decisionFromTerm(result)
 	d.Revision = rev.id
 	return d
 }
@@ -193,20 +205,19 @@ var (
 	kCredential = ast.StringTerm("credential")
 )
 
-// decisionFromTerm reads the policy's result straight from the AST (installed with
-// rego.GenerateJSON, so no generic JSON conversion runs per call). Anything but
-// {"allow": true, …} is a deny.
-func decisionFromTerm(t *ast.Term, _ *rego.EvalContext) (any, error) {
+// decisionFromTerm reads the policy's result straight from the AST (no generic JSON
+// conversion runs per call). Anything but {"allow": true, …} is a deny.
+func decisionFromTerm(t *ast.Term) Decision {
 	obj, ok := t.Value.(ast.Object)
 	if !ok {
-		return Decision{Reason: fmt.Sprintf("%s is not an object (got %s)", Query, ast.ValueName(t.Value)), Code: CodeBadResult}, nil
+		return Decision{Reason: fmt.Sprintf("%s is not an object (got %s)", Query, ast.ValueName(t.Value)), Code: CodeBadResult}
 	}
 	var d Decision
 	allow, ok := termValue[ast.Boolean](obj, kAllow)
 	if !ok {
 		d.Reason = fmt.Sprintf("%s.allow is not a boolean", Query)
 		d.Code = CodeBadResult
-		return d, nil
+		return d
 	}
 	d.Allow = bool(allow)
 	reason, _ := termValue[ast.String](obj, kReason)
@@ -227,7 +238,7 @@ func decisionFromTerm(t *ast.Term, _ *rego.EvalContext) (any, error) {
 			d.Reason = "allowed by policy"
 		}
 	}
-	return d, nil
+	return d
 }
 
 func termValue[V ast.Value](obj ast.Object, key *ast.Term) (V, bool) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/loader"
-	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
@@ -26,13 +26,20 @@ const Query = "data.sandgate.decision"
 // ErrNoPolicy is returned by Load for a folder with no policy file in it.
 var ErrNoPolicy = errors.New("no .rego policy files")
 
-// revision is one compiled, prepared set of policy files.
+// revision is one compiled set of policy files with the decision query compiled against it.
+// Decisions run topdown directly on it: rego.PreparedEvalQuery adds per-call work (metrics,
+// result conversion) that the hot path does not need.
 type revision struct {
 	id       string
-	pq       rego.PreparedEvalQuery
+	compiler *ast.Compiler
+	store    storage.Store
+	query    ast.Body
 	files    []string
 	loadedAt time.Time
 }
+
+// resultVar binds the decision in the compiled query.
+var resultVar = ast.Var("__sandgate_decision__")
 
 // skipFile leaves out tests, hidden files and folders (editor swap files, a ConfigMap's
 // ..data links) and anything that is not policy or data.
@@ -99,19 +106,15 @@ func load(ctx context.Context, dir string) (*revision, error) {
 	if !definesDecision(compiler) {
 		return nil, fmt.Errorf("policies in %s define no %s rule (write `package sandgate` with a `decision` rule)", dir, Query)
 	}
-	pq, err := rego.New(
-		rego.Query(Query),
-		rego.Compiler(compiler),
-		rego.Store(inmem.NewFromObject(res.Documents)),
-		rego.StrictBuiltinErrors(true),
-		rego.GenerateJSON(decisionFromTerm),
-	).PrepareForEval(ctx)
+	query, err := compiler.QueryCompiler().Compile(ast.NewBody(ast.Equality.Expr(ast.NewTerm(resultVar), ast.MustParseTerm(Query))))
 	if err != nil {
-		return nil, fmt.Errorf("prepare %s: %w", Query, err)
+		return nil, fmt.Errorf("compile %s: %w", Query, err)
 	}
 	return &revision{
 		id:       hex.EncodeToString(h.Sum(nil))[:16],
-		pq:       pq,
+		compiler: compiler,
+		store:    inmem.NewFromObjectWithOpts(res.Documents, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true)),
+		query:    query,
 		files:    files,
 		loadedAt: time.Now(),
 	}, nil
