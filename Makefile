@@ -9,7 +9,7 @@ export CGO_ENABLED := 0
 TOOLS := $(CURDIR)/.tools/bin
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: build run test test-go test-policy setup lint bench clean image
+.PHONY: build run test test-go test-policy setup lint bench bench-go clean image
 
 build:
 	go build $(GO_BUILD_FLAGS) -o bin/sandgate ./cmd/sandgate
@@ -47,8 +47,20 @@ lint:
 	gofmt -l . | tee /dev/stderr | (! read)
 	go vet ./...
 
-bench:
-	go test -run '^$$' -bench . -benchmem ./policy/ ./audit/
+# The load benchmark (bench/): N simulated sandboxes against Sandgate (the real binary, a
+# separate process), direct, a bare CONNECT relay, Squid and tinyproxy, interleaved; report in
+# bench/results/. About 7 minutes; `make bench BENCH_FLAGS=-quick` about one; 10,000 sandboxes:
+# BENCH_FLAGS="-sandboxes 10000 -workloads mcp,route". Installs squid and tinyproxy if missing.
+BENCH_FLAGS ?=
+bench: build
+	bash bench/setup.sh
+	go build -o bin/bench-relay ./bench/cmd/relay
+	go build -o bin/sandbench ./bench/cmd/sandbench
+	./bin/sandbench $(BENCH_FLAGS)
+
+# The Go micro-benchmarks (policy decision, audit writer, proxy and gateway request paths).
+bench-go:
+	go test -run '^$$' -bench . -benchmem ./policy/ ./audit/ ./proxy/ ./gateway/
 
 clean:
 	rm -rf bin var
@@ -58,3 +70,17 @@ IMAGE ?= sandgate:$(VERSION)
 image:
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make image: no container engine here (docker info failed)"; exit 1; }
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# The chart ships a copy of policies/ (Helm cannot read outside the chart); test/deploy fails
+# when the copy differs.
+.PHONY: chart-sync print-build-flags
+chart-sync:
+	rm -f charts/sandgate/policies/*.rego charts/sandgate/policies/*.yaml charts/sandgate/policies/*.json
+	cp policies/*.rego charts/sandgate/policies/
+	cp $(wildcard policies/*.yaml policies/*.json) charts/sandgate/policies/
+
+# The build's environment and flags, for tests that build the binary exactly like `make build`:
+# line 1 CGO_ENABLED=…, line 2 the go build flags (shell-quoted).
+print-build-flags:
+	@echo 'CGO_ENABLED=$(CGO_ENABLED)'
+	@echo '$(GO_BUILD_FLAGS)'

@@ -1,0 +1,74 @@
+# HTTP egress: model APIs and other allowed hosts per sandbox template.
+#
+# data.templates[T].hosts lists the hosts a sandbox may reach; data.templates[T].models maps a
+# model provider (the route name, or the provider of a host in data.providers) to the models
+# allowed and a cap on max_tokens. The credential to inject is the provider's.
+package sandgate.egress
+
+template := data.templates[input.identity.template]
+
+# The model provider of this request: its base-URL route, else the provider owning the host.
+provider := input.http.route if {
+	input.http.route != ""
+} else := p if {
+	some p, prov in data.providers
+	input.http.host in prov.hosts
+}
+
+host_allowed if input.http.host in template.hosts
+
+host_allowed if {
+	some p, _ in template.models
+	input.http.host in data.providers[p].hosts
+}
+
+models := template.models[provider]
+
+# A tunnel or interception is opened only to a host the template may reach.
+connect_decision := {"allow": true, "reason": "host allowed for template", "code": "host_allowed"} if {
+	host_allowed
+} else := {
+	"allow": false,
+	"reason": sprintf("host %q is not allowed for template %q", [input.http.host, input.identity.template]),
+	"code": "host_not_allowed",
+}
+
+# The allow path is one rule body, so an allowed request evaluates as little as possible; the
+# reasons for a deny are worked out only when it does not match.
+request_decision := {
+	"allow": true,
+	"reason": "model allowed for template",
+	"code": "model_allowed",
+	"credential": data.providers[provider].credential,
+} if {
+	m := template.models[provider]
+	input.http.model in m.allow
+	input.http.max_tokens <= m.max_tokens
+} else := {"allow": true, "reason": "host allowed for template", "code": "host_allowed"} if {
+	not provider
+	host_allowed
+} else := request_denial
+
+request_denial := {
+	"allow": false,
+	"reason": sprintf("host %q is not allowed for template %q", [input.http.host, input.identity.template]),
+	"code": "host_not_allowed",
+} if {
+	not provider
+} else := {
+	"allow": false,
+	"reason": sprintf("model provider %q is not allowed for template %q", [provider, input.identity.template]),
+	"code": "provider_not_allowed",
+} if {
+	not models
+} else := {
+	"allow": false,
+	"reason": sprintf("model %q is not allowed for template %q (allowed: %s)", [input.http.model, input.identity.template, concat(", ", models.allow)]),
+	"code": "model_not_allowed",
+} if {
+	not input.http.model in models.allow
+} else := {
+	"allow": false,
+	"reason": sprintf("max_tokens %d exceeds the cap of %d for template %q", [input.http.max_tokens, models.max_tokens, input.identity.template]),
+	"code": "max_tokens_exceeded",
+}

@@ -1,0 +1,67 @@
+package sandgate.egress_test
+
+import data.sandgate
+
+coder := {"namespace": "agents", "sandbox": "sb-1", "template": "coding-agent", "labels": {}, "known": true}
+
+triage := {"namespace": "agents", "sandbox": "sb-2", "template": "triage-agent", "labels": {}, "known": true}
+
+connect(id, host) := d if {
+	d := sandgate.decision with input as {"kind": "http.connect", "identity": id, "http": {"method": "CONNECT", "host": host, "port": 443}}
+}
+
+request(id, http) := d if {
+	d := sandgate.decision with input as {"kind": "http.request", "identity": id, "http": object.union({"method": "POST", "host": "", "port": 443, "path": "/", "route": "", "model": "", "max_tokens": -1, "stream": false}, http)}
+}
+
+test_connect_to_model_host_is_allowed if connect(coder, "api.anthropic.com").allow
+
+test_connect_to_listed_host_is_allowed if connect(coder, "proxy.golang.org").allow
+
+test_connect_to_other_host_is_denied if {
+	d := connect(coder, "evil.example.com")
+	not d.allow
+	d.code == "host_not_allowed"
+}
+
+test_connect_to_metadata_is_denied if not connect(coder, "169.254.169.254").allow
+
+test_allowed_model_gets_the_provider_credential if {
+	d := request(coder, {"host": "api.anthropic.com", "path": "/v1/messages", "model": "claude-sonnet-4-5", "max_tokens": 1024})
+	d.allow
+	d.credential == "anthropic"
+}
+
+test_route_request_is_decided_by_route_name if {
+	d := request(coder, {"route": "anthropic", "host": "api.anthropic.com", "path": "/v1/messages", "model": "claude-haiku-4-5", "max_tokens": 100})
+	d.allow
+	d.credential == "anthropic"
+}
+
+test_model_allowed_for_one_template_is_denied_for_another if {
+	d := request(triage, {"route": "anthropic", "model": "claude-sonnet-4-5", "max_tokens": 100})
+	not d.allow
+	d.code == "model_not_allowed"
+	request(coder, {"route": "anthropic", "model": "claude-sonnet-4-5", "max_tokens": 100}).allow
+}
+
+test_max_tokens_over_the_cap_is_denied if {
+	d := request(triage, {"route": "anthropic", "model": "claude-haiku-4-5", "max_tokens": 4097})
+	not d.allow
+	d.code == "max_tokens_exceeded"
+	request(triage, {"route": "anthropic", "model": "claude-haiku-4-5", "max_tokens": 4096}).allow
+}
+
+test_provider_not_in_template_is_denied if {
+	d := request(coder, {"route": "openai", "model": "gpt-5", "max_tokens": 10})
+	not d.allow
+	d.code == "provider_not_allowed"
+}
+
+test_plain_request_to_listed_host_is_allowed_without_credential if {
+	d := request(coder, {"method": "GET", "host": "proxy.golang.org", "path": "/golang.org/x/net/@v/list"})
+	d.allow
+	not d.credential
+}
+
+test_request_to_unlisted_host_is_denied if not request(coder, {"method": "GET", "host": "example.org"}).allow

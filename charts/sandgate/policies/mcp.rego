@@ -1,0 +1,59 @@
+# MCP tools, resources and prompts per sandbox template.
+#
+# data.templates[T].tools lists, per upstream, glob patterns of the tools a sandbox of template T
+# may see and call. Tools listed under grant_scoped additionally need a grant: the call's
+# arguments.owner/arguments.repo must name a repository in input.grants.github_repos, which the
+# dispatcher registers for the session through the admin API.
+package sandgate.mcp
+
+template := data.templates[input.identity.template]
+
+# The rules of the caller's template for the upstream called.
+upstream_rules contains entry if {
+	some entry in template.tools
+	entry.upstream == input.mcp.upstream
+}
+
+tool_permitted if {
+	some entry in upstream_rules
+	some p in entry.allow
+	glob.match(p, [], input.mcp.tool)
+}
+
+grant_scoped if {
+	some entry in upstream_rules
+	some p in entry.grant_scoped
+	glob.match(p, [], input.mcp.tool)
+}
+
+repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])
+
+repo_granted if repo in input.grants.github_repos
+
+grant_missing if {
+	input.kind == "mcp.tools_call"
+	grant_scoped
+	not repo_granted
+}
+
+# The allow path is one rule body; the reasons for a deny are worked out only when it fails.
+decision := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"} if {
+	tool_permitted
+	not grant_missing
+} else := {
+	"allow": false,
+	"reason": sprintf("template %q has no MCP rules", [input.identity.template]),
+	"code": "template_unknown",
+} if {
+	not template
+} else := {
+	"allow": false,
+	"reason": sprintf("tool %q of upstream %q is not allowed for template %q", [input.mcp.tool, input.mcp.upstream, input.identity.template]),
+	"code": "tool_not_allowed",
+} if {
+	not tool_permitted
+} else := {
+	"allow": false,
+	"reason": sprintf("repository %q is not granted to this session", [repo]),
+	"code": "repo_not_granted",
+}

@@ -1,0 +1,92 @@
+{{/* The object name: the release name when it says sandgate, else release-sandgate. */}}
+{{- define "sandgate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels that select Sandgate's pods; the config's kubernetes.sandgate.pod_selector too. */}}
+{{- define "sandgate.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "sandgate.labels" -}}
+{{ include "sandgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "sandgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "sandgate.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sandgate.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sandgate.policiesConfigMap" -}}
+{{- .Values.policies.existingConfigMap | default (printf "%s-policies" (include "sandgate.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+Sandgate's config file: structured defaults from the values, then .Values.config merged over
+them key by key (lists replaced). Credentials from Secrets come first in config.credentials,
+followed by any the user lists in config.credentials (env-backed ones, for example).
+*/}}
+{{- define "sandgate.config" -}}
+{{- $full := include "sandgate.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $creds := list -}}
+{{- range .Values.credentials -}}
+{{- $creds = append $creds (dict "name" .name "file" (printf "/etc/sandgate/credentials/%s/%s" .name .key)) -}}
+{{- end -}}
+{{- $hosts := list $full (printf "%s.%s" $full $ns) (printf "%s.%s.svc" $full $ns) (printf "%s.%s.svc.%s" $full $ns .Values.clusterDomain) -}}
+{{- $kube := dict
+  "enabled" .Values.kubernetes.enabled
+  "namespaces" .Values.sandboxNamespaces
+  "sandgate" (dict
+    "namespace" $ns
+    "pod_selector" (include "sandgate.selectorLabels" . | fromYaml)
+    "ports" (dict "mcp" (int .Values.ports.mcp) "proxy" (int .Values.ports.proxy) "admin" (int .Values.ports.admin)))
+  "dns" (dict "allow" .Values.kubernetes.dns)
+  "ingress_from" .Values.kubernetes.ingressFrom
+  "monitoring" .Values.kubernetes.monitoring
+  "controller" (dict "enabled" .Values.kubernetes.controller) -}}
+{{- $base := dict
+  "listen" (dict
+    "mcp" (printf ":%d" (int .Values.ports.mcp))
+    "proxy" (printf ":%d" (int .Values.ports.proxy))
+    "admin" (printf ":%d" (int .Values.ports.admin)))
+  "policy" (dict "dir" "/etc/sandgate/policies")
+  "audit" (dict "file" (dict "dir" "/var/lib/sandgate/audit"))
+  "gateway" (dict "allowed_hosts" $hosts)
+  "kubernetes" $kube
+  "log" (dict "format" "json" "level" "info") -}}
+{{- if .Values.ca.secretName -}}
+{{- $_ := set $base "proxy" (dict "ca" (dict "cert" "/etc/sandgate/ca/ca.crt" "key" "/etc/sandgate/ca/ca.key")) -}}
+{{- end -}}
+{{- $user := deepCopy (.Values.config | default dict) -}}
+{{- $userCreds := get $user "credentials" | default list -}}
+{{- $merged := mergeOverwrite $base $user -}}
+{{- $all := concat $creds $userCreds -}}
+{{- if $all -}}
+{{- $_ := set $merged "credentials" $all -}}
+{{- else -}}
+{{- $_ := unset $merged "credentials" -}}
+{{- end -}}
+{{- toYaml $merged -}}
+{{- end -}}
