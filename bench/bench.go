@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Options configure a run. Every duration is bounded: a run stops by itself.
+type Options struct {
+	SandgateBin string // the `make build` binary
+	RelayBin    string // bench/cmd/relay
+	PolicyDir   string // the shipped policies (their rules; the bench supplies its own data)
+	OutDir      string // bench/results
+	Label       string // file name stem, e.g. 2026-11-29-34b6d5e
+
+	Sandboxes      int           // sandboxes of the main fixed-rate runs
+	Sweep          []int         // sandbox counts for the latency-vs-sandboxes chart
+	Rate           float64       // offered requests/s of the fixed-rate shape
+	Concurrency    []int         // closed-loop client counts
+	Reps           int           // interleaved repetitions; medians are reported
+	RateDuration   time.Duration // measurement window of a fixed-rate cell
+	ClosedDuration time.Duration // measurement window of a closed-loop cell
+	Warmup         time.Duration // load before each window (after every sandbox connected)
+	Timeout        time.Duration // per request
+	Workloads      []string      // subset to run (default all)
+	Progress       func(string)
+}
+
+// supports says which workloads a target can serve.
+func supports(target, w string) bool {
+	switch target {
+	case "direct":
+		return true
+	case "sandgate":
+		// Plain forwarding exists, but its dial guard (rightly) refuses the loopback stand-in:
+		// plain forward has no allow_private knob.
+		return w != WForward
+	case "relay":
+		return w == WTunnel || w == WTunnelNew
+	case "squid", "tinyproxy":
+		return w == WTunnel || w == WTunnelNew || w == WForward
+	}
+	return false
+}
+
+// AllWorkloads in report order.
+var AllWorkloads = []string{WRoute, WIntercept, WMCP, WTunnel, WTunnelNew, WForward}
+
+// sweepWorkloads are run at every sandbox count of the sweep (the chart); the full matrix
+// runs at Sandboxes only.
+var sweepWorkloads = []string{WRoute, WIntercept, WMCP}
+
+// Run starts the upstreams and every target, runs the interleaved cells and writes the report.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := raiseFileLimit(262144); err != nil {
+		o.Progress("warning: " + err.Error())
+	}
+	root, err := os.MkdirTemp("", "sandgate-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(root)
+	if err := os.Chmod(root, 0o755); err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	up, err := StartUpstreams(ctx, filepath.Join(root, "upstream-ca"))
+	if err != nil {
+		return nil, err
+	}
+	maxN := slices.Max(append([]int{o.Sandboxes}, o.Sweep...))
+	maxN = max(maxN, slices.Max(o.Concurrency))
+	targets := []*Target{{Name: "direct", MCPURL: up.MCPURL}}
+	sg, err := retryBind(func() (*Target, error) {
+		return startSandgate(ctx, o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN)
+	})
+	if err != nil {
+		return nil, err
+	}
+	targets = append(targets, sg)
+	var notes []string
+	for _, start := range []func() (*Target, error){
+		func() (*Target, error) { return startRelay(ctx, o.RelayBin, root) },
+		func() (*Target, error) { return startSquid(ctx, root) },
+		func() (*Target, error) { return startTinyproxy(ctx, root) },
+	} {
+		t, err := retryBind(start)
+		if err != nil {
+			notes = append(notes, "peer not measured: "+err.Error())
+			o.Progress("warning: " + err.Error())
+			continue
+		}
+		targets = append(targets, t)
+	}
+	defer func() {
+		for _, t := range targets {
+			t.Stop()
+		}
+	}()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(up.CA.CertPEM())
+	roots.AppendCertsFromPEM(sg.InterceptCA)
+	rn := &runner{env: &clientEnv{up: up, roots: roots, timeout: o.Timeout}, warmup: o.Warmup, progress: o.Progress}
+
+	cells := planCells(o, targets)
+	var results []Result
+	total := len(cells) * o.Reps
+	started := time.Now()
+	for rep := range o.Reps {
+		for i, c := range cells {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			t := targetNamed(targets, c.Target)
+			d := o.RateDuration
+			if c.Shape == ShapeClosed {
+				d = o.ClosedDuration
+			}
+			res, err := rn.run(ctx, t, c, d, rep)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", c, err)
+			}
+			results = append(results, res)
+			done := rep*len(cells) + i + 1
+			o.Progress(fmt.Sprintf("[%3d/%d %5.0fs] rep %d %-48s %7.0f req/s  p50 %6.2fms p99 %7.2fms  err %d  cpu %6.1fµs/req",
+				done, total, time.Since(started).Seconds(), rep+1, c.String(), res.Throughput, res.P50MS, res.P99MS, res.Errors, res.CPUPerReqUS))
+			if res.FirstError != "" {
+				o.Progress("      first error: " + truncate(res.FirstError, 200))
+			}
+		}
+	}
+	rep := buildReport(o, results, notes)
+	rep.Versions = peerVersions()
+	if err := rep.Write(o.OutDir, o.Label); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// retryBind retries a start that lost its free port to another process on this shared machine
+// (ports are picked free, then bound by the child: another process can take one in between).
+func retryBind(start func() (*Target, error)) (*Target, error) {
+	var err error
+	for range 5 {
+		var t *Target
+		if t, err = start(); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return t, err
+		}
+	}
+	return nil, err
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func targetNamed(ts []*Target, name string) *Target {
+	for _, t := range ts {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// planCells lists one repetition's cells, interleaved: for each workload and shape, every
+// target in turn (direct, sandgate, relay, squid, tinyproxy), so slow drifts of the machine's
+// load hit every target alike.
+func planCells(o Options, targets []*Target) []Cell {
+	workloads := o.Workloads
+	if len(workloads) == 0 {
+		workloads = AllWorkloads
+	}
+	var cells []Cell
+	add := func(w string, c Cell) {
+		for _, t := range targets {
+			if supports(t.Name, w) {
+				c.Workload, c.Target = w, t.Name
+				cells = append(cells, c)
+			}
+		}
+	}
+	for _, w := range workloads {
+		add(w, Cell{Shape: ShapeRate, Sandboxes: o.Sandboxes, Rate: o.Rate})
+		for _, c := range o.Concurrency {
+			add(w, Cell{Shape: ShapeClosed, Sandboxes: c, Concurrency: c})
+		}
+		if slices.Contains(sweepWorkloads, w) {
+			for _, n := range o.Sweep {
+				if n != o.Sandboxes {
+					add(w, Cell{Shape: ShapeRate, Sandboxes: n, Rate: o.Rate})
+				}
+			}
+		}
+	}
+	return cells
+}

@@ -1,0 +1,196 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Workloads: what one request of a sandbox is.
+const (
+	WMCP       = "mcp"        // tools/call through the gateway, on the sandbox's MCP session
+	WRoute     = "route"      // model-API request to the base-URL route (plain HTTP to the proxy)
+	WIntercept = "intercept"  // model-API request through CONNECT with TLS interception
+	WTunnel    = "tunnel"     // HTTPS request inside a kept-alive CONNECT tunnel
+	WTunnelNew = "tunnel-new" // one CONNECT tunnel (and TLS handshake) per request
+	WForward   = "forward"    // plain-HTTP absolute-URI request through the proxy
+)
+
+// requester sends one request of a workload as one sandbox.
+type requester interface {
+	// Do sends request number seq and returns an error unless the answer is complete and OK.
+	Do(ctx context.Context, seq int) error
+	// Close releases idle connections (the MCP session stays on the server).
+	Close()
+}
+
+// clientEnv is what every sandbox client needs to know about the run.
+type clientEnv struct {
+	up      *Upstreams
+	roots   *x509.CertPool // stand-in CA (+ Sandgate's interception CA)
+	timeout time.Duration
+}
+
+// newRequester builds sandbox sb's client for workload w through target t.
+func newRequester(env *clientEnv, t *Target, w string, sb int) (requester, error) {
+	src := &net.TCPAddr{IP: sandboxAddr(sb).AsSlice()}
+	d := &net.Dialer{LocalAddr: src, Timeout: 5 * time.Second, KeepAlive: -1}
+	tlsPort := env.up.TLSAddr[strings.LastIndexByte(env.up.TLSAddr, ':')+1:]
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if h, p, _ := net.SplitHostPort(addr); h == modelHost {
+				addr = net.JoinHostPort(upstreamIP, p) // the loadgen's own "DNS" for direct runs
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+		TLSClientConfig:     &tls.Config{RootCAs: env.roots, ClientSessionCache: nil},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	if t.Proxy != "" && w != WRoute && w != WMCP {
+		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: t.Proxy})
+	}
+	if w == WTunnelNew {
+		tr.DisableKeepAlives = true
+	}
+	hc := &http.Client{Transport: tr, Timeout: env.timeout}
+	model := "https://" + modelHost + ":" + tlsPort
+	switch w {
+	case WMCP:
+		return &mcpClient{hc: hc, tr: tr, url: t.MCPURL}, nil
+	case WRoute:
+		base := t.RouteURL
+		if base == "" {
+			base = model
+		}
+		return &httpClient{hc: hc, tr: tr, url: base + "/v1/messages", model: true}, nil
+	case WIntercept:
+		return &httpClient{hc: hc, tr: tr, url: model + "/v1/messages", model: true}, nil
+	case WTunnel, WTunnelNew:
+		return &httpClient{hc: hc, tr: tr, url: "https://" + env.up.TLSAddr + "/v1/models"}, nil
+	case WForward:
+		return &httpClient{hc: hc, tr: tr, url: "http://" + env.up.HTTPAddr + "/v1/models"}, nil
+	}
+	return nil, fmt.Errorf("unknown workload %q", w)
+}
+
+// httpClient is a model-API or plain HTTPS client of one sandbox.
+type httpClient struct {
+	hc    *http.Client
+	tr    *http.Transport
+	url   string
+	model bool // POST Messages, every fourth one streamed (SSE)
+}
+
+func (c *httpClient) Close() { c.tr.CloseIdleConnections() }
+
+func (c *httpClient) Do(ctx context.Context, seq int) error {
+	var req *http.Request
+	var err error
+	stream := c.model && seq%4 == 3
+	if c.model {
+		body := fmt.Sprintf(`{"model":"claude-bench","max_tokens":256,"stream":%t,"messages":[{"role":"user","content":"Say hello to sandbox request %d"}]}`, stream, seq)
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Anthropic-Version", "2023-06-01")
+			req.Header.Set("X-Api-Key", "sk-sandbox-placeholder")
+		}
+	} else {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, c.url, nil)
+	}
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %.200s", resp.StatusCode, b)
+	}
+	if stream && !bytes.Contains(b, []byte("message_stop")) {
+		return fmt.Errorf("stream ended early")
+	}
+	return nil
+}
+
+// mcpClient is one sandbox's MCP session (Streamable HTTP, JSON-RPC over POST).
+type mcpClient struct {
+	hc  *http.Client
+	tr  *http.Transport
+	url string
+	sid string
+	id  atomic.Int64
+}
+
+func (c *mcpClient) Close() { c.tr.CloseIdleConnections() }
+
+func (c *mcpClient) post(ctx context.Context, body string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.sid != "" {
+		req.Header.Set("Mcp-Session-Id", c.sid)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read body: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, nil, fmt.Errorf("status %d: %.200s", resp.StatusCode, b)
+	}
+	return resp, b, nil
+}
+
+func (c *mcpClient) initialize(ctx context.Context) error {
+	resp, _, err := c.post(ctx, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sandgate-bench","version":"1"}}}`)
+	if err != nil {
+		return fmt.Errorf("initialize: %w", err)
+	}
+	c.sid = resp.Header.Get("Mcp-Session-Id")
+	if _, _, err := c.post(ctx, `{"jsonrpc":"2.0","method":"notifications/initialized"}`); err != nil {
+		return fmt.Errorf("initialized: %w", err)
+	}
+	return nil
+}
+
+func (c *mcpClient) Do(ctx context.Context, seq int) error {
+	if c.sid == "" {
+		if err := c.initialize(ctx); err != nil {
+			return err
+		}
+	}
+	id := c.id.Add(1)
+	_, b, err := c.post(ctx, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello %d"}}}`, id, seq))
+	if err != nil {
+		return fmt.Errorf("tools/call: %w", err)
+	}
+	if !bytes.Contains(b, []byte(`"result"`)) || bytes.Contains(b, []byte(`"isError":true`)) {
+		return fmt.Errorf("tools/call: %.200s", b)
+	}
+	return nil
+}

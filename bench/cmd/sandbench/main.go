@@ -1,0 +1,118 @@
+// Command sandbench runs the Sandgate benchmark: N simulated sandboxes (each its own loopback
+// source address) against Sandgate and its peers, interleaved, and writes the report to
+// bench/results/. `make bench` builds the binaries and runs it; see bench/README.md.
+//
+//	sandbench [-quick] [-sandboxes 1000] [-sweep 100,1000] [-rate 2000] [-reps 2] ...
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandgate/sandgate/bench"
+)
+
+func main() {
+	o := bench.Options{}
+	quick := flag.Bool("quick", false, "a short run (about a minute): 1 repetition, 1 s windows, 200 sandboxes")
+	flag.StringVar(&o.SandgateBin, "sandgate", "bin/sandgate", "sandgate binary (make build)")
+	flag.StringVar(&o.RelayBin, "relay", "bin/bench-relay", "bare CONNECT relay binary (bench/cmd/relay)")
+	flag.StringVar(&o.PolicyDir, "policies", "policies", "the shipped policies (their rules; the bench brings its own data)")
+	flag.StringVar(&o.OutDir, "out", "bench/results", "results folder")
+	flag.IntVar(&o.Sandboxes, "sandboxes", 1000, "sandboxes of the main fixed-rate runs (10000: the 10k-sandbox run)")
+	sweep := flag.String("sweep", "100,1000", "sandbox counts of the latency-vs-sandboxes chart (route, intercept, mcp); -sandboxes is added")
+	flag.Float64Var(&o.Rate, "rate", 500, "offered requests/s of the fixed-rate shape, spread over the sandboxes (2000 saturates Sandgate on a loaded 2-core box)")
+	conc := flag.String("concurrency", "64,512", "closed-loop client counts")
+	flag.IntVar(&o.Reps, "reps", 2, "interleaved repetitions (medians are reported)")
+	flag.DurationVar(&o.RateDuration, "rate-duration", 3*time.Second, "window of a fixed-rate cell")
+	flag.DurationVar(&o.ClosedDuration, "closed-duration", 2*time.Second, "window of a closed-loop cell")
+	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
+	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
+	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ","))
+	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
+	flag.Parse()
+	if *quick {
+		o.Reps, o.RateDuration, o.ClosedDuration, o.Warmup = 1, time.Second, time.Second, 200*time.Millisecond
+		if !isSet("sandboxes") {
+			o.Sandboxes = 200
+		}
+		if !isSet("sweep") {
+			*sweep = "50"
+		}
+	}
+	var err error
+	if o.Sweep, err = ints(*sweep); err == nil {
+		o.Concurrency, err = ints(*conc)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbench:", err)
+		os.Exit(2)
+	}
+	if !containsInt(o.Sweep, o.Sandboxes) {
+		o.Sweep = append(o.Sweep, o.Sandboxes)
+	}
+	if *workloads != "" {
+		o.Workloads = strings.Split(*workloads, ",")
+	}
+	if o.Label == "" {
+		o.Label = time.Now().UTC().Format("2006-01-02") + "-" + shortSHA()
+	}
+	o.Progress = func(s string) { fmt.Fprintln(os.Stderr, s) }
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbench:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("report: %s/%s.md\n", o.OutDir, o.Label)
+	for _, c := range rep.Checks(o.Sandboxes) {
+		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
+	}
+}
+
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func containsInt(xs []int, v int) bool {
+	for _, x := range xs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func shortSHA() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "nogit"
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+func (r *Report) row(w, target, shape string, n int) (Row, bool) {
+	for _, x := range r.Rows {
+		if x.Workload == w && x.Target == target && x.Shape == shape &&
+			((shape == ShapeRate && x.Sandboxes == n) || (shape == ShapeClosed && x.Concurrency == n)) {
+			return x, true
+		}
+	}
+	return Row{}, false
+}
+
+// Check is one target of the issue, evaluated on this run.
+type Check struct {
+	Target string `json:"target"`
+	Value  string `json:"value"`
+	Status string `json:"status"` // met, missed, not measured
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+// Checks evaluates the issue's targets on the medians of this run.
+func (r *Report) Checks(mainN int) []Check {
+	var cs []Check
+	add := func(target, value string, ok, measured bool) {
+		st := verdict(ok)
+		if !measured {
+			st, value = "not measured", "—"
+		}
+		cs = append(cs, Check{target, value, st})
+	}
+	cpu := func(w, t string) (float64, bool) {
+		x, ok := r.row(w, t, ShapeClosed, 64)
+		return x.CPUPerReqUS, ok && x.CPUPerReqUS > 0
+	}
+	sg, ok1 := cpu(WTunnel, "sandgate")
+	rl, ok2 := cpu(WTunnel, "relay")
+	add("CONNECT tunnel: CPU/request inside a tunnel ≤ 1.1× relay (c=64)",
+		fmt.Sprintf("%.1f µs vs relay %.1f µs (%.2f×)", sg, rl, sg/rl), sg <= 1.1*rl, ok1 && ok2)
+	sg, ok1 = cpu(WTunnelNew, "sandgate")
+	rl, ok2 = cpu(WTunnelNew, "relay")
+	add("CONNECT tunnel: CPU per new tunnel with policy and audit ≤ 1.2× relay (c=64)",
+		fmt.Sprintf("%.1f µs vs relay %.1f µs (%.2f×)", sg, rl, sg/rl), sg <= 1.2*rl, ok1 && ok2)
+	sg, ok1 = cpu(WIntercept, "sandgate")
+	add("Intercepted model-API request ≤ 60 µs proxy CPU (c=64)", fmt.Sprintf("%.1f µs", sg), sg <= 60, ok1)
+	sg, ok1 = cpu(WRoute, "sandgate")
+	sq, ok2 := cpu(WForward, "squid")
+	add("Base-URL route CPU ≤ Squid plain forward CPU (c=64)", fmt.Sprintf("%.1f µs vs Squid %.1f µs", sg, sq), sg <= sq, ok1 && ok2)
+	for _, w := range []string{WTunnel, WTunnelNew} {
+		a, ok1 := r.row(w, "sandgate", ShapeClosed, 512)
+		b, ok2 := r.row(w, "squid", ShapeClosed, 512)
+		add(fmt.Sprintf("p99 at 512 clients ≤ Squid's (%s)", w), fmt.Sprintf("%.2f ms vs Squid %.2f ms", a.P99MS, b.P99MS), a.P99MS <= b.P99MS, ok1 && ok2)
+	}
+	rt, ok := r.row(WRoute, "sandgate", ShapeRate, mainN)
+	add(fmt.Sprintf("Fixed rate, %d sandboxes: route added p50 ≤ 0.3 ms", mainN), fmt.Sprintf("%.3f ms", rt.AddedP50MS), rt.AddedP50MS <= 0.3, ok && rt.HasDirect)
+	add(fmt.Sprintf("Fixed rate, %d sandboxes: route added p99 ≤ 2 ms", mainN), fmt.Sprintf("%.3f ms", rt.AddedP99MS), rt.AddedP99MS <= 2, ok && rt.HasDirect)
+	mc, ok := r.row(WMCP, "sandgate", ShapeRate, mainN)
+	add(fmt.Sprintf("Fixed rate, %d sandboxes: tools/call added p50 ≤ 0.5 ms", mainN), fmt.Sprintf("%.3f ms", mc.AddedP50MS), mc.AddedP50MS <= 0.5, ok && mc.HasDirect)
+	var errs int64
+	var cells int
+	for _, x := range r.Rows {
+		if x.Target == "sandgate" {
+			errs += x.Errors
+			cells++
+		}
+	}
+	add("Zero errors (every Sandgate cell)", fmt.Sprintf("%d errors over %d cells", errs, cells), errs == 0, cells > 0)
+	var peak, hs, reqs int64
+	measured := false
+	for _, x := range r.Rows {
+		if x.Target == "sandgate" && (x.Workload == WRoute || x.Workload == WIntercept) {
+			peak = max(peak, x.UpstreamPeak)
+			hs += x.TLSHandshakes
+			reqs += x.Requests / int64(max(x.Reps, 1))
+			measured = true
+		}
+	}
+	add("Upstream TCP connections to the model-API host ≤ 64 (route, intercept; peak)", fmt.Sprint(peak), peak <= 64, measured)
+	add("No TLS handshake per request after warm-up (route, intercept)", fmt.Sprintf("%d handshakes for %d requests", hs, reqs), hs*100 <= reqs, measured)
+	var big Row
+	for _, x := range r.Rows {
+		if x.Target == "sandgate" && x.Shape == ShapeRate && x.Workload == WMCP && x.Sandboxes > big.Sandboxes {
+			big = x
+		}
+	}
+	add(fmt.Sprintf("RSS ≤ 100 KB per connected sandbox (largest run: %d sandboxes, whole-process RSS / sandboxes)", big.Sandboxes),
+		fmt.Sprintf("%.0f KB", big.RSSPerSBKB), big.RSSPerSBKB <= 100, big.Sandboxes >= 10000)
+	add("Policy decision ≤ 20 µs (Go benchmark: `make bench-go`)", "", false, false)
+	return cs
+}
+
+// Markdown renders the report.
+func (r *Report) Markdown(chart string) string {
+	var b strings.Builder
+	mainN, _ := r.Options["sandboxes"].(int)
+	fmt.Fprintf(&b, "# Sandgate bench %s\n\n", r.Label)
+	fmt.Fprintf(&b, "%s. Machine: %s CPUs (%s), %s; load average at the end: %s. Options: %v.\n\n",
+		r.Time.Format("2006-01-02 15:04 UTC"), r.Machine["cpus"], r.Machine["cpu"], r.Machine["go"], r.Machine["loadavg_at_end"], r.Options)
+	b.WriteString("Every target is its own process on loopback; cells are interleaved (each workload and shape: every target in turn), " +
+		"medians over repetitions. Latency of fixed-rate cells counts from the scheduled send time (open loop). " +
+		"*Added* = target percentile − direct percentile in the same run. CPU = proxy process group's user+system time per completed request " +
+		"(`/proc/PID/stat`, 10 ms ticks). Upstream conns/handshakes are those of the TLS model-API stand-in during the window " +
+		"(tunnel workloads open one upstream connection per tunnel by design).\n\n")
+	if len(r.Versions) > 0 {
+		fmt.Fprintf(&b, "Peers: %v.\n\n", r.Versions)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	b.WriteString("\n## Targets\n\n| target | this run | status |\n| --- | --- | --- |\n")
+	for _, c := range r.Checks(mainN) {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Target, c.Value, c.Status)
+	}
+	b.WriteString("\n## Fixed rate\n\n")
+	b.WriteString("| sandboxes | workload | target | req/s | p50 | p90 | p99 | added p50 | added p90 | added p99 | errors | CPU µs/req | RSS MB | goroutines/threads | open files | upstream conns (new/peak) | TLS handshakes |\n")
+	b.WriteString("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	rows := slices.Clone(r.Rows)
+	slices.SortStableFunc(rows, func(a, c Row) int { return a.Sandboxes - c.Sandboxes })
+	for _, x := range rows {
+		if x.Shape == ShapeRate {
+			b.WriteString(mdRow(x, true))
+		}
+	}
+	for _, c := range []int{64, 512} {
+		fmt.Fprintf(&b, "\n## Closed loop, %d concurrent clients\n\n", c)
+		b.WriteString("| workload | target | req/s | p50 | p90 | p99 | errors | CPU µs/req | RSS MB | goroutines/threads | open files | upstream conns (new/peak) | TLS handshakes |\n")
+		b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, x := range r.Rows {
+			if x.Shape == ShapeClosed && x.Concurrency == c {
+				b.WriteString(mdRow(x, false))
+			}
+		}
+	}
+	var errs []string
+	for _, x := range r.Rows {
+		if x.FirstError != "" {
+			errs = append(errs, fmt.Sprintf("- %s: %d errors; first: `%s`", x.Cell, x.Errors, strings.ReplaceAll(x.FirstError, "`", "'")))
+		}
+	}
+	if len(errs) > 0 {
+		b.WriteString("\n## Errors\n\n" + strings.Join(errs, "\n") + "\n")
+	}
+	fmt.Fprintf(&b, "\n## Added latency against sandbox count\n\n![latency vs sandboxes](%s)\n", chart)
+	return b.String()
+}
+
+func mdRow(x Row, rate bool) string {
+	dash := func(v float64, f string) string {
+		if v == 0 {
+			return "—"
+		}
+		return fmt.Sprintf(f, v)
+	}
+	gt := "—"
+	if x.Goroutines > 0 {
+		gt = fmt.Sprintf("%d g", x.Goroutines)
+	} else if x.Threads > 0 {
+		gt = fmt.Sprintf("%d t", x.Threads)
+	}
+	files := "—"
+	if x.Files > 0 {
+		files = fmt.Sprint(x.Files)
+	}
+	common := fmt.Sprintf("%s | %s | %.0f | %.2f | %.2f | %.2f |", x.Workload, x.Target, x.Throughput, x.P50MS, x.P90MS, x.P99MS)
+	added := ""
+	if rate {
+		if x.HasDirect {
+			added = fmt.Sprintf(" %+.2f | %+.2f | %+.2f |", x.AddedP50MS, x.AddedP90MS, x.AddedP99MS)
+		} else {
+			added = " — | — | — |"
+		}
+		common = fmt.Sprintf("| %d | %s", x.Sandboxes, common) + added
+	} else {
+		common = "| " + common
+	}
+	return common + fmt.Sprintf(" %d | %s | %s | %s | %s | %d/%d | %d |\n", x.Errors, dash(x.CPUPerReqUS, "%.1f"),
+		dash(float64(x.RSSBytes)/(1<<20), "%.1f"), gt, files, x.UpstreamOpened, x.UpstreamPeak, x.TLSHandshakes)
+}

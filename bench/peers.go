@@ -1,0 +1,163 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// Target is one way of reaching the upstreams: direct (no proxy), or through a proxy process.
+type Target struct {
+	Name        string
+	Proxy       string // forward proxy host:port; "" for direct
+	MCPURL      string // MCP endpoint (Sandgate's /mcp, or the upstream itself for direct)
+	RouteURL    string // base URL of the model API (Sandgate's route, or the stand-in for direct)
+	Admin       string // Sandgate's admin listener
+	InterceptCA []byte // PEM of the CA the proxy signs intercepted hosts with
+	proc        *process
+}
+
+// Sample reads the proxy's process group from /proc (zero for direct).
+func (t *Target) Sample() (ProcSample, bool) {
+	if t.proc == nil {
+		return ProcSample{}, false
+	}
+	s, err := sampleGroup(t.proc.PID())
+	return s, err == nil
+}
+
+// ResetPeak starts a new peak-RSS window.
+func (t *Target) ResetPeak() {
+	if t.proc != nil {
+		resetGroupPeakRSS(t.proc.PID())
+	}
+}
+
+// Stop ends the proxy process.
+func (t *Target) Stop() {
+	if t.proc != nil {
+		t.proc.Stop(10 * time.Second)
+	}
+}
+
+// peerDir makes a folder the peers' unprivileged users (squid drops to "proxy") can write.
+func peerDir(root, name string) (string, error) {
+	d := filepath.Join(root, name)
+	if err := os.MkdirAll(d, 0o777); err != nil {
+		return "", fmt.Errorf("%s dir: %w", name, err)
+	}
+	return d, os.Chmod(d, 0o777)
+}
+
+// startRelay starts bench/cmd/relay (built to bin).
+func startRelay(ctx context.Context, bin, root string) (*Target, error) {
+	dir, err := peerDir(root, "relay")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startProcess("relay", dir, nil, bin, "-listen", addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitTCP(ctx, addr, 10*time.Second); err != nil {
+		p.Stop(time.Second)
+		return nil, err
+	}
+	return &Target{Name: "relay", Proxy: addr, proc: p}, nil
+}
+
+// startSquid runs Squid in the foreground (-N) with a config of its own: memory only, no
+// caching, one access-log line per request (as Sandgate writes one audit event), no Via or
+// X-Forwarded-For.
+func startSquid(ctx context.Context, root string) (*Target, error) {
+	bin, err := exec.LookPath("squid")
+	if err != nil {
+		return nil, fmt.Errorf("squid not installed (run bench/setup.sh): %w", err)
+	}
+	dir, err := peerDir(root, "squid")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	conf := fmt.Sprintf(`http_port %s
+visible_hostname bench
+pid_filename %[2]s/squid.pid
+cache_log %[2]s/cache.log
+access_log stdio:%[2]s/access.log
+coredump_dir %[2]s
+cache deny all
+cache_mem 8 MB
+max_filedescriptors 65536
+http_access allow all
+forwarded_for delete
+via off
+shutdown_lifetime 0 seconds
+`, addr, dir)
+	cf := filepath.Join(dir, "squid.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
+		return nil, fmt.Errorf("squid config: %w", err)
+	}
+	p, err := startProcess("squid", dir, nil, bin, "-N", "-f", cf)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitTCP(ctx, addr, 30*time.Second); err != nil {
+		p.Stop(time.Second)
+		return nil, err
+	}
+	return &Target{Name: "squid", Proxy: addr, proc: p}, nil
+}
+
+// startTinyproxy runs tinyproxy in the foreground (-d) with a config of its own.
+func startTinyproxy(ctx context.Context, root string) (*Target, error) {
+	bin, err := exec.LookPath("tinyproxy")
+	if err != nil {
+		return nil, fmt.Errorf("tinyproxy not installed (run bench/setup.sh): %w", err)
+	}
+	dir, err := peerDir(root, "tinyproxy")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	conf := fmt.Sprintf(`User nobody
+Group nogroup
+Port %d
+Listen 127.0.0.1
+Timeout 600
+MaxClients 4096
+LogFile "%[2]s/tinyproxy.log"
+LogLevel Info
+PidFile "%[2]s/tinyproxy.pid"
+Allow 127.0.0.0/8
+DisableViaHeader Yes
+`, port, dir)
+	cf := filepath.Join(dir, "tinyproxy.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
+		return nil, fmt.Errorf("tinyproxy config: %w", err)
+	}
+	p, err := startProcess("tinyproxy", dir, nil, bin, "-d", "-c", cf)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitTCP(ctx, addr, 10*time.Second); err != nil {
+		p.Stop(time.Second)
+		return nil, err
+	}
+	return &Target{Name: "tinyproxy", Proxy: addr, proc: p}, nil
+}

@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandgate/sandgate/proxy"
+)
+
+// upstreamIP is the loopback address every stand-in listens on; sandboxes use 127.10.x.y.
+const upstreamIP = "127.0.0.50"
+
+// modelHost is the fake public name of the model-API stand-in (Sandgate resolves it through
+// proxy.resolve_overrides; the loadgen's direct client dials upstreamIP with this SNI).
+const modelHost = "api.model.test"
+
+// Upstreams are the fast local servers behind every proxy: a TLS model-API stand-in (JSON and
+// SSE Messages responses), the same handler over plain HTTP (for plain forwarding), and a
+// stateful Streamable HTTP MCP server. They count connections and TLS handshakes.
+type Upstreams struct {
+	TLSAddr  string // 127.0.0.50:port, TLS (h2 and http/1.1)
+	HTTPAddr string // 127.0.0.50:port, plain HTTP
+	MCPURL   string // http://127.0.0.50:port/mcp
+	CA       *proxy.CA
+	CAPath   string
+
+	model conns // TLS model API only: what "upstream connections" means in the report
+	srvs  []*http.Server
+}
+
+// conns counts the connections of one listener.
+type conns struct {
+	opened     atomic.Int64
+	open       atomic.Int64
+	peak       atomic.Int64
+	handshakes atomic.Int64
+}
+
+func (c *conns) state(_ net.Conn, s http.ConnState) {
+	switch s {
+	case http.StateNew:
+		c.opened.Add(1)
+		n := c.open.Add(1)
+		for {
+			p := c.peak.Load()
+			if n <= p || c.peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+	case http.StateClosed, http.StateHijacked:
+		c.open.Add(-1)
+	}
+}
+
+// UpstreamCounts is a snapshot of the model-API stand-in's counters.
+type UpstreamCounts struct {
+	Opened, Peak, Handshakes int64
+}
+
+// ModelCounts returns the counters and resets the peak to the connections open now.
+func (u *Upstreams) ModelCounts() UpstreamCounts {
+	c := UpstreamCounts{Opened: u.model.opened.Load(), Peak: u.model.peak.Load(), Handshakes: u.model.handshakes.Load()}
+	u.model.peak.Store(u.model.open.Load())
+	return c
+}
+
+// StartUpstreams starts the stand-ins with a fresh CA written to dir. They stop when ctx ends.
+func StartUpstreams(ctx context.Context, dir string) (*Upstreams, error) {
+	certPath, keyPath, err := proxy.InitCA(dir, true, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("stand-in CA: %w", err)
+	}
+	ca, err := proxy.LoadCA(certPath, keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("stand-in CA: %w", err)
+	}
+	u := &Upstreams{CA: ca, CAPath: certPath}
+	quiet := log.New(io.Discard, "", 0)
+	tlsLn, err := net.Listen("tcp", upstreamIP+":0")
+	if err != nil {
+		return nil, fmt.Errorf("listen model API: %w", err)
+	}
+	u.TLSAddr = tlsLn.Addr().String()
+	tlsSrv := &http.Server{Handler: http.HandlerFunc(serveModelAPI), ErrorLog: quiet, ConnState: u.model.state,
+		TLSConfig: &tls.Config{
+			NextProtos: []string{"h2", "http/1.1"},
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				u.model.handshakes.Add(1)
+				return nil, nil
+			},
+			GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+				name := h.ServerName
+				if name == "" {
+					name = upstreamIP // a client that dialed the IP literal sends no SNI
+				}
+				return ca.Leaf(name)
+			},
+		}}
+	httpLn, err := net.Listen("tcp", upstreamIP+":0")
+	if err != nil {
+		return nil, fmt.Errorf("listen plain HTTP: %w", err)
+	}
+	u.HTTPAddr = httpLn.Addr().String()
+	httpSrv := &http.Server{Handler: http.HandlerFunc(serveModelAPI), ErrorLog: quiet}
+	mcpLn, err := net.Listen("tcp", upstreamIP+":0")
+	if err != nil {
+		return nil, fmt.Errorf("listen MCP: %w", err)
+	}
+	u.MCPURL = "http://" + mcpLn.Addr().String() + "/mcp"
+	mcpSrv := &http.Server{Handler: server.NewStreamableHTTPServer(newMCPServer(), server.WithStateful(true)), ErrorLog: quiet}
+	u.srvs = []*http.Server{tlsSrv, httpSrv, mcpSrv}
+	go serveQuiet(func() error { return tlsSrv.ServeTLS(tlsLn, "", "") })
+	go serveQuiet(func() error { return httpSrv.Serve(httpLn) })
+	go serveQuiet(func() error { return mcpSrv.Serve(mcpLn) })
+	go func() {
+		<-ctx.Done()
+		for _, s := range u.srvs {
+			_ = s.Close()
+		}
+	}()
+	return u, nil
+}
+
+func serveQuiet(f func() error) {
+	if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Printf("bench upstream: %v", err)
+	}
+}
+
+func newMCPServer() *server.MCPServer {
+	s := server.NewMCPServer("bench-upstream", "1", server.WithToolCapabilities(true))
+	s.AddTool(mcp.NewTool("echo", mcp.WithString("message", mcp.Required())),
+		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(req.GetString("message", "")), nil
+		})
+	return s
+}
+
+// sseEvents is the streamed answer; %s is the model.
+var sseEvents = []string{
+	"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"model\":%q,\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n",
+	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello \"}}\n\n",
+	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"streamed\"}}\n\n",
+	"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":15}}\n\n",
+	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+}
+
+// serveModelAPI speaks enough of the Anthropic Messages API: POST /v1/messages answers JSON or,
+// with "stream": true, SSE (flushed per event); anything else gets a small JSON list.
+func serveModelAPI(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/messages" || r.Method != http.MethodPost {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"data":[{"id":"claude-bench","type":"model"}]}`)
+		return
+	}
+	var req struct {
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"Hello from the bench"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":34}}`, req.Model)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	f, _ := w.(http.Flusher)
+	for i, e := range sseEvents {
+		if i == 0 {
+			fmt.Fprintf(w, e, req.Model)
+		} else {
+			_, _ = io.WriteString(w, e)
+		}
+		if f != nil {
+			f.Flush()
+		}
+	}
+}
