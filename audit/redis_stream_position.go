@@ -76,8 +76,35 @@ func (m *StreamMirror) locate(files []string) error {
 }
 
 // locateHash continues after the line whose hash is hash, or from the start of the oldest file
-// when no file holds it any more.
+// when no file holds it any more. A rotation between listing the files and scanning them renames
+// the active file under the scan (the name then holds the new, empty log), so a miss lists the
+// files again before giving up: restarting from the oldest file would mirror everything twice.
 func (m *StreamMirror) locateHash(files []string, hash string) error {
+	for attempt := 0; ; attempt++ {
+		found, err := m.seekHash(files, hash)
+		if found || err != nil {
+			return err
+		}
+		if attempt == locateAttempts-1 {
+			break
+		}
+		if files, err = logFiles(m.cfg.Dir); err != nil {
+			return err
+		}
+	}
+	m.restarts.Add(1)
+	m.pos = position{}
+	if len(files) == 0 {
+		return nil
+	}
+	return m.openAt(files[0], 0)
+}
+
+// locateAttempts bounds how often locateHash lists the files again after a miss.
+const locateAttempts = 3
+
+// seekHash positions the mirror after the line whose hash is hash, if one of files holds it.
+func (m *StreamMirror) seekHash(files []string, hash string) (bool, error) {
 	for _, p := range files {
 		var start, end int64
 		found := false
@@ -93,15 +120,13 @@ func (m *StreamMirror) locateHash(files []string, hash string) error {
 		})
 		if found {
 			if err := m.openAt(p, end); err != nil {
-				return err
+				return false, err
 			}
 			m.pos.start, m.pos.hash, m.pos.located = start, hash, true
-			return nil
+			return true, nil
 		}
 	}
-	m.restarts.Add(1)
-	m.pos = position{}
-	return m.openAt(files[0], 0)
+	return false, nil
 }
 
 var (
