@@ -25,8 +25,10 @@ const reasonAuditDown = "audit log unavailable"
 type identityKey struct{}
 
 // requestContext puts the caller's identity, resolved from the TCP peer address only, into
-// the request's context. No header is read.
+// the request's context. No header is read. A session continued from another replica gets its
+// client's info back here.
 func (g *Gateway) requestContext(ctx context.Context, r *http.Request) context.Context {
+	g.sessions.restore(ctx)
 	return context.WithValue(ctx, identityKey{}, identity.FromRemoteAddr(g.opts.Identity, r.RemoteAddr))
 }
 
@@ -44,6 +46,11 @@ func (g *Gateway) newMCPServer() *server.MCPServer {
 	hooks.AddOnError(g.onError)
 	hooks.AddAfterSubscribe(g.afterSubscribe)
 	hooks.AddAfterUnsubscribe(g.afterUnsubscribe)
+	hooks.AddAfterInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest, res *mcp.InitializeResult) {
+		if s := server.ClientSessionFromContext(ctx); s != nil {
+			g.sessions.initialized(ctx, s.SessionID(), req, res)
+		}
+	})
 	return server.NewMCPServer("sandgate", "1",
 		server.WithToolCapabilities(true),
 		server.WithResourceCapabilities(true, true),
@@ -61,14 +68,34 @@ func (g *Gateway) newMCPServer() *server.MCPServer {
 	)
 }
 
-// decide is the one place the gateway asks policy. While the audit log is unhealthy every
-// call is denied: nothing happens that cannot be recorded.
+// decide asks policy whether the caller may see something (a list entry, a completion); the
+// call is not counted against its limits and input carries no usage or grants.
 func (g *Gateway) decide(ctx context.Context, kind, upstream, name string, args map[string]any) policy.Decision {
+	d, _ := g.evaluate(ctx, kind, upstream, name, args, false)
+	return d
+}
+
+// decideCall asks policy about a call that is about to happen (tools/call, resources/read,
+// prompts/get): it is counted against the caller's budgets first, and input carries its usage
+// and grants. limited reports a refusal by a limit rather than by policy.
+func (g *Gateway) decideCall(ctx context.Context, kind, upstream, name string, args map[string]any) (d policy.Decision, limited bool) {
+	return g.evaluate(ctx, kind, upstream, name, args, true)
+}
+
+// evaluate is the one place the gateway builds the policy input and asks policy. While the
+// audit log is unhealthy every call is denied: nothing happens that cannot be recorded.
+func (g *Gateway) evaluate(ctx context.Context, kind, upstream, name string, args map[string]any, admit bool) (policy.Decision, bool) {
 	if err := g.opts.Audit.Healthy(); err != nil && kind != policy.KindToolsList {
-		return policy.Decision{Reason: reasonAuditDown, Code: "audit_unavailable"}
+		return policy.Decision{Reason: reasonAuditDown, Code: "audit_unavailable"}, false
 	}
-	return g.opts.Policy.Decide(ctx, &policy.Input{Kind: kind, Identity: identityFrom(ctx),
-		MCP: &policy.MCP{Upstream: upstream, Tool: name, Arguments: args}})
+	in := &policy.Input{Kind: kind, Identity: identityFrom(ctx),
+		MCP: &policy.MCP{Upstream: upstream, Tool: name, Arguments: args}}
+	if admit {
+		if deny := g.opts.Admission.Admit(ctx, in); deny != nil {
+			return *deny, true
+		}
+	}
+	return g.opts.Policy.Decide(ctx, in), false
 }
 
 // visibleTools keeps the tools policy lets the caller see (mcp.tools_list). mcp-go applies it
@@ -184,6 +211,8 @@ func (g *Gateway) onError(ctx context.Context, _ any, method mcp.MCPMethod, msg 
 // reason, so the agent can adapt.
 func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	start := time.Now()
+	ctx, span := g.startSpan(ctx, "tools/call")
+	defer span.End()
 	n, ok := g.tool(req.Params.Name)
 	if !ok { // removed between mcp-go's lookup and here
 		return nil, fmt.Errorf("tool '%s' not found: %w", req.Params.Name, server.ErrToolNotFound)
@@ -191,12 +220,24 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	args := req.GetArguments()
 	ev := &audit.Event{Kind: audit.KindToolsCall,
 		Target: audit.Target{Upstream: n.upstream.cfg.Name, Tool: n.name, ArgsSHA256: argsHash(req.Params.Arguments)}}
-	d := g.decide(ctx, policy.KindToolsCall, n.upstream.cfg.Name, n.name, args)
+	d, limited := g.decideCall(ctx, policy.KindToolsCall, n.upstream.cfg.Name, n.name, args)
+	spanDecision(ctx, d)
 	ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	if !d.Allow {
 		ev.Outcome.Status = 403
+		if limited {
+			ev.Outcome.Status, ev.Outcome.Error = 429, d.Code
+		}
 		g.record(ctx, ev, start)
 		return mcp.NewToolResultError("denied by Sandgate policy: " + d.Reason), nil
+	}
+	release, deny := g.opts.Admission.AcquireToolCall(ctx, identityFrom(ctx))
+	defer release()
+	if deny != nil {
+		ev.Decision.Allow, ev.Decision.Reason = false, deny.Reason
+		ev.Outcome.Status, ev.Outcome.Error = 429, deny.Code
+		g.record(ctx, ev, start)
+		return mcp.NewToolResultError("denied by Sandgate policy: " + deny.Reason), nil
 	}
 	if n.upstream.cfg.Credential != nil {
 		ev.Credential = n.upstream.cfg.Credential.Name
@@ -227,14 +268,22 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 // A URI the caller may not read answers like an unknown one.
 func (g *Gateway) readResource(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	start := time.Now()
+	ctx, span := g.startSpan(ctx, "resources/read")
+	defer span.End()
 	uri := req.Params.URI
 	u, ok := g.resourceUpstream(uri)
 	if !ok {
 		return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)
 	}
 	ev := &audit.Event{Kind: audit.KindResourcesRead, Target: audit.Target{Upstream: u.cfg.Name, Tool: uri}}
-	d := g.decide(ctx, policy.KindResourcesRead, u.cfg.Name, uri, nil)
+	d, limited := g.decideCall(ctx, policy.KindResourcesRead, u.cfg.Name, uri, nil)
+	spanDecision(ctx, d)
 	ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
+	if limited {
+		ev.Outcome.Status, ev.Outcome.Error = 429, d.Code
+		g.record(ctx, ev, start)
+		return nil, fmt.Errorf("resource %q denied by Sandgate: %s", uri, d.Reason)
+	}
 	if !d.Allow {
 		ev.Outcome.Status = 404
 		g.record(ctx, ev, start)
@@ -259,6 +308,8 @@ func (g *Gateway) readResource(ctx context.Context, req mcp.ReadResourceRequest)
 // getPrompt authorizes and forwards prompts/get (mcp.prompts_get, prompt name in input.mcp.tool).
 func (g *Gateway) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 	start := time.Now()
+	ctx, span := g.startSpan(ctx, "prompts/get")
+	defer span.End()
 	n, ok := g.prompt(req.Params.Name)
 	if !ok {
 		return nil, fmt.Errorf("prompt %q: %w", req.Params.Name, server.ErrPromptNotFound)
@@ -268,10 +319,14 @@ func (g *Gateway) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp
 		args[k] = v
 	}
 	ev := &audit.Event{Kind: audit.KindPromptsGet, Target: audit.Target{Upstream: n.upstream.cfg.Name, Tool: n.name}}
-	d := g.decide(ctx, policy.KindPromptsGet, n.upstream.cfg.Name, n.name, args)
+	d, limited := g.decideCall(ctx, policy.KindPromptsGet, n.upstream.cfg.Name, n.name, args)
+	spanDecision(ctx, d)
 	ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	if !d.Allow {
 		ev.Outcome.Status = 403
+		if limited {
+			ev.Outcome.Status, ev.Outcome.Error = 429, d.Code
+		}
 		g.record(ctx, ev, start)
 		return nil, fmt.Errorf("prompt %q denied by Sandgate policy: %s", req.Params.Name, d.Reason)
 	}

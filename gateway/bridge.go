@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -42,7 +43,7 @@ func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) *mcp.
 	out := &mcp.Meta{ProgressToken: key}
 	if meta != nil {
 		c.token = meta.ProgressToken
-		out.AdditionalFields = maps.Clone(meta.AdditionalFields)
+		out.AdditionalFields = upstreamMeta(meta.AdditionalFields)
 	}
 	f.mu.Lock()
 	if f.calls[u] == nil {
@@ -52,6 +53,26 @@ func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) *mcp.
 	f.mu.Unlock()
 	return out
 }
+
+// upstreamMeta is the sandbox's _meta as forwarded upstream: without the protocol's own
+// "io.modelcontextprotocol/" keys (protocol version, client info and capabilities, log level),
+// which describe the sandbox's hop to Sandgate; the upstream hop has its own, negotiated by
+// Sandgate. Forwarding a sandbox's 2026-07-28 protocol version to an upstream session on an
+// older revision makes the upstream refuse the call (header mismatch).
+func upstreamMeta(fields map[string]any) map[string]any {
+	out := make(map[string]any, len(fields))
+	for k, v := range fields {
+		if !strings.HasPrefix(k, protocolMetaPrefix) {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+const protocolMetaPrefix = "io.modelcontextprotocol/"
 
 func (f *inflight) end(u *upstream, meta *mcp.Meta) {
 	key, _ := meta.ProgressToken.(string)
@@ -130,42 +151,60 @@ func (g *Gateway) onUpstreamNotification(u *upstream, n mcp.JSONRPCNotification)
 	}
 }
 
-// sessionContext is the context of the sandbox session an upstream request belongs to: the
-// upstream's request arrived on the stream of a call Sandgate forwarded, whose context carries
-// the sandbox's session.
-func sessionContext(ctx context.Context) (context.Context, error) {
+// sessionContext is the context of the sandbox session an upstream request belongs to.
+//
+// Over Streamable HTTP the upstream's request arrives on the stream of the call Sandgate
+// forwarded, whose context carries the sandbox's session. Over stdio it arrives on the process's
+// one pipe with no such context: it is attributed to the call in flight on that upstream when
+// there is exactly one, and refused when there are several, so it never reaches a sandbox that
+// did not make the call.
+func (g *Gateway) sessionContext(ctx context.Context, u *upstream) (context.Context, error) {
 	if s := server.ClientSessionFromContext(ctx); s != nil {
 		return ctx, nil
+	}
+	if c, ok := g.inflight.only(u); ok && server.ClientSessionFromContext(c.ctx) != nil {
+		return c.ctx, nil
 	}
 	return nil, errNoSession
 }
 
 // bridgeSampling forwards sampling/createMessage to the sandbox whose call the upstream is
 // serving.
-type bridgeSampling struct{ g *Gateway }
+type bridgeSampling struct {
+	g *Gateway
+	u *upstream
+}
 
 func (b bridgeSampling) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	ctx, err := sessionContext(ctx)
+	ctx, err := b.g.sessionContext(ctx, b.u)
 	if err != nil {
 		return nil, fmt.Errorf("sampling: %w", err)
 	}
 	return b.g.mcp.RequestSampling(ctx, req)
 }
 
-type bridgeElicitation struct{ g *Gateway }
+// bridgeElicitation forwards elicitation/create the same way.
+type bridgeElicitation struct {
+	g *Gateway
+	u *upstream
+}
 
 func (b bridgeElicitation) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	ctx, err := sessionContext(ctx)
+	ctx, err := b.g.sessionContext(ctx, b.u)
 	if err != nil {
 		return nil, fmt.Errorf("elicitation: %w", err)
 	}
 	return b.g.mcp.RequestElicitation(ctx, req)
 }
 
-type bridgeRoots struct{ g *Gateway }
+// bridgeRoots forwards roots/list the same way.
+type bridgeRoots struct {
+	g *Gateway
+	u *upstream
+}
 
 func (b bridgeRoots) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	ctx, err := sessionContext(ctx)
+	ctx, err := b.g.sessionContext(ctx, b.u)
 	if err != nil {
 		return nil, fmt.Errorf("roots: %w", err)
 	}

@@ -14,11 +14,15 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/config"
 	"github.com/sandgate/sandgate/credential"
 	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/mcpsessions"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -38,6 +42,14 @@ type Options struct {
 	Log         *slog.Logger
 	// Transport is the pooled transport of every HTTP upstream; nil builds one.
 	Transport http.RoundTripper
+	// Admission counts tools/call, resources/read and prompts/get against the caller's budgets
+	// and adds its usage and grants to the policy input; nil counts nothing and adds no grants.
+	Admission *admission.Admission
+	// Sessions shares sandbox sessions with other replicas, so that a session continues on any
+	// replica its requests reach; nil keeps them on this one.
+	Sessions mcpsessions.Store
+	// Tracer starts a span per call whose traceparent reaches HTTP upstreams; nil makes none.
+	Tracer trace.TracerProvider
 }
 
 // Gateway is the MCP side of Sandgate: one Streamable HTTP endpoint for every sandbox in front
@@ -51,6 +63,7 @@ type Gateway struct {
 	sessions  *sessionStore
 	upstreams []*upstream
 	metrics   *metrics
+	tracer    trace.Tracer
 	inflight  *inflight
 	subs      *subscriptions
 
@@ -86,6 +99,9 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Meters == nil {
 		opts.Meters = noop.NewMeterProvider()
 	}
+	if opts.Tracer == nil {
+		opts.Tracer = tracenoop.NewTracerProvider()
+	}
 	if opts.Credentials == nil {
 		opts.Credentials = credential.FromValues(nil)
 	}
@@ -111,18 +127,30 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{opts: opts, log: opts.Log, metrics: m, inflight: newInflight(), subs: newSubscriptions(),
 		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
-	hc := &http.Client{Transport: opts.Transport}
+	g.tracer = opts.Tracer.Tracer("github.com/sandgate/sandgate/gateway")
+	hc := &http.Client{Transport: tracingTransport{opts.Transport}}
 	hooks := upstreamHooks{
 		catalogChanged: g.rebuild,
 		notification:   g.onUpstreamNotification,
-		sampling:       bridgeSampling{g},
-		elicitation:    bridgeElicitation{g},
-		roots:          bridgeRoots{g},
 	}
 	for _, uc := range opts.Config.Upstreams {
-		g.upstreams = append(g.upstreams, newUpstream(uc, opts.Credentials, hc, hooks, opts.Log))
+		u := newUpstream(uc, opts.Credentials, hc, hooks, opts.Log)
+		// Server-to-client requests are bridged per upstream, so that one arriving without a
+		// call's context (stdio) can be matched to the call in flight on that upstream.
+		u.hooks.sampling = bridgeSampling{g, u}
+		u.hooks.elicitation = bridgeElicitation{g, u}
+		u.hooks.roots = bridgeRoots{g, u}
+		g.upstreams = append(g.upstreams, u)
 	}
-	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D())
+	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log)
+	if _, err := opts.Meters.Meter("github.com/sandgate/sandgate/gateway").Int64ObservableGauge("sandgate.gateway.sessions",
+		metric.WithDescription("Sandbox MCP sessions this replica holds"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(int64(g.sessions.count()))
+			return nil
+		})); err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
 	g.mcp = g.newMCPServer()
 	g.http = server.NewStreamableHTTPServer(g.mcp,
 		server.WithEndpointPath("/mcp"),

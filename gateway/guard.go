@@ -105,7 +105,7 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case sid != "":
 		peer, _ := identity.ParsePeer(r.RemoteAddr)
-		if !gd.g.sessions.valid(sid, peer) {
+		if !gd.g.sessions.valid(r.Context(), sid, peer) {
 			writeRPCError(w, http.StatusNotFound, id, codeInvalidRequest, "session not found or expired; send initialize to start a new session")
 			return
 		}

@@ -38,9 +38,10 @@ const (
 // httpUpstream is a real mcp-go Streamable HTTP server on a loopback port that records the
 // Authorization headers it receives.
 type httpUpstream struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	auths []string
+	srv          *httptest.Server
+	mu           sync.Mutex
+	auths        []string
+	traceparents []string
 }
 
 func (u *httpUpstream) URL() string { return u.srv.URL + "/mcp" }
@@ -74,6 +75,7 @@ func startHTTPUpstream(t testing.TB, addr string) *httpUpstream {
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.auths = append(u.auths, r.Header.Get("Authorization"))
+		u.traceparents = append(u.traceparents, r.Header.Get("Traceparent"))
 		u.mu.Unlock()
 		mcpSrv.ServeHTTP(w, r)
 	}))
@@ -114,6 +116,12 @@ func testIdentities() []identity.StaticEntry {
 
 func startGateway(t testing.TB, policyDir string, ups ...config.Upstream) *harness {
 	t.Helper()
+	return startGatewayWith(t, policyDir, nil, ups...)
+}
+
+// startGatewayWith is startGateway with a change to the gateway's Options (nil for none).
+func startGatewayWith(t testing.TB, policyDir string, with func(*Options), ups ...config.Upstream) *harness {
+	t.Helper()
 	ctx := t.Context()
 	eng, err := policy.New(ctx, policyDir)
 	require.NoError(t, err)
@@ -138,14 +146,18 @@ func startGateway(t testing.TB, policyDir string, ups ...config.Upstream) *harne
 	if os.Getenv("SANDGATE_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	gw, err := New(Options{
+	opts := Options{
 		Config:      config.Gateway{Upstreams: ups, MaxBodyBytes: 64 << 10, SessionIdleTimeout: config.Duration(time.Minute)},
 		Identity:    res,
 		Policy:      eng,
 		Audit:       h.writer,
 		Credentials: credential.FromValues(map[string]string{"upstream": upstreamSecret}),
 		Log:         log,
-	})
+	}
+	if with != nil {
+		with(&opts)
+	}
+	gw, err := New(opts)
 	require.NoError(t, err)
 	gw.Start(ctx)
 	h.gw = gw

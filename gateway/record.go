@@ -13,6 +13,7 @@ import (
 
 type metrics struct {
 	calls       metric.Int64Counter
+	duration    metric.Float64Histogram
 	auditErrors metric.Int64Counter
 }
 
@@ -28,7 +29,12 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
 	}
-	return &metrics{calls: calls, auditErrors: auditErrors}, nil
+	duration, err := m.Float64Histogram("sandgate.gateway.call.duration", metric.WithUnit("s"),
+		metric.WithDescription("MCP call latency, decision and upstream included, by kind and outcome"))
+	if err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	return &metrics{calls: calls, duration: duration, auditErrors: auditErrors}, nil
 }
 
 // record is the one place the gateway writes audit: exactly one event per call. A Record error
@@ -37,7 +43,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 func (g *Gateway) record(ctx context.Context, ev *audit.Event, start time.Time) {
 	ev.Time = start.UTC()
 	ev.Identity = identityFrom(ctx)
-	ev.Outcome.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	elapsed := time.Since(start)
+	ev.Outcome.DurationMS = float64(elapsed.Microseconds()) / 1000
+	spanEvent(ctx, ev)
 	outcome := "allowed"
 	switch {
 	case !ev.Decision.Allow:
@@ -45,7 +53,9 @@ func (g *Gateway) record(ctx context.Context, ev *audit.Event, start time.Time) 
 	case ev.Outcome.Status >= 500:
 		outcome = "failed"
 	}
-	g.metrics.calls.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", ev.Kind), attribute.String("outcome", outcome)))
+	attrs := metric.WithAttributes(attribute.String("kind", ev.Kind), attribute.String("outcome", outcome))
+	g.metrics.calls.Add(ctx, 1, attrs)
+	g.metrics.duration.Record(ctx, elapsed.Seconds(), attrs)
 	if err := g.opts.Audit.Record(ev); err != nil {
 		g.metrics.auditErrors.Add(ctx, 1)
 		g.log.Error("audit event not recorded", "kind", ev.Kind, "upstream", ev.Target.Upstream, "tool", ev.Target.Tool,

@@ -5,35 +5,56 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/mcpsessions"
 )
 
 var errUnknownSession = errors.New("unknown session")
+
+// sharedRefresh is how often a session in use extends its shared record. It also bounds how long
+// a session terminated on another replica stays usable on this one.
+const sharedRefresh = time.Second
 
 // sessionStore issues sandbox session IDs (128 random bits), binds each to the source address
 // that initialized it, and expires it after the idle timeout. It is mcp-go's session ID
 // manager: mcp-go resolves one per request, and the store hands out a view bound to that
 // request's peer.
+//
+// With a shared store (Options.Sessions) every session is also recorded there, so that another
+// replica can continue it: an ID this replica does not know is looked up in the shared store and
+// adopted when the record's source address is the caller's. mcp-go v1.2.1 then serves the
+// request with a fresh session object under that ID; the client's info, capabilities and
+// protocol version are restored onto it from the record (restore). A shared store that cannot be
+// reached leaves sessions local: new ones still work on their replica, unknown ones get 404.
 type sessionStore struct {
-	idle time.Duration
-	mu   sync.Mutex
-	byID map[string]*sessionEntry
+	idle   time.Duration
+	shared mcpsessions.Store // nil: sessions stay on this replica
+	log    *slog.Logger
+	mu     sync.Mutex
+	byID   map[string]*sessionEntry
 }
 
 type sessionEntry struct {
-	peer     netip.Addr
-	lastSeen time.Time
+	peer      netip.Addr
+	lastSeen  time.Time
+	refreshed time.Time // last extension of the shared record
+	// record is the session's shared record: shared again if Redis lost it, and restored onto
+	// mcp-go's session objects when the session was adopted from another replica.
+	record  *mcpsessions.Record
+	adopted bool
 }
 
-func newSessionStore(idle time.Duration) *sessionStore {
-	return &sessionStore{idle: idle, byID: map[string]*sessionEntry{}}
+func newSessionStore(idle time.Duration, shared mcpsessions.Store, log *slog.Logger) *sessionStore {
+	return &sessionStore{idle: idle, shared: shared, log: log, byID: map[string]*sessionEntry{}}
 }
 
 // ResolveSessionIdManager implements server.SessionIdManagerResolver. r is nil for mcp-go's
@@ -46,20 +67,126 @@ func (s *sessionStore) ResolveSessionIdManager(r *http.Request) server.SessionId
 	return v
 }
 
-// valid reports whether id is live and was created by peer; it refreshes its idle timer.
-func (s *sessionStore) valid(id string, peer netip.Addr) bool {
+// valid reports whether id is live and was created by peer; it refreshes its idle timer. An ID
+// unknown here is looked up in the shared store and adopted when peer created it.
+func (s *sessionStore) valid(ctx context.Context, id string, peer netip.Addr) bool {
+	s.mu.Lock()
+	e, ok := s.byID[id]
+	if ok && time.Since(e.lastSeen) > s.idle {
+		delete(s.byID, id)
+		ok = false
+	}
+	if ok {
+		if e.peer != peer {
+			s.mu.Unlock()
+			return false
+		}
+		now := time.Now()
+		e.lastSeen = now
+		refresh := s.shared != nil && now.Sub(e.refreshed) >= sharedRefresh
+		if refresh {
+			e.refreshed = now
+		}
+		rec := e.record
+		s.mu.Unlock()
+		if refresh {
+			switch st, err := s.shared.Refresh(ctx, id, s.idle); {
+			case err != nil:
+				s.log.Warn("shared mcp session store unavailable", "err", err)
+			case st == mcpsessions.Terminated:
+				s.drop(id)
+				return false
+			case st == mcpsessions.Missing && rec != nil: // Redis lost it: share it again
+				if err := s.shared.Put(ctx, id, *rec, s.idle); err != nil {
+					s.log.Warn("shared mcp session store unavailable", "err", err)
+				}
+			}
+		}
+		return true
+	}
+	s.mu.Unlock()
+	if s.shared == nil {
+		return false
+	}
+	rec, found, err := s.shared.Get(ctx, id)
+	if err != nil {
+		s.log.Warn("shared mcp session store unavailable", "err", err)
+		return false
+	}
+	if !found || rec.Peer != peer.String() {
+		return false
+	}
+	now := time.Now()
+	s.mu.Lock()
+	s.byID[id] = &sessionEntry{peer: peer, lastSeen: now, refreshed: now, record: &rec, adopted: true}
+	s.mu.Unlock()
+	if _, err := s.shared.Refresh(ctx, id, s.idle); err != nil {
+		s.log.Warn("shared mcp session store unavailable", "err", err)
+	}
+	return true
+}
+
+func (s *sessionStore) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return len(s.byID)
+}
+
+func (s *sessionStore) drop(id string) {
+	s.mu.Lock()
+	delete(s.byID, id)
+	s.mu.Unlock()
+}
+
+// initialized records what the client told in initialize, for other replicas.
+func (s *sessionStore) initialized(ctx context.Context, id string, req *mcp.InitializeRequest, res *mcp.InitializeResult) {
+	if s.shared == nil || req == nil || res == nil {
+		return
+	}
+	s.mu.Lock()
 	e, ok := s.byID[id]
-	if !ok || e.peer != peer {
-		return false
+	var rec mcpsessions.Record
+	if ok {
+		rec = mcpsessions.Record{Peer: e.peer.String(), ProtocolVersion: res.ProtocolVersion,
+			ClientInfo: req.Params.ClientInfo, Capabilities: req.Params.Capabilities, Initialized: true}
+		e.record = &rec
 	}
-	if time.Since(e.lastSeen) > s.idle {
-		delete(s.byID, id)
-		return false
+	s.mu.Unlock()
+	if !ok {
+		return
 	}
-	e.lastSeen = time.Now()
-	return true
+	if err := s.shared.Put(ctx, id, rec, s.idle); err != nil {
+		s.log.Warn("mcp session not shared; it works on this replica only", "err", err)
+	}
+}
+
+// restore gives a session object mcp-go made for an adopted session the client's info,
+// capabilities and protocol version from its shared record.
+func (s *sessionStore) restore(ctx context.Context) {
+	sess := server.ClientSessionFromContext(ctx)
+	if sess == nil {
+		return
+	}
+	s.mu.Lock()
+	e, ok := s.byID[sess.SessionID()]
+	var rec *mcpsessions.Record
+	if ok && e.adopted {
+		rec = e.record
+	}
+	s.mu.Unlock()
+	if rec == nil {
+		return
+	}
+	if ci, ok := sess.(server.SessionWithClientInfo); ok && ci.GetClientInfo().Name == "" {
+		ci.SetClientInfo(rec.ClientInfo)
+		ci.SetClientCapabilities(rec.Capabilities)
+	}
+	if v, ok := sess.(interface {
+		ProtocolVersion() string
+		SetProtocolVersion(string)
+	}); ok && v.ProtocolVersion() == "" && rec.ProtocolVersion != "" {
+		v.SetProtocolVersion(rec.ProtocolVersion)
+	}
 }
 
 // sweep ends idle sessions until ctx ends.
@@ -96,9 +223,16 @@ func (v sessionView) Generate() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
+	now := time.Now()
 	v.s.mu.Lock()
-	v.s.byID[id] = &sessionEntry{peer: v.peer, lastSeen: time.Now()}
+	rec := mcpsessions.Record{Peer: v.peer.String()}
+	v.s.byID[id] = &sessionEntry{peer: v.peer, lastSeen: now, refreshed: now, record: &rec}
 	v.s.mu.Unlock()
+	if v.s.shared != nil {
+		if err := v.s.shared.Put(context.Background(), id, rec, v.s.idle); err != nil {
+			v.s.log.Warn("mcp session not shared; it works on this replica only", "err", err)
+		}
+	}
 	return id
 }
 
@@ -114,9 +248,16 @@ func (v sessionView) Validate(id string) (bool, error) {
 
 func (v sessionView) Terminate(id string) (bool, error) {
 	v.s.mu.Lock()
-	defer v.s.mu.Unlock()
-	if e, ok := v.s.byID[id]; ok && (!v.peer.IsValid() || e.peer == v.peer) {
+	e, ok := v.s.byID[id]
+	mine := ok && (!v.peer.IsValid() || e.peer == v.peer)
+	if mine {
 		delete(v.s.byID, id)
+	}
+	v.s.mu.Unlock()
+	if mine && v.s.shared != nil {
+		if err := v.s.shared.Terminate(context.Background(), id, v.s.idle); err != nil {
+			v.s.log.Warn("terminated mcp session not removed from the shared store; it expires with its idle timeout", "err", err)
+		}
 	}
 	return false, nil
 }

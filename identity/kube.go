@@ -56,6 +56,8 @@ type Kube struct {
 	// update serialises the event handlers of all informers, so that an identity computed
 	// from the caches is never stored after a newer event has removed it.
 	update sync.Mutex
+	// gone are called with the key ("namespace/sandbox") of each deleted Sandbox.
+	gone   []func(key string)
 	mu     sync.RWMutex // guards byIP and podIPs for Resolve
 	byIP   map[netip.Addr]ipEntry
 	podIPs map[string][]netip.Addr // pod key → addresses it is mapped under
@@ -105,7 +107,10 @@ func NewKube(client kubernetes.Interface, dyn dynamic.Interface, namespaces []st
 		breg, err := boxes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { k.sandboxChanged(obj, pods, boxes) },
 			UpdateFunc: func(_, obj any) { k.sandboxChanged(obj, pods, boxes) },
-			DeleteFunc: func(obj any) { k.sandboxChanged(obj, pods, boxes) },
+			DeleteFunc: func(obj any) {
+				k.sandboxChanged(obj, pods, boxes)
+				k.sandboxGone(obj)
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes identity: watch sandboxes: %w", err)
@@ -113,6 +118,25 @@ func NewKube(client kubernetes.Interface, dyn dynamic.Interface, namespaces []st
 		k.synced = append(k.synced, reg.HasSynced, breg.HasSynced)
 	}
 	return k, nil
+}
+
+// OnSandboxGone registers f to be called with the key ("namespace/sandbox", as Identity.Key) of
+// every Sandbox that is deleted, for state kept per sandbox (grants). Register before Run. f runs
+// on the informer's goroutine and should return quickly; every replica calls it, so it must be
+// idempotent.
+func (k *Kube) OnSandboxGone(f func(key string)) { k.gone = append(k.gone, f) }
+
+func (k *Kube) sandboxGone(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	sb, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	for _, f := range k.gone {
+		f(sb.GetNamespace() + "/" + sb.GetName())
+	}
 }
 
 // Run starts the informers and blocks until ctx is done, then stops them.

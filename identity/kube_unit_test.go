@@ -103,3 +103,30 @@ func BenchmarkKubeResolve(b *testing.B) {
 		}
 	})
 }
+
+// TestKubeSandboxGone checks that a deleted Sandbox is reported by its key, for the state kept
+// per sandbox (grants).
+func TestKubeSandboxGone(t *testing.T) {
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{SandboxResource(): "SandboxList"})
+	_, err := dyn.Resource(SandboxResource()).Namespace("ns").Create(context.Background(), fakeSandbox("box", "u-box", "t1"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	k, err := NewKube(fake.NewClientset(), dyn, []string{"ns"}, nil)
+	require.NoError(t, err)
+	gone := make(chan string, 1)
+	k.OnSandboxGone(func(key string) { gone <- key })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = k.Run(ctx) }()
+	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Second)
+	defer waitCancel()
+	require.True(t, k.WaitForSync(waitCtx))
+
+	require.NoError(t, dyn.Resource(SandboxResource()).Namespace("ns").Delete(context.Background(), "box", metav1.DeleteOptions{}))
+	select {
+	case key := <-gone:
+		assert.Equal(t, "ns/box", key)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deleted sandbox was not reported")
+	}
+}

@@ -47,8 +47,12 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 	}
 	x.dest = dest
 	x.ev.Target.Host = auditHost(dest, "https")
-	d := p.opts.Policy.Decide(r.Context(), &policy.Input{Kind: policy.KindHTTPConnect, Identity: x.ev.Identity,
-		HTTP: &policy.HTTP{Method: http.MethodConnect, Host: dest.Host, Port: dest.Port, MaxTokens: -1}})
+	in := &policy.Input{Kind: policy.KindHTTPConnect, Identity: x.ev.Identity,
+		HTTP: &policy.HTTP{Method: http.MethodConnect, Host: dest.Host, Port: dest.Port, MaxTokens: -1}}
+	if deny := p.opts.Admission.Admit(r.Context(), in); deny != nil {
+		return reject(limitRefusal(deny))
+	}
+	d := p.opts.Policy.Decide(r.Context(), in)
 	x.ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	if !d.Allow {
 		return reject(refusal{Status: http.StatusForbidden, Code: d.Code, Reason: d.Reason})

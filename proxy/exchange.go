@@ -17,10 +17,13 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/config"
 	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/limits"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )
@@ -45,6 +48,9 @@ type exchange struct {
 	cred    string // credential value, never logged or audited
 	rawPath string // escaped upstream path below the base path
 	usage   *UsageParser
+	span    trace.Span
+	charged int64  // tokens of usage already charged to the caller's budget
+	spent   string // the limit code that ends a streamed response after its current event
 	status  int
 	in      atomic.Int64
 	out     atomic.Int64
@@ -60,6 +66,7 @@ func exchangeFrom(ctx context.Context) *exchange {
 
 func (p *Proxy) newExchange(r *http.Request, id identity.Identity, kind string) *exchange {
 	x := &exchange{p: p, start: time.Now()}
+	_, x.span = p.tracer.Start(r.Context(), "proxy "+kind, trace.WithSpanKind(trace.SpanKindServer))
 	x.ev = audit.Event{Kind: kind, Identity: id, Target: audit.Target{Method: r.Method, Host: r.Host}}
 	if r.URL != nil && r.Method != http.MethodConnect {
 		x.ev.Target.Path = r.URL.Path
@@ -78,6 +85,16 @@ func (x *exchange) refuse(w http.ResponseWriter, rf refusal) {
 	}
 	writeRefusal(w, rf)
 	x.finish()
+}
+
+// limitRefusal is the answer to a request refused by a budget or rate limit: 429, or 503 when
+// the limits store cannot be reached.
+func limitRefusal(deny *policy.Decision) refusal {
+	status := http.StatusTooManyRequests
+	if deny.Code == string(limits.CodeStoreUnavailable) {
+		status = http.StatusServiceUnavailable
+	}
+	return refusal{Status: status, Code: deny.Code, Reason: deny.Reason}
 }
 
 func refusalBody(rf refusal) []byte {
@@ -118,6 +135,7 @@ func (x *exchange) finish() {
 	if x.usage != nil {
 		u := x.usage.Usage()
 		ev.Outcome.TokensIn, ev.Outcome.TokensOut = u.In, u.Out
+		x.chargeTokens()
 	}
 	if ev.Decision.PolicyRevision == "" {
 		ev.Decision.PolicyRevision = x.p.opts.Policy.Revision()
@@ -134,6 +152,20 @@ func (x *exchange) finish() {
 		x.p.m.tokens.Add(ctx, ev.Outcome.TokensIn, metric.WithAttributes(attribute.String("direction", "in")))
 		x.p.m.tokens.Add(ctx, ev.Outcome.TokensOut, metric.WithAttributes(attribute.String("direction", "out")))
 	}
+	if sc := x.span.SpanContext(); sc.IsValid() {
+		ev.TraceID = sc.TraceID().String()
+		x.span.SetAttributes(
+			attribute.String("sandgate.identity.namespace", ev.Identity.Namespace),
+			attribute.String("sandgate.identity.sandbox", ev.Identity.Sandbox),
+			attribute.String("sandgate.identity.template", ev.Identity.Template),
+			attribute.Bool("sandgate.decision.allow", ev.Decision.Allow),
+			attribute.String("sandgate.decision.code", code),
+			attribute.String("sandgate.upstream", ev.Target.Host),
+			attribute.String("sandgate.route", ev.Target.Route),
+			attribute.Int("http.response.status_code", ev.Outcome.Status),
+		)
+	}
+	x.span.End()
 	if err := x.p.opts.Audit.Record(ev); err != nil {
 		x.p.log.Error("audit event not recorded", "kind", ev.Kind, "sandbox", ev.Identity.Key(), "err", err)
 	}
@@ -233,6 +265,10 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 			x.ev.Target.Model = mr.Model
 		}
 	}
+	if deny := p.opts.Admission.Admit(r.Context(), in); deny != nil {
+		x.refuse(w, limitRefusal(deny))
+		return
+	}
 	d := p.opts.Policy.Decide(r.Context(), in)
 	x.ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	if !d.Allow {
@@ -307,6 +343,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if x.up.api != config.APINone {
 		out.Header.Del("Accept-Encoding")
 	}
+	if x.span.SpanContext().IsValid() {
+		propagation.TraceContext{}.Inject(trace.ContextWithSpan(pr.Out.Context(), x.span), propagation.HeaderCarrier(out.Header))
+	}
 	if c := x.up.cred; c != nil {
 		out.Header.Del(c.Header)
 		out.Header.Set(c.Header, strings.Replace(c.Format, "{value}", x.cred, 1))
@@ -324,7 +363,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if x.up.api != config.APINone {
 		x.usage = NewUsageParser(resp.Header.Get("Content-Type"))
 	}
-	resp.Body = &countingBody{ReadCloser: resp.Body, x: x}
+	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, lineEmpty: true}
 	return nil
 }
 
@@ -370,21 +409,79 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// countingBody counts the response bytes and feeds them to the usage parser as they pass.
+// countingBody counts the response bytes and feeds them to the usage parser as they pass. A
+// streamed (SSE) model response is charged to the caller's token budget line by line as usage
+// appears in it; once the budget is spent the body ends (io.EOF) at the end of that event.
 type countingBody struct {
 	io.ReadCloser
-	x *exchange
+	x         *exchange
+	lineEmpty bool // the SSE line being read has no content yet
+	ended     bool
 }
 
 func (c *countingBody) Read(b []byte) (int, error) {
+	if c.ended {
+		return 0, io.EOF
+	}
 	n, err := c.ReadCloser.Read(b)
-	if n > 0 {
-		c.x.out.Add(int64(n))
-		if c.x.usage != nil {
+	if n > 0 && c.x.usage != nil {
+		if c.x.usage.sse && c.x.p.opts.Admission != nil {
+			n = c.feedSSE(b[:n])
+		} else {
 			_, _ = c.x.usage.Write(b[:n])
 		}
 	}
+	c.x.out.Add(int64(n))
+	if c.ended {
+		return n, io.EOF
+	}
 	return n, err
+}
+
+// feedSSE feeds p to the usage parser a line at a time, charging new usage after each line, and
+// returns how much of p to pass on: all of it, or up to the blank line that ends the event in
+// which the budget was found spent.
+func (c *countingBody) feedSSE(p []byte) int {
+	off := 0
+	for off < len(p) {
+		i := bytes.IndexByte(p[off:], '\n')
+		if i < 0 {
+			_, _ = c.x.usage.Write(p[off:])
+			if len(bytes.TrimRight(p[off:], "\r")) > 0 {
+				c.lineEmpty = false
+			}
+			return len(p)
+		}
+		line := p[off : off+i+1]
+		_, _ = c.x.usage.Write(line)
+		off += i + 1
+		blank := c.lineEmpty && len(bytes.TrimRight(line[:len(line)-1], "\r")) == 0
+		c.lineEmpty = true
+		if blank && c.x.spent != "" {
+			c.ended = true
+			c.x.ev.Outcome.Error = c.x.spent
+			return off
+		}
+		if !blank && c.x.spent == "" {
+			c.x.chargeTokens()
+		}
+	}
+	return len(p)
+}
+
+// chargeTokens charges the usage reported since the last charge to the caller's token budget and
+// remembers when the budget is spent.
+func (x *exchange) chargeTokens() {
+	u := x.usage.Usage()
+	total := u.In + u.Out
+	if total <= x.charged {
+		return
+	}
+	v := x.p.opts.Admission.AddTokens(context.Background(), x.ev.Identity, total-x.charged)
+	x.charged = total
+	if !v.Allowed && x.spent == "" {
+		x.spent = string(v.Code)
+	}
 }
 
 // statusWriter remembers the status; Unwrap keeps flushing (SSE) working.

@@ -198,6 +198,12 @@ type harnessOption func(*config.Proxy)
 
 func newHarness(t testing.TB, opts ...harnessOption) *harness {
 	t.Helper()
+	return newHarnessWith(t, nil, opts...)
+}
+
+// newHarnessWith is newHarness with a change to the proxy's Options (nil for none).
+func newHarnessWith(t testing.TB, with func(*Options), opts ...harnessOption) *harness {
+	t.Helper()
 	h := &harness{up: startStandIn(t), res: &testResolver{}}
 	caDir := t.TempDir()
 	h.caPath, _, _ = func() (string, string, error) {
@@ -244,12 +250,16 @@ proxy:
 	h.rec = &recorder{w: audit.NewWriter(sink)}
 	roots := x509.NewCertPool()
 	roots.AddCert(h.up.ca.cert)
-	h.p, err = New(Options{
+	po := Options{
 		Config: cfg.Proxy, Identity: ids, Policy: eng, Audit: h.rec,
 		Credentials: credential.FromValues(map[string]string{"anthropic": realKey}),
 		Resolver:    h.res, UpstreamRoots: roots,
 		Dial: h.loopbackOnlyDial(t),
-	})
+	}
+	if with != nil {
+		with(&po)
+	}
+	h.p, err = New(po)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

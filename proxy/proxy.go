@@ -20,7 +20,10 @@ import (
 	"github.com/elazarl/goproxy"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/config"
 	"github.com/sandgate/sandgate/credential"
@@ -55,6 +58,13 @@ type Options struct {
 	// CA signs the certificates of intercepted hosts; default LoadCA(Config.CA.Cert, Config.CA.Key)
 	// when those are set.
 	CA *CA
+	// Admission counts every request and tunnel against the caller's budgets, adds its usage and
+	// grants to the policy input, and is charged the model tokens of each response; nil counts
+	// nothing and adds no grants.
+	Admission *admission.Admission
+	// Tracer starts a span per request and tunnel; its W3C traceparent replaces the sandbox's
+	// on every forwarded request. nil makes no spans (a sandbox's traceparent then passes as is).
+	Tracer trace.TracerProvider
 }
 
 // Proxy is the egress policy proxy. Serve it on the proxy listener; it is an http.Handler as
@@ -79,6 +89,11 @@ type Options struct {
 //     (413), a body that is not one JSON object with unambiguous model/max_tokens/stream is
 //     refused (400). Accept-Encoding is dropped so token usage can be read from the response.
 //   - Route paths containing dot segments are refused (400).
+//   - A request or CONNECT over the caller's rate limit or spent token budget is refused (429),
+//     and so is every request while the limits store cannot be reached in fail_closed mode
+//     (503), before policy is asked. Model tokens a response reports are charged to the budget;
+//     a streamed (SSE) response that spends the budget ends after the event that did, and the
+//     audit event's outcome error says token_budget_spent.
 //   - Inside an intercepted tunnel every request is decided again; its Host must equal the
 //     CONNECT target (421 otherwise) and an absolute URI is refused (400).
 //   - A request head with both Content-Length and Transfer-Encoding, obsolete line folding, or
@@ -97,6 +112,7 @@ type Proxy struct {
 	rp     *httputil.ReverseProxy
 	gp     *goproxy.ProxyHttpServer
 	m      *metrics
+	tracer trace.Tracer
 
 	mu      sync.Mutex
 	tunnels map[string]int
@@ -121,6 +137,9 @@ func New(o Options) (*Proxy, error) {
 	if o.Meters == nil {
 		o.Meters = noop.NewMeterProvider()
 	}
+	if o.Tracer == nil {
+		o.Tracer = tracenoop.NewTracerProvider()
+	}
 	if o.Resolver == nil {
 		o.Resolver = net.DefaultResolver
 	}
@@ -140,7 +159,7 @@ func New(o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{opts: o, cfg: cfg, log: o.Log, m: m, routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
+	p := &Proxy{opts: o, cfg: cfg, log: o.Log, m: m, tracer: o.Tracer.Tracer("github.com/sandgate/sandgate/proxy"), routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
 		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}}
 	p.guard = &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied}
 	for _, s := range cfg.DeniedCIDRs {

@@ -8,11 +8,16 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/sandgate/sandgate/grants"
 )
 
 // newAdminComponent serves the admin listener: /healthz (the process answers), /readyz (every
-// readiness check passes) and /metrics. It must never be reachable from sandboxes: the
-// generated NetworkPolicy admits only the monitoring selector to this port.
+// readiness check passes; degraded shared state is reported but does not fail it), /metrics,
+// and the grants API under /v1/grants/ (bearer token admin.token_credential, read on every
+// request so a rotated token applies at once; without admin.token_credential the API answers 404).
+// It must never be reachable from sandboxes: the generated NetworkPolicy admits only the
+// monitoring selector to this port.
 func newAdminComponent(d *serveDeps, metrics http.Handler) component {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -20,17 +25,39 @@ func newAdminComponent(d *serveDeps, metrics http.Handler) component {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		failures := d.ready.Check()
+		failures, degraded := d.ready.Check(), d.ready.Degraded()
 		w.Header().Set("Content-Type", "application/json")
 		if len(failures) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "failing": failures})
+			_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "failing": failures, "degraded": degraded})
 			return
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"ready": true, "policy_revision": d.policy.Revision()})
+		body := map[string]any{"ready": true, "policy_revision": d.policy.Revision()}
+		if len(degraded) > 0 {
+			body["degraded"] = degraded
+		}
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/v1/grants/", grantsAPI(d))
 	return httpComponent("admin", d.cfg.Listen.Admin, mux, d)
+}
+
+// grantsAPI is the grants admin API, or a 404 that says how to enable it.
+func grantsAPI(d *serveDeps) http.Handler {
+	name := d.cfg.Admin.TokenCredential
+	if name == "" || d.grants == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(map[string]string{
+				"error": "the admin API is disabled: set admin.token_credential to the name of a credential holding its bearer token"})
+		})
+	}
+	return grants.NewHandler(d.grants, func() string {
+		v, _ := d.creds.Get(name)
+		return v
+	})
 }
 
 // httpComponent runs an http.Server on addr until ctx ends, then shuts it down gracefully

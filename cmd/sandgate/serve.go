@@ -9,14 +9,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/config"
 	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/grants"
 	"github.com/sandgate/sandgate/identity"
 	"github.com/sandgate/sandgate/kube"
+	"github.com/sandgate/sandgate/limits"
+	"github.com/sandgate/sandgate/mcpsessions"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/telemetry"
 )
@@ -32,6 +38,13 @@ type serveDeps struct {
 	creds    *credential.Store
 	meters   metric.MeterProvider
 	ready    *readiness
+	// limits and grants are the shared state (Redis, or memory without redis.addr); admission is
+	// the one view of them the gateway and the proxy use on the request path.
+	limits    *limits.Limiter
+	grants    grants.Store
+	admission *admission.Admission
+	sessions  mcpsessions.Store // nil: MCP sessions stay on their replica
+	tracer    trace.TracerProvider
 }
 
 // component is one listener (admin, MCP, proxy) or background loop. Serve runs until ctx ends,
@@ -83,12 +96,20 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(env.stdout, "config %s is valid\n", path)
 		return nil
 	}
-	return serve(ctx, cfg, creds, log)
+	// go-redis logs through a package-level logger; this is the one place it is set.
+	redis.SetLogger(redisLogger{log.With("component", "redis")})
+	return serve(ctx, cfg, creds, log, env.getenv)
 }
 
-// serve builds the request path and runs every component until ctx ends.
-func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log *slog.Logger) error {
-	tel, err := telemetry.New()
+// serve builds the request path and runs every component until ctx ends. getenv gives
+// $SANDGATE_REPLICA (else $POD_NAME, else the host name), which names this process in the shared
+// audit stream, and the OTEL_* variables that decide whether spans are exported.
+func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log *slog.Logger, getenv func(string) string) error {
+	replica := getenv("SANDGATE_REPLICA")
+	if replica == "" {
+		replica = getenv("POD_NAME")
+	}
+	tel, err := telemetry.New(telemetry.WithGetenv(getenv))
 	if err != nil {
 		return err
 	}
@@ -106,20 +127,32 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		}
 		return nil
 	})
+	shared, err := newSharedState(cfg, creds, replica, log, ready)
+	if err != nil {
+		return err
+	}
+	defer shared.close()
 	sink, err := openAuditSink(cfg)
 	if err != nil {
 		return err
 	}
-	writer := audit.NewWriter(sink)
+	writer := audit.NewWriter(shared.wrapSink(sink))
 	ready.Add("audit", writer.Healthy)
-	resolver, kubeComps, err := newResolver(cfg, log, tel, ready)
+	if err := observeAudit(tel.MeterProvider(), writer); err != nil {
+		return err
+	}
+	resolver, kubeComps, err := newResolver(cfg, log, tel, ready, shared.sandboxGone(log))
 	if err != nil {
 		return err
 	}
 	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: engine, audit: writer,
-		creds: creds, meters: tel.MeterProvider(), ready: ready}
+		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider()}
+	if d.admission, err = shared.admission(d); err != nil {
+		return err
+	}
 
 	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
+	comps = append(comps, shared.components()...)
 	if cfg.Policy.WatchEnabled() {
 		comps = append(comps, componentFunc(engine.Watch))
 	}
@@ -147,8 +180,33 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		log.Error("audit flush on shutdown failed", "err", err)
 		runErr = errors.Join(runErr, fmt.Errorf("flush audit log: %w", err))
 	}
+	shared.sync(flushCtx, log)
 	log.Info("sandgate stopped")
 	return runErr
+}
+
+// observeAudit exports the audit writer's queue depth: a queue near its capacity means the sink
+// cannot keep up, and new calls are refused once it is full.
+func observeAudit(mp metric.MeterProvider, w *audit.Writer) error {
+	m := mp.Meter("github.com/sandgate/sandgate/audit")
+	depth, err := m.Int64ObservableGauge("sandgate.audit.queue.depth", metric.WithDescription("Audit events accepted but not yet written"))
+	if err != nil {
+		return fmt.Errorf("audit metrics: %w", err)
+	}
+	capacity, err := m.Int64ObservableGauge("sandgate.audit.queue.capacity", metric.WithDescription("Audit events the queue holds at most"))
+	if err != nil {
+		return fmt.Errorf("audit metrics: %w", err)
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := w.Stats()
+		o.ObserveInt64(depth, int64(s.QueueDepth))
+		o.ObserveInt64(capacity, int64(s.QueueCapacity))
+		return nil
+	}, depth, capacity)
+	if err != nil {
+		return fmt.Errorf("audit metrics: %w", err)
+	}
+	return nil
 }
 
 func openAuditSink(cfg *config.Config) (audit.Sink, error) {
@@ -161,7 +219,8 @@ func openAuditSink(cfg *config.Config) (audit.Sink, error) {
 
 // newResolver picks the identity source: Kubernetes when enabled (with the NetworkPolicy
 // controller when asked), else the static map of the config.
-func newResolver(cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry, ready *readiness) (identity.Resolver, []component, error) {
+// sandboxGone is told of every deleted Sandbox (Kubernetes only; static sandboxes never go).
+func newResolver(cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry, ready *readiness, sandboxGone func(key string)) (identity.Resolver, []component, error) {
 	if !cfg.Kubernetes.Enabled {
 		r, err := identity.NewStatic(cfg.Identity.Static)
 		return r, nil, err
@@ -178,6 +237,7 @@ func newResolver(cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry,
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes identity: %w", err)
 	}
+	k.OnSandboxGone(sandboxGone)
 	ready.Add("kubernetes identity cache", synced(k.HasSynced))
 	comps := []component{componentFunc(k.Run)}
 	if cfg.Kubernetes.Controller.Enabled {
@@ -216,8 +276,9 @@ func newLogger(env *cliEnv, lc config.Log) *slog.Logger {
 
 // readiness is the set of named checks behind /readyz.
 type readiness struct {
-	mu     sync.Mutex
-	checks []namedCheck
+	mu       sync.Mutex
+	checks   []namedCheck
+	degraded []namedCheck
 }
 
 type namedCheck struct {
@@ -232,11 +293,31 @@ func (r *readiness) Add(name string, check func() error) {
 	r.mu.Unlock()
 }
 
+// AddDegraded registers a check whose failure /readyz reports under "degraded" without
+// failing: the replica still serves, with the documented fallback.
+func (r *readiness) AddDegraded(name string, check func() error) {
+	r.mu.Lock()
+	r.degraded = append(r.degraded, namedCheck{name, check})
+	r.mu.Unlock()
+}
+
 // Check runs every check and returns each failure by name.
 func (r *readiness) Check() (failures map[string]string) {
 	r.mu.Lock()
 	checks := append([]namedCheck(nil), r.checks...)
 	r.mu.Unlock()
+	return runChecks(checks)
+}
+
+// Degraded runs the AddDegraded checks and returns each failure by name.
+func (r *readiness) Degraded() map[string]string {
+	r.mu.Lock()
+	checks := append([]namedCheck(nil), r.degraded...)
+	r.mu.Unlock()
+	return runChecks(checks)
+}
+
+func runChecks(checks []namedCheck) (failures map[string]string) {
 	for _, c := range checks {
 		if err := c.check(); err != nil {
 			if failures == nil {

@@ -17,6 +17,9 @@ func newGatewayComponent(d *serveDeps) (component, error) {
 		Audit:       d.audit,
 		Credentials: d.creds,
 		Meters:      d.meters,
+		Admission:   d.admission,
+		Tracer:      d.tracer,
+		Sessions:    d.sessions,
 		Log:         d.log.With("component", "gateway"),
 	})
 	if err != nil {

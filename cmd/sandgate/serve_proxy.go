@@ -17,6 +17,8 @@ func newProxyComponent(d *serveDeps) (component, error) {
 		Audit:       d.audit,
 		Credentials: d.creds,
 		Meters:      d.meters,
+		Admission:   d.admission,
+		Tracer:      d.tracer,
 		Log:         d.log.With("component", "proxy"),
 	})
 	if err != nil {

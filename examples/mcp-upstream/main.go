@@ -25,9 +25,32 @@ func main() {
 	name := flag.String("name", "mcp-upstream", "server name")
 	prefix := flag.String("tool-prefix", "", "prefix for every tool name")
 	secretEnv := flag.String("secret-env", "UPSTREAM_TOKEN", "environment variable get-env reports on")
+	sampling := flag.Bool("sampling", false, "add the tool ask-model, which asks the client's model (sampling/createMessage)")
 	flag.Parse()
 
 	s := server.NewMCPServer(*name, "1.0.0", server.WithToolCapabilities(true))
+	if *sampling {
+		s.EnableSampling()
+		s.AddTool(mcp.NewTool(*prefix+"ask-model", mcp.WithDescription("Asks the client's model a question"),
+			mcp.WithString("question", mcp.Required())),
+			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				q, err := req.RequireString("question")
+				if err != nil {
+					return mcp.NewToolResultError(err.Error()), nil
+				}
+				res, err := s.RequestSampling(ctx, mcp.CreateMessageRequest{CreateMessageParams: mcp.CreateMessageParams{
+					Messages:  []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent(q)}},
+					MaxTokens: 100,
+				}})
+				if err != nil {
+					return mcp.NewToolResultError("sampling: " + err.Error()), nil
+				}
+				if tc, ok := res.Content.(mcp.TextContent); ok {
+					return mcp.NewToolResultText("model says: " + tc.Text), nil
+				}
+				return mcp.NewToolResultText(fmt.Sprintf("model says: %v", res.Content)), nil
+			})
+	}
 	s.AddTool(mcp.NewTool(*prefix+"echo", mcp.WithDescription("Returns its message"),
 		mcp.WithString("message", mcp.Required(), mcp.Description("text to echo"))),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

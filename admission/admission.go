@@ -1,0 +1,125 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/sandgate/sandgate/grants"
+	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/limits"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// Admission counts calls and fills in usage and grants. It is safe for concurrent use.
+type Admission struct {
+	limits *limits.Limiter
+	grants grants.Store
+	log    *slog.Logger
+	denied metric.Int64Counter
+	errors metric.Int64Counter
+}
+
+// New returns an Admission over l and g; either may be nil (nothing counted, no grants). mp and
+// log may be nil.
+func New(l *limits.Limiter, g grants.Store, log *slog.Logger, mp metric.MeterProvider) (*Admission, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/sandgate/sandgate/admission")
+	denied, err := m.Int64Counter("sandgate.limits.denied",
+		metric.WithDescription("Calls refused by budgets and rate limits, by kind and code"))
+	if err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	errs, err := m.Int64Counter("sandgate.shared_state.errors",
+		metric.WithDescription("Failed reads and writes of the shared state (limits, grants), by store"))
+	if err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	return &Admission{limits: l, grants: g, log: log, denied: denied, errors: errs}, nil
+}
+
+// Admit counts one call of in.Identity (limits.Limiter.Take) and sets in.Usage and in.Grants.
+// It returns the denial to act on when a limit refuses the call, or when the limits store cannot
+// be reached and the failure mode is fail_closed; nil otherwise. Grants that cannot be read are
+// left out (logged and counted): whatever needs a grant is then denied by policy.
+//
+// Callers the identity source does not know are neither counted nor given grants: policy
+// refuses them by identity.
+func (a *Admission) Admit(ctx context.Context, in *policy.Input) *policy.Decision {
+	if a == nil || !in.Identity.Known {
+		return nil
+	}
+	if a.limits != nil {
+		usage, v, err := a.limits.Take(ctx, limits.KeysFor(in.Identity))
+		if err != nil {
+			a.storeError(ctx, "limits", in.Identity, err)
+		}
+		if !v.Allowed {
+			return a.deny(ctx, in.Kind, v)
+		}
+		in.Usage = usage
+	}
+	if a.grants != nil {
+		g, err := a.grants.Get(ctx, in.Identity.Key())
+		if err != nil {
+			a.storeError(ctx, "grants", in.Identity, err)
+		} else {
+			in.Grants = g
+		}
+	}
+	return nil
+}
+
+// AcquireToolCall takes one of the caller's concurrent tool call slots. release is never nil and
+// must be called when the call ends; deny is the refusal to act on when no slot is free (or the
+// store cannot be reached and the mode is fail_closed).
+func (a *Admission) AcquireToolCall(ctx context.Context, id identity.Identity) (release func(), deny *policy.Decision) {
+	if a == nil || a.limits == nil || !id.Known {
+		return func() {}, nil
+	}
+	release, _, v, err := a.limits.Acquire(ctx, limits.KeysFor(id))
+	if err != nil {
+		a.storeError(ctx, "limits", id, err)
+	}
+	if !v.Allowed {
+		release()
+		return func() {}, a.deny(ctx, policy.KindToolsCall, v)
+	}
+	return release, nil
+}
+
+// AddTokens charges n model tokens to the caller's daily budgets. It returns the verdict to act
+// on: when it is not Allowed the budget is spent (or cannot be checked, fail_closed) and a
+// streaming response should end after its current event.
+func (a *Admission) AddTokens(ctx context.Context, id identity.Identity, n int64) limits.Verdict {
+	if a == nil || a.limits == nil || !id.Known || n <= 0 {
+		return limits.Verdict{Allowed: true}
+	}
+	_, v, err := a.limits.AddTokens(ctx, limits.KeysFor(id), n)
+	if err != nil {
+		a.storeError(ctx, "limits", id, err)
+	}
+	if !v.Allowed {
+		a.denied.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", policy.KindHTTPRequest), attribute.String("code", string(v.Code))))
+	}
+	return v
+}
+
+func (a *Admission) deny(ctx context.Context, kind string, v limits.Verdict) *policy.Decision {
+	a.denied.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("code", string(v.Code))))
+	return &policy.Decision{Reason: v.Reason, Code: string(v.Code)}
+}
+
+func (a *Admission) storeError(ctx context.Context, store string, id identity.Identity, err error) {
+	a.errors.Add(ctx, 1, metric.WithAttributes(attribute.String("store", store)))
+	a.log.Warn("shared state unavailable", "store", store, "sandbox", id.Key(), "err", err)
+}

@@ -1,0 +1,69 @@
+package admission
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/grants"
+	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/limits"
+	"github.com/sandgate/sandgate/policy"
+)
+
+func TestAdmit(t *testing.T) {
+	coder := identity.Identity{Namespace: "agents", Sandbox: "coder-1", Template: "coding-agent", Known: true}
+	g := grants.NewMemory()
+	require.NoError(t, g.Put(context.Background(), coder.Key(), "github_repos", []any{"acme/api"}, time.Hour))
+	noon := time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC) // one window for every case
+	a, err := New(limits.NewMemory(config.Limits{Default: config.LimitSet{RequestsPerMinute: 2, ConcurrentToolCalls: 1}},
+		limits.WithClock(func() time.Time { return noon })), g, nil, nil)
+	require.NoError(t, err)
+
+	tests := []struct {
+		name       string
+		adm        *Admission
+		id         identity.Identity
+		wantDeny   string // code; "" admits
+		wantGrants bool
+		wantUsage  int64 // requests_this_minute
+	}{
+		{"a nil admission admits and adds nothing", nil, coder, "", false, 0},
+		{"the first call is counted and sees the sandbox's grants", a, coder, "", true, 1},
+		{"the second call is counted", a, coder, "", true, 2},
+		{"a call over requests_per_minute is refused with the limiter's code", a, coder, string(limits.CodeRateLimited), false, 0},
+		{"an unknown caller is neither counted nor given grants", a, identity.Identity{}, "", false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := &policy.Input{Kind: policy.KindToolsCall, Identity: tt.id}
+			deny := tt.adm.Admit(context.Background(), in)
+			if tt.wantDeny != "" {
+				require.NotNil(t, deny)
+				assert.Equal(t, tt.wantDeny, deny.Code)
+				assert.False(t, deny.Allow)
+				assert.Contains(t, deny.Reason, "agents/coder-1")
+				return
+			}
+			require.Nil(t, deny)
+			assert.Equal(t, tt.wantGrants, in.Grants["github_repos"] != nil)
+			assert.Equal(t, tt.wantUsage, in.Usage[limits.UsageRequestsThisMinute])
+		})
+	}
+
+	t.Run("a second concurrent tool call is refused until the first releases its slot", func(t *testing.T) {
+		release, deny := a.AcquireToolCall(context.Background(), coder)
+		require.Nil(t, deny)
+		_, deny = a.AcquireToolCall(context.Background(), coder)
+		require.NotNil(t, deny)
+		assert.Equal(t, string(limits.CodeConcurrency), deny.Code)
+		release()
+		release2, deny := a.AcquireToolCall(context.Background(), coder)
+		assert.Nil(t, deny)
+		release2()
+	})
+}

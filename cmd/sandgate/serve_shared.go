@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sandgate/sandgate/admission"
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/grants"
+	"github.com/sandgate/sandgate/limits"
+	"github.com/sandgate/sandgate/mcpsessions"
+	"github.com/sandgate/sandgate/redisconn"
+)
+
+// sharedState is what replicas share through Redis when redis.addr is set, else its in-memory
+// stand-ins: budget counters, grants, and the audit stream mirror (nil without Redis).
+type sharedState struct {
+	limits *limits.Limiter
+	grants grants.Store
+	// sessions shares MCP sessions between replicas (nil without Redis: they stay local).
+	sessions mcpsessions.Store
+	client   *redis.Client       // nil without Redis
+	mirror   *audit.StreamMirror // nil unless the audit stream is enabled
+}
+
+// newSharedState connects to Redis when configured (lazily: go-redis dials on first use, so a
+// Redis that is down at start delays nothing) and builds the stores on it.
+//
+// Redis trouble never makes a replica unready: budgets then fail closed (or open, as
+// configured), grants are left out of the policy input (denying what needs one), and the audit
+// file keeps every event while the mirror catches up later. Taking every replica out of service
+// because the shared Redis is down would turn a degraded gateway into no gateway at all, so the
+// Redis check is reported under "degraded" by /readyz, not under "failing".
+func newSharedState(cfg *config.Config, creds *credential.Store, replica string, log *slog.Logger, ready *readiness) (*sharedState, error) {
+	rc := cfg.Redis
+	if rc.Addr == "" {
+		return &sharedState{limits: limits.NewMemory(cfg.Limits), grants: grants.NewMemory()}, nil
+	}
+	password := ""
+	if rc.PasswordCredential != "" {
+		v, ok := creds.Get(rc.PasswordCredential)
+		if !ok {
+			return nil, fmt.Errorf("redis.password_credential: credential %q is not available", rc.PasswordCredential)
+		}
+		password = v
+	}
+	client := redisconn.New(rc, password)
+	s := &sharedState{
+		client:   client,
+		limits:   limits.NewRedis(client, rc.KeyPrefix, cfg.Limits, limits.WithTimeout(rc.OpTimeout.D())),
+		grants:   grants.NewRedis(client, rc.KeyPrefix, grants.WithTimeout(max(rc.OpTimeout.D(), 500*time.Millisecond))),
+		sessions: mcpsessions.NewRedis(client, rc.KeyPrefix, rc.OpTimeout.D()),
+	}
+	ready.AddDegraded("redis", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), rc.OpTimeout.D())
+		defer cancel()
+		return redisconn.Check(ctx, client)
+	})
+	if rc.AuditStreamEnabled() {
+		m, err := audit.NewStreamMirror(client, audit.StreamConfig{
+			Dir: cfg.Audit.File.Dir, Stream: rc.AuditStream.Name, Source: replica, MaxLen: rc.AuditStream.MaxLen})
+		if err != nil {
+			_ = client.Close()
+			return nil, fmt.Errorf("redis.audit_stream: %w", err)
+		}
+		s.mirror = m
+		ready.AddDegraded("audit stream mirror", m.Healthy)
+	}
+	log.Info("shared state in redis", "addr", rc.Addr, "key_prefix", rc.KeyPrefix, "audit_stream", rc.AuditStreamEnabled(), "replica", replica)
+	return s, nil
+}
+
+// admission is the request path's view of the shared state (gateway and proxy use the same).
+func (s *sharedState) admission(d *serveDeps) (*admission.Admission, error) {
+	return admission.New(s.limits, s.grants, d.log.With("component", "admission"), d.meters)
+}
+
+// wrapSink makes audit writes wake the stream mirror at once.
+func (s *sharedState) wrapSink(sink audit.Sink) audit.Sink {
+	if s.mirror == nil {
+		return sink
+	}
+	return audit.MirroredSink(sink, s.mirror)
+}
+
+// components are the background loops of the shared state: the audit stream mirror.
+func (s *sharedState) components() []component {
+	if s.mirror == nil {
+		return nil
+	}
+	return []component{componentFunc(func(ctx context.Context) error {
+		_ = s.mirror.Run(ctx) // returns ctx's error: a normal stop
+		return nil
+	})}
+}
+
+// sync mirrors what the audit writer flushed last (call after the writer is closed), within ctx.
+func (s *sharedState) sync(ctx context.Context, log *slog.Logger) {
+	if s.mirror == nil {
+		return
+	}
+	if err := s.mirror.Sync(ctx); err != nil {
+		log.Warn("audit stream not fully mirrored on shutdown; the next start catches up from the file", "err", err)
+	}
+}
+
+// close disconnects from Redis.
+func (s *sharedState) close() {
+	if s.client != nil {
+		_ = s.client.Close()
+	}
+}
+
+// sandboxGone drops a deleted sandbox's grants (their TTL would remove them too, later).
+func (s *sharedState) sandboxGone(log *slog.Logger) func(key string) {
+	return func(key string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.grants.DeleteSandbox(ctx, key); err != nil {
+			log.Warn("grants of deleted sandbox not removed; they expire with their TTL", "sandbox", key, "err", err)
+		}
+	}
+}
+
+// redisLogger routes go-redis's own log lines (reconnects, pool trouble) through slog.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/mcpsessions"
+	"github.com/sandgate/sandgate/test/redistest"
+)
+
+// TestSharedSessions runs two gateways sharing sessions through a real redis-server.
+func TestSharedSessions(t *testing.T) {
+	srv := redistest.Start(t)
+	store := mcpsessions.NewRedis(srv.Client(t), "sg:", time.Second)
+	up := startHTTPUpstream(t, "127.0.0.1:0")
+	shared := func(o *Options) { o.Sessions = store }
+	a := startGatewayWith(t, "testdata/policy", shared, config.Upstream{Name: "http", URL: up.URL()})
+	b := startGatewayWith(t, "testdata/policy", shared, config.Upstream{Name: "http", URL: up.URL()})
+	a.waitReady(t)
+	b.waitReady(t)
+
+	// post sends tools/list with session sid from src and returns the status.
+	post := func(h *harness, src, sid string) int {
+		req, _ := http.NewRequest(http.MethodPost, h.URL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		resp, err := sandboxHTTPClient(src, nil).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	c := connectSandbox(t, a.URL(), "127.0.0.2", nil)
+	sid := c.GetSessionId()
+	require.NotEmpty(t, sid)
+
+	tests := []struct {
+		name   string
+		h      *harness
+		src    string
+		before func()
+		want   int
+	}{
+		{"a session created on one gateway is continued by the other", b, "127.0.0.2", nil, http.StatusOK},
+		{"another source address cannot use it on either", b, "127.0.0.3", nil, http.StatusNotFound},
+		{"a redis that lost its data does not end the session", a, "127.0.0.2", func() {
+			srv.Stop()
+			srv.Restart()
+			time.Sleep(sharedRefresh) // the next request refreshes the record and shares it again
+			require.Equal(t, http.StatusOK, post(a, "127.0.0.2", sid))
+		}, http.StatusOK},
+		{"after that the other gateway still continues it", b, "127.0.0.2", func() { time.Sleep(sharedRefresh) }, http.StatusOK},
+		{"a session terminated on one gateway ends on the other within a second", b, "127.0.0.2", func() {
+			require.NoError(t, c.Close()) // DELETE on a
+			time.Sleep(sharedRefresh + 100*time.Millisecond)
+		}, http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.before != nil {
+				tt.before()
+			}
+			assert.Equal(t, tt.want, post(tt.h, tt.src, sid))
+		})
+	}
+}
