@@ -295,7 +295,9 @@ func sandgateBin(t testing.TB) string {
 }
 
 func build() (bin, version string, err error) {
-	out, err := exec.Command("make", "-s", "-C", repoRoot, "print-build-flags").Output()
+	// --no-print-directory: under `make test` this runs inside a recursive make, whose MAKEFLAGS
+	// would otherwise add "Entering directory" lines around the output.
+	out, err := exec.Command("make", "-s", "--no-print-directory", "-C", repoRoot, "print-build-flags").Output()
 	if err != nil {
 		return "", "", fmt.Errorf("make print-build-flags: %w", err)
 	}
