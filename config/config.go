@@ -46,6 +46,9 @@ type Admin struct {
 	// TokenCredential names the credential whose value callers of the admin API must present as a
 	// bearer token. Empty disables the admin API (health and metrics stay).
 	TokenCredential string `json:"token_credential"`
+	// Pprof serves Go's profiler under /debug/pprof/ on the admin listener (default off; for
+	// benchmarks and incidents).
+	Pprof bool `json:"pprof"`
 }
 
 // Policy configures the Rego engine.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/sandgate/sandgate/grants"
@@ -40,6 +41,15 @@ func newAdminComponent(d *serveDeps, metrics http.Handler) component {
 	})
 	mux.Handle("GET /metrics", metrics)
 	mux.Handle("/v1/grants/", grantsAPI(d))
+	if d.cfg.Admin.Pprof {
+		// Profiling for benchmarks and incidents; off by default. Like everything on this port,
+		// it is reachable only from the monitoring selector, never from sandboxes.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return httpComponent("admin", d.cfg.Listen.Admin, mux, d)
 }
 

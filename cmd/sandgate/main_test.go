@@ -196,6 +196,8 @@ identity:
 	assert.Equal(t, 200, code)
 	assert.Contains(t, body, `sandgate_policy_reloads_total{result="ok"} 1`)
 	assert.Contains(t, body, "sandgate_policy_revision_info")
+	code, _ = get("/debug/pprof/")
+	assert.Equal(t, http.StatusNotFound, code, "the profiler is off unless admin.pprof is set")
 
 	cancel()
 	select {
@@ -205,4 +207,25 @@ identity:
 		t.Fatal("serve did not stop after its context ended")
 	}
 	assert.True(t, strings.Contains(errOut.String(), "sandgate stopped"), errOut.String())
+}
+
+func TestServeProfilerOnlyWhenAsked(t *testing.T) {
+	dir := t.TempDir()
+	admin := freeAddr(t)
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nadmin:\n  pprof: true\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
+		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}, []string{"serve", "--config", cfg})
+	}()
+	defer func() { cancel(); <-done }()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + admin + "/debug/pprof/cmdline")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond)
 }
