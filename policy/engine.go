@@ -57,6 +57,7 @@ type Engine struct {
 	debounce time.Duration
 
 	metrics *engineMetrics
+	pool    *stackPool // evaluations run here; it lives as long as New's context
 
 	cur      atomic.Pointer[revision]
 	reloadMu sync.Mutex
@@ -81,7 +82,8 @@ func WithReloadObserver(f func(ReloadResult)) Option { return func(e *Engine) { 
 // WithDebounce sets how long Watch waits after a file change before reloading.
 func WithDebounce(d time.Duration) Option { return func(e *Engine) { e.debounce = d } }
 
-// New loads the policies in dir. A folder that does not compile is an error; a folder with no
+// New loads the policies in dir. Evaluation workers run until ctx ends; decisions made after
+// that run on the caller's goroutine. A folder that does not compile is an error; a folder with no
 // policy files yields an engine that denies everything with reason "no policy is loaded" until
 // a reload finds some.
 func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
@@ -92,6 +94,7 @@ func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
 	if err := e.Reload(ctx); err != nil && !errors.Is(err, ErrNoPolicy) {
 		return nil, err
 	}
+	e.pool = newStackPool(ctx)
 	return e, nil
 }
 
@@ -153,7 +156,7 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	if err != nil {
 		return Decision{Reason: "policy input: " + err.Error(), Code: CodeInputError, Revision: rev.id, Err: err}
 	}
-	return rev.decide(ctx, val)
+	return e.pool.decide(ctx, rev, val)
 }
 
 // DecideDocument evaluates the policy for an input given as a decoded JSON document, as
