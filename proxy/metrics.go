@@ -14,6 +14,8 @@ type metrics struct {
 	denied   metric.Int64Counter
 	tunnels  metric.Int64UpDownCounter
 	tokens   metric.Int64Counter
+	// upstreamConns counts the connections the pooled upstream transports hold open.
+	upstreamConns metric.Int64UpDownCounter
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -33,6 +35,10 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		return nil, fmt.Errorf("create proxy metrics: %w", err)
 	}
 	if x.tokens, err = m.Int64Counter("sandgate.proxy.tokens", metric.WithDescription("Model tokens by direction.")); err != nil {
+		return nil, fmt.Errorf("create proxy metrics: %w", err)
+	}
+	if x.upstreamConns, err = m.Int64UpDownCounter("sandgate.proxy.upstream.connections",
+		metric.WithDescription("Open connections of the pooled upstream transports, by upstream (route name or host:port).")); err != nil {
 		return nil, fmt.Errorf("create proxy metrics: %w", err)
 	}
 	return &x, nil

@@ -1,9 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
+	"net"
 	"net/http"
+	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sandgate/sandgate/config"
 	"github.com/sandgate/sandgate/proxy/hostport"
@@ -30,7 +36,7 @@ func (p *Proxy) newUpstream(scheme string, addr hostport.Addr, basePath, route, 
 	l := p.cfg.Limits
 	tr := &http.Transport{
 		Proxy:                  nil,
-		DialContext:            p.guard.dialContext(allowPrivate),
+		DialContext:            p.pooledDial(upstreamName(route, addr), allowPrivate),
 		TLSClientConfig:        &tls.Config{RootCAs: p.opts.UpstreamRoots, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           512,
@@ -44,6 +50,47 @@ func (p *Proxy) newUpstream(scheme string, addr hostport.Addr, basePath, route, 
 		ReadBufferSize:         32 << 10,
 	}
 	return &upstream{scheme: scheme, addr: addr, basePath: basePath, route: route, api: api, cred: cred, allowPrivate: allowPrivate, tr: tr}
+}
+
+// upstreamName labels an upstream's pool in metrics: its route name, else its host:port, else
+// "forward" for the shared plain-HTTP pool.
+func upstreamName(route string, addr hostport.Addr) string {
+	switch {
+	case route != "":
+		return route
+	case addr != (hostport.Addr{}):
+		return addr.String()
+	}
+	return "forward"
+}
+
+// pooledDial dials through the dial guard and counts the connection while it is open
+// (sandgate.proxy.upstream.connections): with keep-alive and HTTP/2 the pool stays small
+// whatever the number of sandboxes, and this is where to see it.
+func (p *Proxy) pooledDial(name string, allowPrivate bool) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := p.guard.dialContext(allowPrivate)
+	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("upstream", name)))
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		p.m.upstreamConns.Add(ctx, 1, attrs)
+		return &countedConn{Conn: c, closed: func() { p.m.upstreamConns.Add(context.Background(), -1, attrs) }}, nil
+	}
+}
+
+// countedConn runs closed once, on the first Close.
+type countedConn struct {
+	net.Conn
+	once   sync.Once
+	closed func()
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.closed)
+	return err
 }
 
 // exchangeTransport sends a request through the transport of the exchange it belongs to.
