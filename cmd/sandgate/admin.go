@@ -70,9 +70,9 @@ func grantsAPI(d *serveDeps) http.Handler {
 	})
 }
 
-// httpComponent runs an http.Server on addr until ctx ends, then shuts it down gracefully
-// within shutdownGrace. An empty addr disables it.
-func httpComponent(name, addr string, h http.Handler, d *serveDeps) component {
+// listenerComponent listens on addr and hands the listener to serve, which runs until ctx
+// ends and then shuts down gracefully. An empty addr disables it.
+func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.Context, ln net.Listener) error) component {
 	return componentFunc(func(ctx context.Context) error {
 		if addr == "" {
 			<-ctx.Done()
@@ -82,13 +82,21 @@ func httpComponent(name, addr string, h http.Handler, d *serveDeps) component {
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", name, err)
 		}
+		d.log.Info("listening", "listener", name, "addr", ln.Addr().String())
+		return serve(ctx, ln)
+	})
+}
+
+// httpComponent runs an http.Server on addr until ctx ends, then shuts it down gracefully
+// within shutdownGrace. An empty addr disables it.
+func httpComponent(name, addr string, h http.Handler, d *serveDeps) component {
+	return listenerComponent(name, addr, d, func(ctx context.Context, ln net.Listener) error {
 		srv := &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    64 << 10,
 		}
-		d.log.Info("listening", "listener", name, "addr", ln.Addr().String())
 		errc := make(chan error, 1)
 		go func() { errc <- srv.Serve(ln) }()
 		select {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net"
 
 	"github.com/sandgate/sandgate/proxy"
 )
@@ -24,16 +22,7 @@ func newProxyComponent(d *serveDeps) (component, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build proxy: %w", err)
 	}
-	return componentFunc(func(ctx context.Context) error {
-		if d.cfg.Listen.Proxy == "" {
-			<-ctx.Done()
-			return nil
-		}
-		ln, err := net.Listen("tcp", d.cfg.Listen.Proxy)
-		if err != nil {
-			return fmt.Errorf("proxy listener: %w", err)
-		}
-		d.log.Info("listening", "listener", "proxy", "addr", ln.Addr().String())
-		return p.Serve(ctx, ln)
-	}), nil
+	// p.Serve, not an http.Server: it wraps each connection in the proxy's request-smuggling
+	// and header-size guard before any HTTP parsing.
+	return listenerComponent("proxy", d.cfg.Listen.Proxy, d, p.Serve), nil
 }
