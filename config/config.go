@@ -57,6 +57,20 @@ type Policy struct {
 	Dir string `json:"dir"`
 	// Watch reloads the policies when a file in Dir changes. Default true.
 	Watch *bool `json:"watch"`
+	// DecisionCache bounds the decisions remembered per policy revision, keyed by the parts
+	// of input the policies read (docs/policies.md). Default 16384; 0 turns it off.
+	DecisionCache *int `json:"decision_cache"`
+}
+
+// DefaultDecisionCache is policy.decision_cache when the file does not set it.
+const DefaultDecisionCache = 16384
+
+// DecisionCacheEntries is policy.decision_cache with its default applied.
+func (p Policy) DecisionCacheEntries() int {
+	if p.DecisionCache == nil {
+		return DefaultDecisionCache
+	}
+	return *p.DecisionCache
 }
 
 // WatchEnabled reports whether policy hot reload is on.
@@ -280,6 +294,9 @@ func (c *Config) validate() error {
 	case "batch", "always", "never":
 	default:
 		errs.add("audit.file.fsync", "%q is not one of batch, always, never", c.Audit.File.Fsync)
+	}
+	if n := c.Policy.DecisionCacheEntries(); n < 0 {
+		errs.add("policy.decision_cache", "must be 0 (off) or a number of entries, got %d", n)
 	}
 	if c.Audit.File.MaxSizeMB < 0 {
 		errs.add("audit.file.max_size_mb", "must be positive, got %d", c.Audit.File.MaxSizeMB)

@@ -23,6 +23,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"fsync mode out of range", "audit:\n  file:\n    fsync: sometimes\n", `audit.file.fsync: "sometimes" is not one of batch, always, never`},
 		{"duration that does not parse", "audit:\n  file:\n    fsync_interval: soon\n", `want a duration such as "500ms" or "5s", got "soon"`},
 		{"negative size", "audit:\n  file:\n    max_size_mb: -1\n", "audit.file.max_size_mb: must be positive"},
+		{"negative decision cache", "policy:\n  decision_cache: -5\n", "policy.decision_cache: must be 0 (off) or a number of entries, got -5"},
 		{"log level out of range", "log:\n  level: loud\n", `log.level: "loud" is not one of debug, info, warn, error`},
 		{"credential with both sources", "credentials:\n  - name: a\n    file: /x\n    env: A\n", "credentials[0]: set exactly one of file or env"},
 		{"credential with no source", "credentials:\n  - name: a\n", "credentials[0]: set exactly one of file or env"},

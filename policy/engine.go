@@ -55,6 +55,7 @@ type Engine struct {
 	log      *slog.Logger
 	onReload func(ReloadResult)
 	debounce time.Duration
+	cacheMax int
 
 	metrics *engineMetrics
 	pool    *stackPool // evaluations run here; it lives as long as New's context
@@ -79,6 +80,10 @@ func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
 // WithReloadObserver is called after every reload attempt, including the first load.
 func WithReloadObserver(f func(ReloadResult)) Option { return func(e *Engine) { e.onReload = f } }
 
+// WithDecisionCache bounds the decisions remembered per policy revision (see cache.go);
+// 0 turns the cache off. Default DefaultCacheEntries.
+func WithDecisionCache(entries int) Option { return func(e *Engine) { e.cacheMax = entries } }
+
 // WithDebounce sets how long Watch waits after a file change before reloading.
 func WithDebounce(d time.Duration) Option { return func(e *Engine) { e.debounce = d } }
 
@@ -87,7 +92,7 @@ func WithDebounce(d time.Duration) Option { return func(e *Engine) { e.debounce 
 // policy files yields an engine that denies everything with reason "no policy is loaded" until
 // a reload finds some.
 func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
-	e := &Engine{dir: dir, log: slog.New(slog.DiscardHandler), debounce: defaultDebounce}
+	e := &Engine{dir: dir, log: slog.New(slog.DiscardHandler), debounce: defaultDebounce, cacheMax: DefaultCacheEntries}
 	for _, o := range opts {
 		o(e)
 	}
@@ -115,7 +120,7 @@ func (e *Engine) Reload(ctx context.Context) error {
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
 	prev := e.cur.Load()
-	rev, err := load(ctx, e.dir)
+	rev, err := load(ctx, e.dir, e.cacheMax)
 	res := ReloadResult{Err: err}
 	switch {
 	case err != nil:
@@ -156,7 +161,23 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	if err != nil {
 		return Decision{Reason: "policy input: " + err.Error(), Code: CodeInputError, Revision: rev.id, Err: err}
 	}
-	return e.pool.decide(ctx, rev, val)
+	c := rev.cache
+	if c == nil {
+		return e.pool.decide(ctx, rev, val)
+	}
+	key, ok := c.key(val)
+	if ok {
+		if d, hit := c.get(key); hit {
+			e.metrics.cacheLookup(ctx, true)
+			return d
+		}
+	}
+	e.metrics.cacheLookup(ctx, false)
+	d := e.pool.decide(ctx, rev, val)
+	if ok && cacheable(d) {
+		c.put(key, d)
+	}
+	return d
 }
 
 // DecideDocument evaluates the policy for an input given as a decoded JSON document, as

@@ -230,8 +230,6 @@ func TestRunTestsReportsFailures(t *testing.T) {
 
 func BenchmarkDecideShippedPolicy(b *testing.B) {
 	ctx := context.Background()
-	e, err := policy.New(ctx, "../policies")
-	require.NoError(b, err)
 	cases := map[string]*policy.Input{
 		"tools_call": {Kind: policy.KindToolsCall, Identity: identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true, Labels: map[string]string{}},
 			MCP:    &policy.MCP{Upstream: "github", Tool: "create_pull_request", Arguments: map[string]any{"owner": "acme", "repo": "api", "title": "fix"}},
@@ -239,15 +237,24 @@ func BenchmarkDecideShippedPolicy(b *testing.B) {
 		"model_request": {Kind: policy.KindHTTPRequest, Identity: identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true, Labels: map[string]string{}},
 			HTTP: &policy.HTTP{Method: "POST", Host: "api.anthropic.com", Port: 443, Path: "/v1/messages", Route: "anthropic", Model: "claude-sonnet-4-5", MaxTokens: 1024}},
 	}
-	for name, in := range cases {
-		b.Run(name, func(b *testing.B) {
-			require.True(b, e.Decide(ctx, in).Allow)
-			b.ReportAllocs()
-			for b.Loop() {
-				if !e.Decide(ctx, in).Allow {
-					b.Fatal("denied")
+	// "evaluated" runs OPA for every decision (the cache off); "cached" is the default engine,
+	// where a repeated input is answered by the revision's decision cache.
+	for _, mode := range []struct {
+		name    string
+		entries int
+	}{{"evaluated", 0}, {"cached", policy.DefaultCacheEntries}} {
+		e, err := policy.New(ctx, "../policies", policy.WithDecisionCache(mode.entries))
+		require.NoError(b, err)
+		for name, in := range cases {
+			b.Run(mode.name+"/"+name, func(b *testing.B) {
+				require.True(b, e.Decide(ctx, in).Allow)
+				b.ReportAllocs()
+				for b.Loop() {
+					if !e.Decide(ctx, in).Allow {
+						b.Fatal("denied")
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

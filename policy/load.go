@@ -36,6 +36,7 @@ type revision struct {
 	query    ast.Body
 	files    []string
 	loadedAt time.Time
+	cache    *decisionCache // nil: every decision is evaluated
 }
 
 // resultVar binds the decision in the compiled query.
@@ -63,7 +64,7 @@ func skipFile(abspath string, info fs.FileInfo, depth int) bool {
 
 // load compiles the folder into a prepared revision. Errors name the file and line (OPA's
 // compile errors do).
-func load(ctx context.Context, dir string) (*revision, error) {
+func load(ctx context.Context, dir string, cacheEntries int) (*revision, error) {
 	if st, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("policy folder: %w", err)
 	} else if !st.IsDir() {
@@ -117,6 +118,7 @@ func load(ctx context.Context, dir string) (*revision, error) {
 		query:    query,
 		files:    files,
 		loadedAt: time.Now(),
+		cache:    newDecisionCache(compiler, cacheEntries),
 	}, nil
 }
 

@@ -20,6 +20,10 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 		e.metrics.evalTime, _ = m.Float64Histogram("sandgate.policy.evaluation.duration",
 			metric.WithUnit("s"), metric.WithDescription("Time to evaluate one decision."),
 			metric.WithExplicitBucketBoundaries(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2))
+		e.metrics.cache, _ = m.Int64Counter("sandgate.policy.decision_cache.lookups",
+			metric.WithDescription("Decision cache lookups by result (hit, miss); none when the revision is uncacheable."))
+		e.metrics.cacheHit = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "hit")))
+		e.metrics.cacheMiss = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "miss")))
 		e.metrics.reloads, _ = m.Int64Counter("sandgate.policy.reloads",
 			metric.WithDescription("Policy reload attempts by result (ok, unchanged, rejected)."))
 		revision, _ := m.Int64ObservableGauge("sandgate.policy.revision.info",
@@ -49,6 +53,9 @@ type engineMetrics struct {
 	decisions metric.Int64Counter
 	evalTime  metric.Float64Histogram
 	reloads   metric.Int64Counter
+	cache     metric.Int64Counter
+	cacheHit  metric.MeasurementOption
+	cacheMiss metric.MeasurementOption
 	// attrs caches one attribute set per (kind, allow, code): decisions come from a small,
 	// bounded set of combinations, and building a set per call would allocate.
 	attrs sync.Map // attrKey → metric.MeasurementOption
@@ -72,4 +79,15 @@ func (m *engineMetrics) record(ctx context.Context, kind string, d *Decision, st
 	o := opt.(metric.MeasurementOption)
 	m.decisions.Add(ctx, 1, o.(metric.AddOption))
 	m.evalTime.Record(ctx, time.Since(start).Seconds(), o.(metric.RecordOption))
+}
+
+func (m *engineMetrics) cacheLookup(ctx context.Context, hit bool) {
+	if m == nil {
+		return
+	}
+	o := m.cacheMiss
+	if hit {
+		o = m.cacheHit
+	}
+	m.cache.Add(ctx, 1, o.(metric.AddOption))
 }

@@ -117,6 +117,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	ready := &readiness{}
 	engine, err := policy.New(ctx, cfg.Policy.Dir,
 		policy.WithLogger(log.With("component", "policy")),
+		policy.WithDecisionCache(cfg.Policy.DecisionCacheEntries()),
 		policy.WithMeterProvider(tel.MeterProvider()))
 	if err != nil {
 		return err

@@ -1,0 +1,104 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func compileModule(t *testing.T, src string) *ast.Compiler {
+	t.Helper()
+	m, err := ast.ParseModuleWithOpts("p.rego", src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+	require.NoError(t, err)
+	c := ast.NewCompiler()
+	c.Compile(map[string]*ast.Module{"p.rego": m})
+	require.False(t, c.Failed(), "%v", c.Errors)
+	return c
+}
+
+func pathStrings(paths []inputPath) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = ast.Ref(append([]*ast.Term{ast.InputRootDocument}, p...)).String()
+	}
+	return out
+}
+
+func TestInputDependencies(t *testing.T) {
+	cases := []struct {
+		name, body string
+		want       []string
+	}{
+		{"static references, the shorter covering the longer",
+			`decision := {"allow": true} if { input.http.model == "m"; input.http.host == "h"; input.http == {} }
+			 d2 if input.identity.template == "t"`,
+			[]string{"input.http", "input.identity.template"}},
+		{"a dynamic key keeps its constant prefix",
+			`decision := {"allow": true} if { some k; input.identity.labels[k] == "x" }`,
+			[]string{"input.identity.labels"}},
+		{"input passed whole to a function is all of input",
+			`decision := {"allow": object.get(input, ["identity", "labels", "team"], "") == "a"}`,
+			[]string{"input"}},
+		{"a reference inside a data lookup counts",
+			`decision := {"allow": data.allowed[input.mcp.tool]}`,
+			[]string{"input.mcp.tool"}},
+		{"a number operand ends the prefix",
+			`decision := {"allow": input.args.list[0] == 1}`,
+			[]string{"input.args.list"}},
+		{"references in comprehensions and every",
+			`decision := {"allow": count([x | some x in input.a.b]) > 0} if { every y in input.c { y > 1 } }`,
+			[]string{"input.a.b", "input.c"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			paths, ok := inputDependencies(compileModule(t, "package sandgate\n"+tc.body))
+			require.True(t, ok)
+			assert.Equal(t, tc.want, pathStrings(paths))
+		})
+	}
+}
+
+func TestNondeterministicPoliciesAreNotCached(t *testing.T) {
+	for _, body := range []string{
+		`decision := {"allow": time.now_ns() > 0}`,
+		`decision := {"allow": rand.intn("x", 2) == 0}`,
+		`decision := {"allow": r.status_code == 200} if r := http.send({"method": "GET", "url": "http://127.0.0.1:1"})`,
+		`decision := {"allow": true} if { f(input.x) }
+		 f(x) if { count(net.lookup_ip_addr(x)) > 0 }`,
+		`decision := {"allow": x} if { x := uuid.rfc4122("k") != "" }`,
+	} {
+		c := compileModule(t, "package sandgate\n"+body)
+		_, ok := inputDependencies(c)
+		assert.False(t, ok, body)
+		assert.Nil(t, newDecisionCache(c, 10), body)
+	}
+	assert.Nil(t, newDecisionCache(compileModule(t, "package sandgate\ndecision := {\"allow\": true}"), 0), "size 0 turns it off")
+}
+
+func TestCacheKey(t *testing.T) {
+	c := newDecisionCache(compileModule(t, `package sandgate
+decision := {"allow": true} if { input.http.model == "m"; input.identity.template == "t" }`), 10)
+	require.NotNil(t, c)
+	key := func(doc string) string {
+		k, ok := c.key(ast.MustParseTerm(doc).Value)
+		require.True(t, ok)
+		return k
+	}
+	base := key(`{"http": {"model": "m", "host": "a"}, "identity": {"template": "t", "sandbox": "s1"}}`)
+	assert.Equal(t, base, key(`{"identity": {"sandbox": "s2", "template": "t"}, "http": {"host": "b", "model": "m"}}`),
+		"fields the policy does not read do not split the key")
+	assert.NotEqual(t, base, key(`{"http": {"model": "n"}, "identity": {"template": "t"}}`))
+	assert.NotEqual(t, key(`{"http": {}, "identity": {"template": "t"}}`), key(`{"http": {"model": "-"}, "identity": {"template": "t"}}`),
+		"undefined differs from every value")
+	assert.NotEqual(t, key(`{"http": {"model": 1}, "identity": {"template": "t"}}`), key(`{"http": {"model": "1"}, "identity": {"template": "t"}}`))
+	assert.NotEqual(t, key(`{"http": {"model": "a\u0000b"}, "identity": {"template": "t"}}`), key(`{"http": {"model": "a"}, "identity": {"template": "b"}}`),
+		"a NUL inside a value cannot forge a separator")
+
+	big := newDecisionCache(compileModule(t, "package sandgate\ndecision := {\"allow\": count(input.mcp.arguments) > 0}"), 10)
+	_, ok := big.key(ast.MustParseTerm(`{"mcp": {"arguments": {"content": "` + strings.Repeat("x", 4096) + `"}}}`).Value)
+	assert.False(t, ok, "an input whose referenced part is large is not cached")
+}
+
