@@ -101,4 +101,3 @@ decision := {"allow": true} if { input.http.model == "m"; input.identity.templat
 	_, ok := big.key(ast.MustParseTerm(`{"mcp": {"arguments": {"content": "` + strings.Repeat("x", 4096) + `"}}}`).Value)
 	assert.False(t, ok, "an input whose referenced part is large is not cached")
 }
-
