@@ -138,6 +138,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := buildReport(o, results, notes)
 	rep.Versions = peerVersions()
+	o.Progress("policy decision benchmark (in process, about 10 s)")
+	if rep.Policy, err = benchPolicy(ctx, o.PolicyDir); err != nil {
+		return nil, err
+	}
 	if err := rep.Write(o.OutDir, o.Label); err != nil {
 		return nil, err
 	}

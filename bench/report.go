@@ -32,6 +32,7 @@ type Report struct {
 	Versions map[string]string `json:"versions"`
 	Notes    []string          `json:"notes"`
 	Rows     []Row             `json:"rows"`
+	Policy   []PolicyFigure    `json:"policy_decision,omitempty"`
 	Results  []Result          `json:"results"`
 }
 
