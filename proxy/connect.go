@@ -144,7 +144,8 @@ func (p *Proxy) relay(client, up net.Conn) string {
 	closeBoth := func() { once.Do(func() { _ = client.Close(); _ = up.Close() }) }
 	pipe := func(dst, src net.Conn, fromClient bool) {
 		defer closeBoth()
-		buf := make([]byte, 32<<10)
+		buf := copyBuffers.Get()
+		defer copyBuffers.Put(buf)
 		for {
 			wait := idle
 			if fromClient && !spoke.Load() {

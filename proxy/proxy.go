@@ -207,6 +207,7 @@ func New(o Options) (*Proxy, error) {
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
 		ErrorLog:       log.New(discardWriter{}, "", 0),
+		BufferPool:     &copyBuffers,
 	}
 	p.gp = goproxy.NewProxyHttpServer()
 	p.gp.Logger = log.New(discardWriter{}, "", 0)
