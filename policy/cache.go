@@ -147,25 +147,17 @@ func coveringPaths(refs []ast.Ref) []inputPath {
 	return out
 }
 
-// key renders the referenced parts of input; ok is false when the key would be too large.
-func (c *decisionCache) key(input ast.Value) (string, bool) {
+// key renders the referenced parts of an input, which value resolves (Input.field, or
+// lookupValue on a built document); ok is false when the key would be too large or a part
+// cannot be resolved.
+func (c *decisionCache) key(value func(path []*ast.Term) (ast.Value, error)) (string, bool) {
 	var b strings.Builder
 	for _, p := range c.paths {
-		v := input
-		for _, k := range p {
-			obj, ok := v.(ast.Object)
-			if !ok {
-				v = nil
-				break
-			}
-			t := obj.Get(k)
-			if t == nil {
-				v = nil
-				break
-			}
-			v = t.Value
-		}
-		if v == nil {
+		v, err := value(p)
+		switch {
+		case err != nil:
+			return "", false
+		case v == nil:
 			b.WriteString("-\x00") // undefined: no value's text is "-" alone, none holds a NUL
 			continue
 		}

@@ -1,12 +1,15 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/identity"
 )
 
 func compileModule(t *testing.T, src string) *ast.Compiler {
@@ -83,7 +86,7 @@ func TestCacheKey(t *testing.T) {
 decision := {"allow": true} if { input.http.model == "m"; input.identity.template == "t" }`), 10)
 	require.NotNil(t, c)
 	key := func(doc string) string {
-		k, ok := c.key(ast.MustParseTerm(doc).Value)
+		k, ok := c.key(documentResolver(ast.MustParseTerm(doc).Value))
 		require.True(t, ok)
 		return k
 	}
@@ -98,6 +101,62 @@ decision := {"allow": true} if { input.http.model == "m"; input.identity.templat
 		"a NUL inside a value cannot forge a separator")
 
 	big := newDecisionCache(compileModule(t, "package sandgate\ndecision := {\"allow\": count(input.mcp.arguments) > 0}"), 10)
-	_, ok := big.key(ast.MustParseTerm(`{"mcp": {"arguments": {"content": "` + strings.Repeat("x", 4096) + `"}}}`).Value)
+	_, ok := big.key(documentResolver(ast.MustParseTerm(`{"mcp": {"arguments": {"content": "` + strings.Repeat("x", 4096) + `"}}}`).Value))
 	assert.False(t, ok, "an input whose referenced part is large is not cached")
+}
+
+func documentResolver(doc ast.Value) func([]*ast.Term) (ast.Value, error) {
+	return func(path []*ast.Term) (ast.Value, error) { return lookupValue(doc, path), nil }
+}
+
+// Input.field must agree with the document Value builds, for every path a policy can name;
+// the decision cache keys on it without building the document.
+func TestInputFieldMatchesDocument(t *testing.T) {
+	var paths [][]*ast.Term
+	for _, p := range []string{
+		"", "kind", "nope", "identity", "identity.namespace", "identity.sandbox", "identity.template", "identity.claim",
+		"identity.labels", "identity.labels.team", "identity.labels.nope", "identity.source_ip", "identity.known", "identity.nope",
+		"identity.known.x", "mcp", "mcp.upstream", "mcp.tool", "mcp.tool.x", "mcp.nope", "mcp.arguments", "mcp.arguments.owner",
+		"mcp.arguments.owner.x", "mcp.arguments.nested", "mcp.arguments.nested.deep", "mcp.arguments.nested.deep.x",
+		"mcp.arguments.list", "mcp.arguments.list.x", "mcp.arguments.nope", "mcp.arguments.empty", "mcp.arguments.null",
+		"mcp.arguments.null.x", "http", "http.method", "http.host", "http.port", "http.path", "http.route", "http.model",
+		"http.max_tokens", "http.stream", "http.nope", "http.model.x", "grants", "grants.github_repos", "grants.github_repos.x",
+		"grants.nope", "grants.team.name", "usage", "usage.requests_per_minute", "usage.nope", "usage.requests_per_minute.x",
+	} {
+		var path []*ast.Term
+		if p != "" {
+			for _, k := range strings.Split(p, ".") {
+				path = append(path, ast.StringTerm(k))
+			}
+		}
+		paths = append(paths, path)
+	}
+	inputs := []*Input{
+		{Kind: KindToolsCall, Identity: identity.Identity{Namespace: "n", Sandbox: "s", Template: "t", Known: true, Labels: map[string]string{"team": "a"}},
+			MCP: &MCP{Upstream: "github", Tool: "create", Arguments: map[string]any{"owner": "acme", "list": []any{"x", 1.5},
+				"nested": map[string]any{"deep": map[string]any{"x": true}}, "empty": map[string]any{}, "null": nil}},
+			Grants: map[string]any{"github_repos": []any{"acme/api"}, "team": map[string]any{"name": "core"}},
+			Usage:  map[string]int64{"requests_per_minute": 7}},
+		{Kind: KindHTTPRequest, Identity: identity.Identity{SourceIP: "127.0.0.9"},
+			HTTP: &HTTP{Method: "POST", Host: "api.anthropic.com", Port: 443, Path: "/v1/messages", Route: "anthropic", Model: "m", MaxTokens: -1, Stream: true}},
+		{Kind: KindToolsList, MCP: &MCP{Upstream: "u"}},
+		{},
+	}
+	for i, in := range inputs {
+		doc, err := in.Value()
+		require.NoError(t, err)
+		for _, p := range paths {
+			got, err := in.field(p)
+			require.NoError(t, err)
+			want := lookupValue(doc, p)
+			name := fmt.Sprintf("input %d, path %v", i, p)
+			if want == nil {
+				assert.Nil(t, got, name)
+				continue
+			}
+			require.NotNil(t, got, name)
+			assert.Equal(t, want.String(), got.String(), name)
+			assert.Zero(t, want.Compare(got), name)
+		}
+	}
 }

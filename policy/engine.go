@@ -157,24 +157,24 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	if rev == nil {
 		return Decision{Reason: reasonNoPolicy, Code: CodeNoPolicy, Revision: noRevision}
 	}
+	c := rev.cache
+	key, cached := "", false
+	if c != nil {
+		// On a hit the input document is never built: the key reads the struct directly.
+		if key, cached = c.key(in.field); cached {
+			if d, hit := c.get(key); hit {
+				e.metrics.cacheLookup(ctx, true)
+				return d
+			}
+		}
+		e.metrics.cacheLookup(ctx, false)
+	}
 	val, err := in.Value()
 	if err != nil {
 		return Decision{Reason: "policy input: " + err.Error(), Code: CodeInputError, Revision: rev.id, Err: err}
 	}
-	c := rev.cache
-	if c == nil {
-		return e.pool.decide(ctx, rev, val)
-	}
-	key, ok := c.key(val)
-	if ok {
-		if d, hit := c.get(key); hit {
-			e.metrics.cacheLookup(ctx, true)
-			return d
-		}
-	}
-	e.metrics.cacheLookup(ctx, false)
 	d := e.pool.decide(ctx, rev, val)
-	if ok && cacheable(d) {
+	if cached && cacheable(d) {
 		c.put(key, d)
 	}
 	return d

@@ -83,58 +83,239 @@ var (
 // can write input.grants.x without guarding against undefined parents. It fails only for
 // arguments or grants that are not JSON values; the caller then denies.
 func (in *Input) Value() (ast.Value, error) {
-	id := in.Identity
-	labels := ast.NewObject()
-	for k, v := range id.Labels {
-		labels.Insert(ast.StringTerm(k), ast.StringTerm(v))
+	obj := ast.NewObject()
+	for _, k := range sectionKeys {
+		t, err := in.section(k)
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			obj.Insert(k, t)
+		}
 	}
-	idObj := ast.NewObject(
-		ast.Item(kNamespace, ast.StringTerm(id.Namespace)),
-		ast.Item(kSandbox, ast.StringTerm(id.Sandbox)),
-		ast.Item(kTemplate, ast.StringTerm(id.Template)),
-		ast.Item(kClaim, ast.StringTerm(id.Claim)),
-		ast.Item(kLabels, ast.NewTerm(labels)),
-		ast.Item(kSourceIP, ast.StringTerm(id.SourceIP)),
-		ast.Item(kKnown, ast.BooleanTerm(id.Known)),
-	)
-	obj := ast.NewObject(
-		ast.Item(kKind, ast.StringTerm(in.Kind)),
-		ast.Item(kIdentity, ast.NewTerm(idObj)),
-	)
-	grants, err := anyTerm(in.Grants)
-	if err != nil {
-		return nil, fmt.Errorf("input.grants: %w", err)
+	return obj, nil
+}
+
+// The document's layout, shared by Value (the whole input) and field (one part of it, for the
+// decision cache): one list of keys per object and one function giving each key's value.
+var (
+	sectionKeys  = []*ast.Term{kKind, kIdentity, kGrants, kUsage, kMCP, kHTTP}
+	identityKeys = []*ast.Term{kNamespace, kSandbox, kTemplate, kClaim, kLabels, kSourceIP, kKnown}
+	mcpKeys      = []*ast.Term{kUpstream, kTool, kArguments}
+	httpKeys     = []*ast.Term{kMethod, kHost, kPort, kPath, kRoute, kModel, kMaxTokens, kStream}
+)
+
+// section is input[k]; nil when the section is absent (mcp for http.* kinds and the reverse).
+func (in *Input) section(k *ast.Term) (*ast.Term, error) {
+	switch k {
+	case kKind:
+		return ast.StringTerm(in.Kind), nil
+	case kIdentity:
+		return objectOf(identityKeys, func(k *ast.Term) (*ast.Term, error) { return identityField(&in.Identity, k), nil })
+	case kGrants:
+		t, err := anyTerm(in.Grants)
+		if err != nil {
+			return nil, fmt.Errorf("input.grants: %w", err)
+		}
+		return t, nil
+	case kUsage:
+		usage := ast.NewObject()
+		for k, v := range in.Usage {
+			usage.Insert(ast.StringTerm(k), ast.IntNumberTerm(int(v)))
+		}
+		return ast.NewTerm(usage), nil
+	case kMCP:
+		if in.MCP == nil {
+			return nil, nil
+		}
+		return objectOf(mcpKeys, func(k *ast.Term) (*ast.Term, error) { return mcpField(in.MCP, k) })
+	case kHTTP:
+		if in.HTTP == nil {
+			return nil, nil
+		}
+		return objectOf(httpKeys, func(k *ast.Term) (*ast.Term, error) { return httpField(in.HTTP, k), nil })
 	}
-	obj.Insert(kGrants, grants)
-	usage := ast.NewObject()
-	for k, v := range in.Usage {
-		usage.Insert(ast.StringTerm(k), ast.IntNumberTerm(int(v)))
+	return nil, nil
+}
+
+func objectOf(keys []*ast.Term, value func(*ast.Term) (*ast.Term, error)) (*ast.Term, error) {
+	items := make([][2]*ast.Term, len(keys))
+	for i, k := range keys {
+		v, err := value(k)
+		if err != nil {
+			return nil, err
+		}
+		items[i] = ast.Item(k, v)
 	}
-	obj.Insert(kUsage, ast.NewTerm(usage))
-	if m := in.MCP; m != nil {
-		args, err := anyTerm(m.Arguments)
+	return ast.ObjectTerm(items...), nil
+}
+
+func identityField(id *identity.Identity, k *ast.Term) *ast.Term {
+	switch k {
+	case kNamespace:
+		return ast.StringTerm(id.Namespace)
+	case kSandbox:
+		return ast.StringTerm(id.Sandbox)
+	case kTemplate:
+		return ast.StringTerm(id.Template)
+	case kClaim:
+		return ast.StringTerm(id.Claim)
+	case kLabels:
+		labels := ast.NewObject()
+		for k, v := range id.Labels {
+			labels.Insert(ast.StringTerm(k), ast.StringTerm(v))
+		}
+		return ast.NewTerm(labels)
+	case kSourceIP:
+		return ast.StringTerm(id.SourceIP)
+	case kKnown:
+		return ast.BooleanTerm(id.Known)
+	}
+	return nil
+}
+
+func mcpField(m *MCP, k *ast.Term) (*ast.Term, error) {
+	switch k {
+	case kUpstream:
+		return ast.StringTerm(m.Upstream), nil
+	case kTool:
+		return ast.StringTerm(m.Tool), nil
+	case kArguments:
+		t, err := anyTerm(m.Arguments)
 		if err != nil {
 			return nil, fmt.Errorf("input.mcp.arguments: %w", err)
 		}
-		obj.Insert(kMCP, ast.ObjectTerm(
-			ast.Item(kUpstream, ast.StringTerm(m.Upstream)),
-			ast.Item(kTool, ast.StringTerm(m.Tool)),
-			ast.Item(kArguments, args),
-		))
+		return t, nil
 	}
-	if h := in.HTTP; h != nil {
-		obj.Insert(kHTTP, ast.ObjectTerm(
-			ast.Item(kMethod, ast.StringTerm(h.Method)),
-			ast.Item(kHost, ast.StringTerm(h.Host)),
-			ast.Item(kPort, ast.IntNumberTerm(h.Port)),
-			ast.Item(kPath, ast.StringTerm(h.Path)),
-			ast.Item(kRoute, ast.StringTerm(h.Route)),
-			ast.Item(kModel, ast.StringTerm(h.Model)),
-			ast.Item(kMaxTokens, ast.IntNumberTerm(int(h.MaxTokens))),
-			ast.Item(kStream, ast.BooleanTerm(h.Stream)),
-		))
+	return nil, nil
+}
+
+func httpField(h *HTTP, k *ast.Term) *ast.Term {
+	switch k {
+	case kMethod:
+		return ast.StringTerm(h.Method)
+	case kHost:
+		return ast.StringTerm(h.Host)
+	case kPort:
+		return ast.IntNumberTerm(h.Port)
+	case kPath:
+		return ast.StringTerm(h.Path)
+	case kRoute:
+		return ast.StringTerm(h.Route)
+	case kModel:
+		return ast.StringTerm(h.Model)
+	case kMaxTokens:
+		return ast.IntNumberTerm(int(h.MaxTokens))
+	case kStream:
+		return ast.BooleanTerm(h.Stream)
 	}
-	return obj, nil
+	return nil
+}
+
+// field is the value Value() places at path (keys from the root of input), built without the
+// rest of the document; nil when the path is undefined. Keys are matched by their string
+// value. Decoded JSON (arguments, grants) is walked as Go maps and only the part at the end of
+// the path is converted; labels and usage are small and converted whole. An error is the
+// one Value() would return for the same part.
+func (in *Input) field(path []*ast.Term) (ast.Value, error) {
+	if len(path) == 0 {
+		return in.Value()
+	}
+	sec := matchKey(sectionKeys, path[0])
+	if sec == nil {
+		return nil, nil
+	}
+	rest := path[1:]
+	var t *ast.Term
+	var err error
+	switch {
+	case len(rest) == 0:
+		t, err = in.section(sec)
+	case sec == kIdentity:
+		if k := matchKey(identityKeys, rest[0]); k != nil {
+			t, rest = identityField(&in.Identity, k), rest[1:]
+		} else {
+			return nil, nil
+		}
+	case sec == kMCP && in.MCP != nil:
+		k := matchKey(mcpKeys, rest[0])
+		switch {
+		case k == nil:
+			return nil, nil
+		case k == kArguments && len(rest) > 1:
+			return jsonField(in.MCP.Arguments, rest[1:], "input.mcp.arguments")
+		}
+		t, err = mcpField(in.MCP, k)
+		rest = rest[1:]
+	case sec == kHTTP && in.HTTP != nil:
+		if k := matchKey(httpKeys, rest[0]); k != nil {
+			t, rest = httpField(in.HTTP, k), rest[1:]
+		} else {
+			return nil, nil
+		}
+	case sec == kGrants:
+		return jsonField(in.Grants, rest, "input.grants")
+	default:
+		t, err = in.section(sec)
+	}
+	if err != nil || t == nil {
+		return nil, err
+	}
+	return lookupValue(t.Value, rest), nil
+}
+
+func matchKey(keys []*ast.Term, k *ast.Term) *ast.Term {
+	for _, c := range keys {
+		if c.Value.Compare(k.Value) == 0 {
+			return c
+		}
+	}
+	return nil
+}
+
+// jsonField walks decoded JSON objects along path and converts only what it finds there, the
+// way Value() converts the whole map. Arguments and grants are decoded JSON, so conversion does
+// not fail in practice; if it did, only the part on the path is reported.
+func jsonField(m map[string]any, path []*ast.Term, what string) (ast.Value, error) {
+	var v any = m
+	for i, k := range path {
+		obj, isObj := v.(map[string]any)
+		key, isStr := k.Value.(ast.String)
+		if !isObj || !isStr {
+			// Not a JSON object, or a key that is not a string: convert here and let the
+			// AST resolve the rest (undefined for arrays and scalars under a string key).
+			val, err := ast.InterfaceToValue(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
+			return lookupValue(val, path[i:]), nil
+		}
+		var found bool
+		if v, found = obj[string(key)]; !found {
+			return nil, nil
+		}
+	}
+	val, err := ast.InterfaceToValue(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return val, nil
+}
+
+// lookupValue follows string keys through objects; nil when the path is undefined.
+func lookupValue(v ast.Value, path []*ast.Term) ast.Value {
+	for _, k := range path {
+		obj, ok := v.(ast.Object)
+		if !ok {
+			return nil
+		}
+		t := obj.Get(k)
+		if t == nil {
+			return nil
+		}
+		v = t.Value
+	}
+	return v
 }
 
 // anyTerm converts decoded JSON (maps, slices, strings, numbers, bools, nil) to a term.
