@@ -94,7 +94,8 @@ type FileSink struct {
 	lastHash string
 
 	mu          sync.Mutex
-	f           *os.File // nil after a rotation whose reopen failed
+	f           *os.File    // nil after a rotation whose reopen failed
+	fi          os.FileInfo // f's identity, taken when it was opened
 	size        int64
 	dirty       bool
 	broken      error
@@ -162,7 +163,7 @@ func (s *FileSink) open() error {
 		f.Close()
 		return fmt.Errorf("open audit log: %w", err)
 	}
-	s.f, s.size = f, fi.Size()
+	s.f, s.fi, s.size = f, fi, fi.Size()
 	return nil
 }
 
@@ -227,17 +228,14 @@ func (s *FileSink) undo(cause error) {
 	}
 }
 
-// checkFile makes sure audit.log is still the open file (not removed or replaced).
+// checkFile makes sure audit.log is still the open file (not removed or replaced): one stat of
+// the name per batch, compared with the identity the open file had when it was opened.
 func (s *FileSink) checkFile() error {
-	open, err := s.f.Stat()
-	if err != nil {
-		return fmt.Errorf("stat open audit log: %w", err)
-	}
 	named, err := os.Stat(s.path)
 	if err != nil {
 		return fmt.Errorf("audit log was removed (check %s): %w", s.cfg.Dir, err)
 	}
-	if !os.SameFile(open, named) {
+	if !os.SameFile(s.fi, named) {
 		return fmt.Errorf("audit log %s was replaced by another file; restart to continue in it", s.path)
 	}
 	return nil
