@@ -9,12 +9,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/telemetry"
 )
 
 type metrics struct {
 	calls       metric.Int64Counter
 	duration    metric.Float64Histogram
 	auditErrors metric.Int64Counter
+	attrs       *telemetry.AttrSets[[2]string] // kind, outcome
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -34,7 +36,10 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
 	}
-	return &metrics{calls: calls, duration: duration, auditErrors: auditErrors}, nil
+	attrs := telemetry.NewAttrSets(func(k [2]string) metric.MeasurementOption {
+		return metric.WithAttributes(attribute.String("kind", k[0]), attribute.String("outcome", k[1]))
+	})
+	return &metrics{calls: calls, duration: duration, auditErrors: auditErrors, attrs: attrs}, nil
 }
 
 // record is the one place the gateway writes audit: exactly one event per call. A Record error
@@ -53,7 +58,7 @@ func (g *Gateway) record(ctx context.Context, ev *audit.Event, start time.Time) 
 	case ev.Outcome.Status >= 500:
 		outcome = "failed"
 	}
-	attrs := metric.WithAttributes(attribute.String("kind", ev.Kind), attribute.String("outcome", outcome))
+	attrs := g.metrics.attrs.Get([2]string{ev.Kind, outcome})
 	g.metrics.calls.Add(ctx, 1, attrs)
 	g.metrics.duration.Record(ctx, elapsed.Seconds(), attrs)
 	if err := g.opts.Audit.Record(ev); err != nil {

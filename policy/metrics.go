@@ -2,11 +2,12 @@ package policy
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sandgate/sandgate/telemetry"
 )
 
 // WithMeterProvider records decisions (by kind, allow and code), evaluation time and reload
@@ -14,7 +15,9 @@ import (
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(e *Engine) {
 		m := mp.Meter("github.com/sandgate/sandgate/policy")
-		e.metrics = &engineMetrics{}
+		e.metrics = &engineMetrics{attrs: telemetry.NewAttrSets(func(k attrKey) metric.MeasurementOption {
+			return metric.WithAttributes(attribute.String("kind", k.kind), attribute.Bool("allow", k.allow), attribute.String("code", k.code))
+		})}
 		e.metrics.decisions, _ = m.Int64Counter("sandgate.policy.decisions",
 			metric.WithDescription("Policy decisions by kind, allow and reason code."))
 		e.metrics.evalTime, _ = m.Float64Histogram("sandgate.policy.evaluation.duration",
@@ -22,8 +25,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 			metric.WithExplicitBucketBoundaries(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2))
 		e.metrics.cache, _ = m.Int64Counter("sandgate.policy.decision_cache.lookups",
 			metric.WithDescription("Decision cache lookups by result (hit, miss); none when the revision is uncacheable."))
-		e.metrics.cacheHit = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "hit")))
-		e.metrics.cacheMiss = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "miss")))
+		e.metrics.cacheHit = metric.WithAttributes(attribute.String("result", "hit"))
+		e.metrics.cacheMiss = metric.WithAttributes(attribute.String("result", "miss"))
 		e.metrics.reloads, _ = m.Int64Counter("sandgate.policy.reloads",
 			metric.WithDescription("Policy reload attempts by result (ok, unchanged, rejected)."))
 		revision, _ := m.Int64ObservableGauge("sandgate.policy.revision.info",
@@ -54,11 +57,9 @@ type engineMetrics struct {
 	evalTime  metric.Float64Histogram
 	reloads   metric.Int64Counter
 	cache     metric.Int64Counter
-	cacheHit  metric.MeasurementOption
-	cacheMiss metric.MeasurementOption
-	// attrs caches one attribute set per (kind, allow, code): decisions come from a small,
-	// bounded set of combinations, and building a set per call would allocate.
-	attrs sync.Map // attrKey → metric.MeasurementOption
+	cacheHit  telemetry.Measurement
+	cacheMiss telemetry.Measurement
+	attrs     *telemetry.AttrSets[attrKey]
 }
 
 type attrKey struct {
@@ -70,15 +71,9 @@ func (m *engineMetrics) record(ctx context.Context, kind string, d *Decision, st
 	if m == nil {
 		return
 	}
-	k := attrKey{kind, d.Code, d.Allow}
-	opt, ok := m.attrs.Load(k)
-	if !ok {
-		opt, _ = m.attrs.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("kind", kind), attribute.Bool("allow", d.Allow), attribute.String("code", d.Code))))
-	}
-	o := opt.(metric.MeasurementOption)
-	m.decisions.Add(ctx, 1, o.(metric.AddOption))
-	m.evalTime.Record(ctx, time.Since(start).Seconds(), o.(metric.RecordOption))
+	o := m.attrs.Get(attrKey{kind, d.Code, d.Allow})
+	m.decisions.Add(ctx, 1, o)
+	m.evalTime.Record(ctx, time.Since(start).Seconds(), o)
 }
 
 func (m *engineMetrics) cacheLookup(ctx context.Context, hit bool) {
@@ -89,5 +84,5 @@ func (m *engineMetrics) cacheLookup(ctx context.Context, hit bool) {
 	if hit {
 		o = m.cacheHit
 	}
-	m.cache.Add(ctx, 1, o.(metric.AddOption))
+	m.cache.Add(ctx, 1, o)
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -144,13 +143,13 @@ func (x *exchange) finish() {
 	if code == "" {
 		code = "ok"
 	}
-	attrs := metric.WithAttributes(attribute.String("kind", ev.Kind), attribute.Bool("allow", ev.Decision.Allow), attribute.String("code", code))
+	attrs := x.p.m.requestAttrs.Get(requestAttrs{kind: ev.Kind, code: code, allow: ev.Decision.Allow})
 	ctx := context.Background()
 	x.p.m.requests.Add(ctx, 1, attrs)
 	x.p.m.duration.Record(ctx, d.Seconds(), attrs)
 	if ev.Outcome.TokensIn+ev.Outcome.TokensOut > 0 {
-		x.p.m.tokens.Add(ctx, ev.Outcome.TokensIn, metric.WithAttributes(attribute.String("direction", "in")))
-		x.p.m.tokens.Add(ctx, ev.Outcome.TokensOut, metric.WithAttributes(attribute.String("direction", "out")))
+		x.p.m.tokens.Add(ctx, ev.Outcome.TokensIn, x.p.m.tokensIn)
+		x.p.m.tokens.Add(ctx, ev.Outcome.TokensOut, x.p.m.tokensOut)
 	}
 	if sc := x.span.SpanContext(); sc.IsValid() {
 		ev.TraceID = sc.TraceID().String()

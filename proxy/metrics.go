@@ -6,6 +6,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sandgate/sandgate/telemetry"
 )
 
 type metrics struct {
@@ -16,11 +18,25 @@ type metrics struct {
 	tokens   metric.Int64Counter
 	// upstreamConns counts the connections the pooled upstream transports hold open.
 	upstreamConns metric.Int64UpDownCounter
+
+	requestAttrs        *telemetry.AttrSets[requestAttrs]
+	tokensIn, tokensOut telemetry.Measurement
+}
+
+type requestAttrs struct {
+	kind, code string
+	allow      bool
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m := mp.Meter("github.com/sandgate/sandgate/proxy")
-	var x metrics
+	x := metrics{
+		requestAttrs: telemetry.NewAttrSets(func(k requestAttrs) metric.MeasurementOption {
+			return metric.WithAttributes(attribute.String("kind", k.kind), attribute.Bool("allow", k.allow), attribute.String("code", k.code))
+		}),
+		tokensIn:  metric.WithAttributes(attribute.String("direction", "in")),
+		tokensOut: metric.WithAttributes(attribute.String("direction", "out")),
+	}
 	var err error
 	if x.requests, err = m.Int64Counter("sandgate.proxy.requests", metric.WithDescription("Decided proxy requests and tunnels by kind, allow and code.")); err != nil {
 		return nil, fmt.Errorf("create proxy metrics: %w", err)
