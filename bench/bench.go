@@ -42,7 +42,8 @@ func supports(target, w string) bool {
 		// plain forward has no allow_private knob.
 		return w != WForward
 	case "relay":
-		return w == WTunnel || w == WTunnelNew
+		// The bare CONNECT relay, and a bare httputil.ReverseProxy for the route.
+		return w == WTunnel || w == WTunnelNew || w == WRoute
 	case "squid", "tinyproxy":
 		return w == WTunnel || w == WTunnelNew || w == WForward
 	}
@@ -87,7 +88,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	targets = append(targets, sg)
 	var notes []string
 	for _, start := range []func() (*Target, error){
-		func() (*Target, error) { return startRelay(ctx, o.RelayBin, root) },
+		func() (*Target, error) { return startRelay(ctx, o.RelayBin, root, up) },
 		func() (*Target, error) { return startSquid(ctx, root) },
 		func() (*Target, error) { return startTinyproxy(ctx, root) },
 	} {

@@ -135,6 +135,7 @@ func (r *Report) Markdown(chart string) string {
 	for _, c := range r.Checks(mainN) {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Target, c.Value, c.Status)
 	}
+	b.WriteString(r.floorTable(mainN))
 	b.WriteString("\n## Fixed rate\n\n")
 	b.WriteString("| sandboxes | workload | target | req/s | p50 | p90 | p99 | added p50 | added p90 | added p99 | errors | CPU µs/req | RSS MB | goroutines/threads | open files | upstream conns (new/peak) | TLS handshakes |\n")
 	b.WriteString("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
@@ -199,4 +200,34 @@ func mdRow(x Row, rate bool) string {
 	}
 	return common + fmt.Sprintf(" %d | %s | %s | %s | %s | %d/%d | %d |\n", x.Errors, dash(x.CPUPerReqUS, "%.1f"),
 		dash(float64(x.RSSBytes)/(1<<20), "%.1f"), gt, files, x.UpstreamOpened, x.UpstreamPeak, x.TLSHandshakes)
+}
+
+// floorTable sets Sandgate against the bare Go relay (bench/cmd/relay) on the workloads both
+// serve: what policy, identity, injection, parsing and audit cost over the least any Go proxy
+// does.
+func (r *Report) floorTable(mainN int) string {
+	var b strings.Builder
+	row := func(w, measure string, sg, rl float64, ok bool) {
+		if ok && rl > 0 {
+			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f× |\n", w, measure, sg, rl, sg/rl)
+		}
+	}
+	for _, w := range []string{WRoute, WTunnel, WTunnelNew} {
+		s, ok1 := r.row(w, "sandgate", ShapeClosed, 64)
+		l, ok2 := r.row(w, "relay", ShapeClosed, 64)
+		row(w, "CPU µs/request (c=64)", s.CPUPerReqUS, l.CPUPerReqUS, ok1 && ok2)
+		row(w, "throughput req/s (c=64)", s.Throughput, l.Throughput, ok1 && ok2)
+		s, ok1 = r.row(w, "sandgate", ShapeRate, mainN)
+		l, ok2 = r.row(w, "relay", ShapeRate, mainN)
+		ok := ok1 && ok2 && s.HasDirect && l.HasDirect
+		row(w, fmt.Sprintf("added p50 ms (fixed rate, %d sandboxes)", mainN), s.AddedP50MS, l.AddedP50MS, ok)
+		row(w, fmt.Sprintf("added p99 ms (fixed rate, %d sandboxes)", mainN), s.AddedP99MS, l.AddedP99MS, ok)
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\n## Against the bare Go floor\n\nThe relay target is the least a Go proxy does: a CONNECT relay, and for the route a bare " +
+		"`httputil.ReverseProxy` over one pooled HTTP/2 transport that sets the API key. Sandgate adds identity, policy, " +
+		"key injection, body and usage parsing, limits and audit.\n\n| workload | measure | Sandgate | bare Go | ratio |\n" +
+		"| --- | --- | ---: | ---: | ---: |\n" + b.String()
 }

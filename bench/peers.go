@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,25 +54,33 @@ func peerDir(root, name string) (string, error) {
 }
 
 // startRelay starts bench/cmd/relay (built to bin).
-func startRelay(ctx context.Context, bin, root string) (*Target, error) {
+func startRelay(ctx context.Context, bin, root string, up *Upstreams) (*Target, error) {
 	dir, err := peerDir(root, "relay")
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	var addrs [2]string
+	for i := range addrs {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	_, tlsPort, _ := net.SplitHostPort(up.TLSAddr)
+	p, err := startProcess("relay", dir, nil, bin, "-listen", addrs[0],
+		"-route-listen", addrs[1], "-route-upstream", "https://"+modelHost+":"+tlsPort,
+		"-route-ca", up.CAPath, "-route-dial", up.TLSAddr)
 	if err != nil {
 		return nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProcess("relay", dir, nil, bin, "-listen", addr)
-	if err != nil {
-		return nil, err
+	for _, a := range addrs {
+		if err := p.waitTCP(ctx, a, 10*time.Second); err != nil {
+			p.Stop(time.Second)
+			return nil, err
+		}
 	}
-	if err := p.waitTCP(ctx, addr, 10*time.Second); err != nil {
-		p.Stop(time.Second)
-		return nil, err
-	}
-	return &Target{Name: "relay", Proxy: addr, proc: p}, nil
+	return &Target{Name: "relay", Proxy: addrs[0], RouteURL: "http://" + addrs[1] + "/routes/anthropic", proc: p}, nil
 }
 
 // startSquid runs Squid in the foreground (-N) with a config of its own: memory only, no

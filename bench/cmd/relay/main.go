@@ -1,35 +1,124 @@
-// Command relay is the bench's bare CONNECT relay: the floor any forward proxy can reach. It
-// answers "CONNECT host:port", dials that address, and copies bytes both ways. No policy, no
-// identity, no audit, no DNS beyond what net.Dial does. It stops on SIGINT or SIGTERM.
+// Command relay is the bench's bare Go proxy: the floor any Go proxy can reach.
 //
-//	relay -listen 127.0.0.1:3130
+// On -listen it answers "CONNECT host:port", dials that address, and copies bytes both ways.
+// With -route-listen it also serves a base-URL route the way the simplest Go reverse proxy
+// would: httputil.ReverseProxy over one pooled HTTP/2 transport to -route-upstream, the path
+// prefix /routes/NAME stripped and one API-key header set. No policy, no identity, no audit,
+// no body parsing, no DNS beyond what net.Dial does. It stops on SIGINT or SIGTERM.
+//
+//	relay -listen 127.0.0.1:3130 [-route-listen 127.0.0.1:3131 -route-upstream https://host:port
+//	      -route-ca ca.pem -route-dial 127.0.0.50:port]
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
 func main() {
-	listen := flag.String("listen", "127.0.0.1:3130", "listen address")
+	listen := flag.String("listen", "127.0.0.1:3130", "CONNECT listen address")
+	routeListen := flag.String("route-listen", "", "base-URL route listen address (off when empty)")
+	routeUpstream := flag.String("route-upstream", "", "the route's upstream base URL (https://host:port)")
+	routeCA := flag.String("route-ca", "", "PEM file of the CA that signed the route upstream's certificate")
+	routeDial := flag.String("route-dial", "", "address to dial for the route upstream instead of resolving its host")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *routeListen != "" {
+		srv, err := routeServer(*routeListen, *routeUpstream, *routeCA, *routeDial)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+			os.Exit(1)
+		}
+		go func() { <-ctx.Done(); _ = srv.Close() }()
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+				fmt.Fprintln(os.Stderr, "relay: route:", err)
+				os.Exit(1)
+			}
+		}()
+	}
 	if err := run(ctx, *listen); err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		os.Exit(1)
 	}
 }
+
+// apiKey is injected into every routed request, as Sandgate injects the real key.
+const apiKey = "sk-bench-not-a-real-key-0123456789"
+
+// routeServer is the bare reverse proxy of the route workload.
+func routeServer(addr, upstream, caFile, dial string) (*http.Server, error) {
+	target, err := url.Parse(upstream)
+	if err != nil || target.Host == "" {
+		return nil, fmt.Errorf("-route-upstream %q is not a URL", upstream)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("-route-ca: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("-route-ca %s holds no certificate", caFile)
+	}
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+			if dial != "" {
+				a = dial
+			}
+			return d.DialContext(ctx, network, a)
+		},
+		TLSClientConfig:     &tls.Config{RootCAs: roots},
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     time.Minute,
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			path := strings.TrimPrefix(pr.In.URL.Path, "/routes/")
+			if i := strings.IndexByte(path, '/'); i >= 0 {
+				path = path[i:]
+			}
+			pr.SetURL(target)
+			pr.Out.URL.Path = path
+			pr.Out.URL.RawPath = ""
+			pr.Out.Header.Set("X-Api-Key", apiKey)
+		},
+		Transport:  tr,
+		BufferPool: &buffers{},
+		ErrorLog:   log.New(io.Discard, "", 0),
+	}
+	return &http.Server{Addr: addr, Handler: rp, ReadHeaderTimeout: 10 * time.Second}, nil
+}
+
+// buffers recycles the copy buffers, as Sandgate does.
+type buffers struct{ p sync.Pool }
+
+func (b *buffers) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *buffers) Put(buf []byte) { b.p.Put(&buf) }
 
 func run(ctx context.Context, addr string) error {
 	ln, err := net.Listen("tcp", addr)
