@@ -39,7 +39,7 @@ func supports(target, w string) bool {
 		return true
 	case "sandgate":
 		// Plain forwarding exists, but its dial guard (rightly) refuses the loopback stand-in:
-		// plain forward has no allow_private knob.
+		// plain forward has no allow_private knob. The mix is every other workload.
 		return w != WForward
 	case "relay":
 		// The bare CONNECT relay, and a bare httputil.ReverseProxy for the route.
@@ -51,7 +51,7 @@ func supports(target, w string) bool {
 }
 
 // AllWorkloads in report order.
-var AllWorkloads = []string{WRoute, WIntercept, WMCP, WTunnel, WTunnelNew, WForward}
+var AllWorkloads = []string{WRoute, WIntercept, WMCP, WTunnel, WTunnelNew, WForward, WMix}
 
 // sweepWorkloads are run at every sandbox count of the sweep (the chart); the full matrix
 // runs at Sandboxes only.

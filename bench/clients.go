@@ -23,7 +23,13 @@ const (
 	WTunnel    = "tunnel"     // HTTPS request inside a kept-alive CONNECT tunnel
 	WTunnelNew = "tunnel-new" // one CONNECT tunnel (and TLS handshake) per request
 	WForward   = "forward"    // plain-HTTP absolute-URI request through the proxy
+	// WMix is what an agent does: each sandbox keeps an MCP session and a connection of every
+	// kind and rotates tools/call, routed, intercepted and tunneled requests.
+	WMix = "mix"
 )
+
+// mixParts are the workloads a mix sandbox rotates over, in order.
+var mixParts = []string{WMCP, WRoute, WIntercept, WTunnel}
 
 // requester sends one request of a workload as one sandbox.
 type requester interface {
@@ -42,6 +48,17 @@ type clientEnv struct {
 
 // newRequester builds sandbox sb's client for workload w through target t.
 func newRequester(env *clientEnv, t *Target, w string, sb int) (requester, error) {
+	if w == WMix {
+		m := &mixClient{}
+		for _, part := range mixParts {
+			r, err := newRequester(env, t, part, sb)
+			if err != nil {
+				return nil, err
+			}
+			m.parts = append(m.parts, r)
+		}
+		return m, nil
+	}
 	src := &net.TCPAddr{IP: sandboxAddr(sb).AsSlice()}
 	d := &net.Dialer{LocalAddr: src, Timeout: 5 * time.Second, KeepAlive: -1}
 	tlsPort := env.up.TLSAddr[strings.LastIndexByte(env.up.TLSAddr, ':')+1:]
@@ -82,6 +99,30 @@ func newRequester(env *clientEnv, t *Target, w string, sb int) (requester, error
 		return &httpClient{hc: hc, tr: tr, url: "http://" + env.up.HTTPAddr + "/v1/models"}, nil
 	}
 	return nil, fmt.Errorf("unknown workload %q", w)
+}
+
+// mixClient rotates one sandbox's requests over its clients of every kind.
+type mixClient struct{ parts []requester }
+
+func (m *mixClient) Do(ctx context.Context, seq int) error {
+	n := len(m.parts)
+	return m.parts[seq%n].Do(ctx, seq/n)
+}
+
+// Warm connects every part (the runner's warm-up calls it instead of one Do).
+func (m *mixClient) Warm(ctx context.Context) error {
+	for i, p := range m.parts {
+		if err := p.Do(ctx, i); err != nil {
+			return fmt.Errorf("%s: %w", mixParts[i], err)
+		}
+	}
+	return nil
+}
+
+func (m *mixClient) Close() {
+	for _, p := range m.parts {
+		p.Close()
+	}
 }
 
 // httpClient is a model-API or plain HTTPS client of one sandbox.

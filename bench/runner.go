@@ -106,7 +106,13 @@ func (rn *runner) run(ctx context.Context, t *Target, cell Cell, d time.Duration
 	// Warm-up: every sandbox connects (and opens its MCP session) before the window.
 	var werr atomic.Value
 	parallel(ctx, len(clients), 64, func(i int) {
-		if err := clients[i].Do(ctx, i); err != nil {
+		var err error
+		if w, ok := clients[i].(interface{ Warm(context.Context) error }); ok {
+			err = w.Warm(ctx)
+		} else {
+			err = clients[i].Do(ctx, i)
+		}
+		if err != nil {
 			werr.CompareAndSwap(nil, err.Error())
 		}
 	})
