@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -159,4 +160,44 @@ func TestInputFieldMatchesDocument(t *testing.T) {
 			assert.Zero(t, want.Compare(got), name)
 		}
 	}
+}
+
+// FuzzInputField: for any decoded JSON arguments and grants and any path, the value the cache
+// keys on is the value the policy would see in the document.
+func FuzzInputField(f *testing.F) {
+	f.Add(`{"owner":"acme","nested":{"deep":[1,"x",{"k":null}]}}`, `{"github_repos":["acme/api"]}`, "mcp.arguments.nested.deep")
+	f.Add(`{"a":{"b":{"c":true}}}`, `{}`, "mcp.arguments.a.b.c")
+	f.Add(`{"":{"":""}}`, `{"x":{"y":1.5e300}}`, "grants.x.y")
+	f.Add(`{"list":[{"a":1}]}`, `{"t":"s"}`, "grants.t.u")
+	f.Add(`{}`, `{}`, "identity.labels.team")
+	f.Fuzz(func(t *testing.T, args, grants, path string) {
+		var a, g map[string]any
+		if json.Unmarshal([]byte(args), &a) != nil || json.Unmarshal([]byte(grants), &g) != nil {
+			return
+		}
+		in := &Input{Kind: KindToolsCall, Identity: identity.Identity{Template: "t", Known: true, Labels: map[string]string{"team": "a"}},
+			MCP: &MCP{Upstream: "u", Tool: "x", Arguments: a}, Grants: g, Usage: map[string]int64{"n": 1}}
+		var p []*ast.Term
+		if path != "" {
+			for _, k := range strings.Split(path, ".") {
+				p = append(p, ast.StringTerm(k))
+			}
+		}
+		doc, err := in.Value()
+		if err != nil {
+			t.Skip()
+		}
+		got, err := in.field(p)
+		if err != nil {
+			t.Fatalf("field(%s): %v", path, err)
+		}
+		want := lookupValue(doc, p)
+		switch {
+		case want == nil && got == nil:
+		case want == nil || got == nil:
+			t.Fatalf("path %q: document %v, field %v", path, want, got)
+		case want.Compare(got) != 0 || want.String() != got.String():
+			t.Fatalf("path %q: document %s, field %s", path, want, got)
+		}
+	})
 }
