@@ -137,7 +137,7 @@ func (r *Report) Markdown(chart string) string {
 	}
 	b.WriteString(r.floorTable(mainN))
 	b.WriteString("\n## Fixed rate\n\n")
-	b.WriteString("| sandboxes | workload | target | req/s | p50 | p90 | p99 | added p50 | added p90 | added p99 | errors | CPU µs/req | RSS MB | goroutines/threads | open files | upstream conns (new/peak) | TLS handshakes |\n")
+	b.WriteString("| sandboxes | workload | target | req/s | p50 | p90 | p99 | added p50 | added p90 | added p99 | errors | CPU µs/req | RSS MB (end / peak) | goroutines/threads | open files | upstream conns (new/peak) | TLS handshakes |\n")
 	b.WriteString("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	rows := slices.Clone(r.Rows)
 	slices.SortStableFunc(rows, func(a, c Row) int { return a.Sandboxes - c.Sandboxes })
@@ -148,7 +148,7 @@ func (r *Report) Markdown(chart string) string {
 	}
 	for _, c := range []int{64, 512} {
 		fmt.Fprintf(&b, "\n## Closed loop, %d concurrent clients\n\n", c)
-		b.WriteString("| workload | target | req/s | p50 | p90 | p99 | errors | CPU µs/req | RSS MB | goroutines/threads | open files | upstream conns (new/peak) | TLS handshakes |\n")
+		b.WriteString("| workload | target | req/s | p50 | p90 | p99 | errors | CPU µs/req | RSS MB (end / peak) | goroutines/threads | open files | upstream conns (new/peak) | TLS handshakes |\n")
 		b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, x := range r.Rows {
 			if x.Shape == ShapeClosed && x.Concurrency == c {
@@ -199,7 +199,19 @@ func mdRow(x Row, rate bool) string {
 		common = "| " + common
 	}
 	return common + fmt.Sprintf(" %d | %s | %s | %s | %s | %d/%d | %d |\n", x.Errors, dash(x.CPUPerReqUS, "%.1f"),
-		dash(float64(x.RSSBytes)/(1<<20), "%.1f"), gt, files, x.UpstreamOpened, x.UpstreamPeak, x.TLSHandshakes)
+		rss(x), gt, files, x.UpstreamOpened, x.UpstreamPeak, x.TLSHandshakes)
+}
+
+// rss is the resident set at the end of the window and its peak during it (VmHWM, reset at the
+// start of the window; the largest over repetitions).
+func rss(x Row) string {
+	if x.RSSBytes == 0 {
+		return "—"
+	}
+	if x.PeakRSSBytes == 0 {
+		return fmt.Sprintf("%.1f", float64(x.RSSBytes)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f / %.1f", float64(x.RSSBytes)/(1<<20), float64(x.PeakRSSBytes)/(1<<20))
 }
 
 // floorTable sets Sandgate against the bare Go relay (bench/cmd/relay) on the workloads both
