@@ -244,7 +244,7 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 	var body []byte
 	if x.up.api != config.APINone && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		limit := p.cfg.Limits.BodyBytes
-		body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+		body, err = readBody(r.Body, r.ContentLength, limit)
 		if err != nil {
 			x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "body_read_failed", Reason: "reading the request body failed"})
 			return
@@ -504,3 +504,16 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// readBody reads a request body of up to limit bytes, and one more when there is more. A body
+// that says its length is read into one buffer of that size.
+func readBody(body io.Reader, length, limit int64) ([]byte, error) {
+	if length < 0 || length > limit {
+		return io.ReadAll(io.LimitReader(body, limit+1))
+	}
+	buf := make([]byte, length)
+	if _, err := io.ReadFull(body, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,6 +42,13 @@ type standIn struct {
 	mu      sync.Mutex
 	keys    []string
 	headers []http.Header
+	bodies  [][32]byte // SHA-256 of each request body received
+}
+
+func (s *standIn) receivedBody(sum [32]byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.bodies, sum)
 }
 
 func (s *standIn) seen() ([]string, []http.Header) {
@@ -69,9 +78,11 @@ func startStandIn(t testing.TB) *standIn {
 }
 
 func (s *standIn) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	s.keys = append(s.keys, r.Header.Get("X-Api-Key"))
 	s.headers = append(s.headers, r.Header.Clone())
+	s.bodies = append(s.bodies, sha256.Sum256(body))
 	s.mu.Unlock()
 	if r.URL.Path != "/v1/messages" || r.Method != http.MethodPost {
 		w.Header().Set("Content-Type", "application/json")
@@ -82,7 +93,7 @@ func (s *standIn) serve(w http.ResponseWriter, r *http.Request) {
 		Model  string `json:"model"`
 		Stream bool   `json:"stream"`
 	}
-	_ = json.NewDecoder(r.Body).Decode(&req)
+	_ = json.Unmarshal(body, &req)
 	// A careless upstream echoing the key: Sandgate must remove this header.
 	w.Header().Set("X-Echo-Key", "key="+r.Header.Get("X-Api-Key"))
 	if !req.Stream {

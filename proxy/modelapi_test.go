@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -46,16 +48,93 @@ func TestParseModelRequest(t *testing.T) {
 	}
 }
 
+// FuzzParseModelRequest holds the scanner to two references: encoding/json's Decoder, the
+// parser it replaced (same verdict, same fields), and json.Valid (a body it accepts is valid
+// JSON). A body they disagree on is one an upstream might read differently from the policy.
 func FuzzParseModelRequest(f *testing.F) {
-	for _, s := range []string{`{"model":"a","max_tokens":1,"stream":true}`, `{"model":1}`, `{}`, `[`, `{"a":{"b":[1,2]}}`} {
+	for _, s := range []string{`{"model":"a","max_tokens":1,"stream":true}`, `{"model":1}`, `{}`, `[`,
+		`{"a":{"b":[1,2]}}`, `{"mod\u0065l":"x","model":"y"}`, `{"a":[{"b":"\ud83d\ude00"},-0.5e+3,true,null]}`,
+		` {"max_tokens":9223372036854775808} `, `{"a":"\x"}`, `{"a":01}`, `{"a":[1,]}`, `{"model":"a\u00"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		mr, err := ParseModelRequest(b)
-		if err == nil && mr.MaxTokens < -1 {
-			t.Fatalf("MaxTokens %d", mr.MaxTokens)
+		got, err := ParseModelRequest(b)
+		want, refErr := parseModelRequestDecoder(b)
+		if (err == nil) != (refErr == nil) {
+			t.Fatalf("%q: scanner error %v, decoder error %v", b, err, refErr)
+		}
+		if err != nil {
+			return
+		}
+		if got != want {
+			t.Fatalf("%q: scanner %+v, decoder %+v", b, got, want)
+		}
+		if !json.Valid(b) {
+			t.Fatalf("%q accepted but not valid JSON", b)
+		}
+		if got.MaxTokens < -1 {
+			t.Fatalf("MaxTokens %d", got.MaxTokens)
 		}
 	})
+}
+
+func TestParseModelRequestDepth(t *testing.T) {
+	nest := func(n int) []byte {
+		return []byte(`{"a":` + strings.Repeat("[", n) + strings.Repeat("]", n) + `,"model":"m"}`)
+	}
+	// The top-level object is one level: encoding/json allows 10000 in all.
+	mr, err := ParseModelRequest(nest(9999))
+	require.NoError(t, err)
+	assert.Equal(t, "m", mr.Model)
+	assert.True(t, json.Valid(nest(9999)))
+	_, err = ParseModelRequest(nest(10000))
+	require.ErrorContains(t, err, "exceeded max depth")
+	assert.False(t, json.Valid(nest(10000)))
+}
+
+// conversationBody is a model request the size agents send: the whole conversation so far.
+func conversationBody(size int) []byte {
+	var msgs []map[string]any
+	for i, n := 0, 0; n < size; i++ {
+		text := strings.Repeat(fmt.Sprintf("line %d of a file, with \"quotes\", a \\ and a tab\t\n", i), 20)
+		msgs = append(msgs, map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": text}}})
+		n += len(text) + 64
+	}
+	b, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": true,
+		"system": "You are a coding agent.", "messages": msgs, "temperature": 0.7})
+	return b
+}
+
+func TestParseModelRequestConversation(t *testing.T) {
+	body := conversationBody(64 << 10)
+	got, err := ParseModelRequest(body)
+	require.NoError(t, err)
+	assert.Equal(t, ModelRequest{Model: "claude-sonnet-4-5", MaxTokens: 1024, Stream: true}, got)
+	want, err := parseModelRequestDecoder(body)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+}
+
+// BenchmarkParseModelRequest compares the scanner with the encoding/json Decoder it replaced,
+// on a small request and on conversations of 16 KiB and 256 KiB.
+func BenchmarkParseModelRequest(b *testing.B) {
+	for _, size := range []int{0, 16 << 10, 256 << 10} {
+		body := conversationBody(size)
+		for _, impl := range []struct {
+			name  string
+			parse func([]byte) (ModelRequest, error)
+		}{{"scanner", ParseModelRequest}, {"decoder", parseModelRequestDecoder}} {
+			b.Run(fmt.Sprintf("%s/%dKiB", impl.name, len(body)>>10), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := impl.parse(body); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
 
 const anthropicSSE = `event: message_start

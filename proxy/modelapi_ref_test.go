@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// parseModelRequestDecoder is ParseModelRequest as it was written first, on encoding/json's
+// Decoder: the reference the scanner is fuzzed against (FuzzParseModelRequest).
+func parseModelRequestDecoder(body []byte) (ModelRequest, error) {
+	mr := ModelRequest{MaxTokens: -1}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if err != nil {
+		return mr, fmt.Errorf("model request body: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return mr, errors.New("model request body: not a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return mr, fmt.Errorf("model request body: %w", err)
+		}
+		key, _ := tok.(string)
+		switch {
+		case key == "model" || key == "stream" || isMaxTokensKeyRef(key):
+			if seen[key] {
+				return mr, fmt.Errorf("model request body: key %q appears twice", key)
+			}
+			seen[key] = true
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return mr, fmt.Errorf("model request body: %w", err)
+			}
+			continue
+		}
+		switch key {
+		case "model":
+			if err := dec.Decode(&mr.Model); err != nil {
+				return mr, errors.New("model request body: model is not a string")
+			}
+		case "stream":
+			var v any
+			if err := dec.Decode(&v); err != nil {
+				return mr, fmt.Errorf("model request body: %w", err)
+			}
+			switch b := v.(type) {
+			case bool:
+				mr.Stream = b
+			case nil:
+			default:
+				return mr, errors.New("model request body: stream is not a boolean")
+			}
+		default:
+			var n json.Number
+			if err := dec.Decode(&n); err != nil {
+				return mr, fmt.Errorf("model request body: %s is not a number", key)
+			}
+			if n == "" { // null
+				continue
+			}
+			v, err := n.Int64()
+			if err != nil || v < 0 {
+				return mr, fmt.Errorf("model request body: %s is not a non-negative integer", key)
+			}
+			mr.MaxTokens = max(mr.MaxTokens, v)
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return mr, fmt.Errorf("model request body: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return mr, errors.New("model request body: data after the JSON object")
+	}
+	return mr, nil
+}
+
+func isMaxTokensKeyRef(k string) bool {
+	return k == "max_tokens" || k == "max_completion_tokens" || k == "max_output_tokens"
+}
