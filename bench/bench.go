@@ -43,7 +43,7 @@ func supports(target, w string) bool {
 		return w != WForward
 	case "relay":
 		// The bare CONNECT relay, and a bare httputil.ReverseProxy for the route.
-		return w == WTunnel || w == WTunnelNew || w == WRoute
+		return w == WTunnel || w == WTunnelNew || w == WRoute || w == WRouteConv
 	case "squid", "tinyproxy":
 		return w == WTunnel || w == WTunnelNew || w == WForward
 	}
@@ -51,7 +51,7 @@ func supports(target, w string) bool {
 }
 
 // AllWorkloads in report order.
-var AllWorkloads = []string{WRoute, WIntercept, WMCP, WTunnel, WTunnelNew, WForward, WMix}
+var AllWorkloads = []string{WRoute, WRouteConv, WIntercept, WMCP, WTunnel, WTunnelNew, WForward, WMix}
 
 // sweepWorkloads are run at every sandbox count of the sweep (the chart); the full matrix
 // runs at Sandboxes only.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -17,8 +18,10 @@ import (
 
 // Workloads: what one request of a sandbox is.
 const (
-	WMCP       = "mcp"        // tools/call through the gateway, on the sandbox's MCP session
-	WRoute     = "route"      // model-API request to the base-URL route (plain HTTP to the proxy)
+	WMCP   = "mcp"   // tools/call through the gateway, on the sandbox's MCP session
+	WRoute = "route" // model-API request to the base-URL route (plain HTTP to the proxy)
+	// WRouteConv is the route with the body an agent sends: the conversation so far, 64 KiB.
+	WRouteConv = "route-conv"
 	WIntercept = "intercept"  // model-API request through CONNECT with TLS interception
 	WTunnel    = "tunnel"     // HTTPS request inside a kept-alive CONNECT tunnel
 	WTunnelNew = "tunnel-new" // one CONNECT tunnel (and TLS handshake) per request
@@ -74,7 +77,7 @@ func newRequester(env *clientEnv, t *Target, w string, sb int) (requester, error
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
 	}
-	if t.Proxy != "" && w != WRoute && w != WMCP {
+	if t.Proxy != "" && w != WRoute && w != WRouteConv && w != WMCP {
 		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: t.Proxy})
 	}
 	if w == WTunnelNew {
@@ -85,12 +88,16 @@ func newRequester(env *clientEnv, t *Target, w string, sb int) (requester, error
 	switch w {
 	case WMCP:
 		return &mcpClient{hc: hc, tr: tr, url: t.MCPURL}, nil
-	case WRoute:
+	case WRoute, WRouteConv:
 		base := t.RouteURL
 		if base == "" {
 			base = model
 		}
-		return &httpClient{hc: hc, tr: tr, url: base + "/v1/messages", model: true}, nil
+		c := &httpClient{hc: hc, tr: tr, url: base + "/v1/messages", model: true}
+		if w == WRouteConv {
+			c.conversation = conversation
+		}
+		return c, nil
 	case WIntercept:
 		return &httpClient{hc: hc, tr: tr, url: model + "/v1/messages", model: true}, nil
 	case WTunnel, WTunnelNew:
@@ -131,6 +138,8 @@ type httpClient struct {
 	tr    *http.Transport
 	url   string
 	model bool // POST Messages, every fourth one streamed (SSE)
+	// conversation, when set, are earlier messages sent before the new one (WRouteConv).
+	conversation []byte
 }
 
 func (c *httpClient) Close() { c.tr.CloseIdleConnections() }
@@ -140,8 +149,10 @@ func (c *httpClient) Do(ctx context.Context, seq int) error {
 	var err error
 	stream := c.model && seq%4 == 3
 	if c.model {
-		body := fmt.Sprintf(`{"model":"claude-bench","max_tokens":256,"stream":%t,"messages":[{"role":"user","content":"Say hello to sandbox request %d"}]}`, stream, seq)
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
+		body := fmt.Appendf(nil, `{"model":"claude-bench","max_tokens":256,"stream":%t,"messages":[`, stream)
+		body = append(body, c.conversation...)
+		body = fmt.Appendf(body, `{"role":"user","content":"Say hello to sandbox request %d"}]}`, seq)
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Anthropic-Version", "2023-06-01")
@@ -235,3 +246,20 @@ func (c *mcpClient) Do(ctx context.Context, seq int) error {
 	}
 	return nil
 }
+
+// conversation is the earlier turns of WRouteConv's requests: 64 KiB of messages, each followed
+// by a comma, with the quotes, backslashes and newlines that source code brings into a JSON
+// string.
+var conversation = func() []byte {
+	var b []byte
+	for i := 0; len(b) < 64<<10; i++ {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		text := strings.Repeat(fmt.Sprintf("%d: if err != nil {\n\treturn fmt.Errorf(\"step \\%d: %%w\", err)\n}\n", i, i), 12)
+		quoted, _ := json.Marshal(text)
+		b = fmt.Appendf(b, `{"role":%q,"content":[{"type":"text","text":%s}]},`, role, quoted)
+	}
+	return b
+}()

@@ -224,7 +224,7 @@ func (r *Report) floorTable(mainN int) string {
 			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f× |\n", w, measure, sg, rl, sg/rl)
 		}
 	}
-	for _, w := range []string{WRoute, WTunnel, WTunnelNew} {
+	for _, w := range []string{WRoute, WRouteConv, WTunnel, WTunnelNew} {
 		s, ok1 := r.row(w, "sandgate", ShapeClosed, 64)
 		l, ok2 := r.row(w, "relay", ShapeClosed, 64)
 		row(w, "CPU µs/request (c=64)", s.CPUPerReqUS, l.CPUPerReqUS, ok1 && ok2)

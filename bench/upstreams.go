@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -167,11 +166,14 @@ func serveModelAPI(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"data":[{"id":"claude-bench","type":"model"}]}`)
 		return
 	}
-	var req struct {
-		Model  string `json:"model"`
-		Stream bool   `json:"stream"`
+	// The stand-in reads the body as a model API would, quickly: a conversation-sized body must
+	// not make the upstream the bottleneck of the cell.
+	body, _ := io.ReadAll(r.Body)
+	req, err := proxy.ParseModelRequest(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
-	_ = json.NewDecoder(r.Body).Decode(&req)
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"msg_1","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"Hello from the bench"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":34}}`, req.Model)
