@@ -44,6 +44,9 @@ func supports(target, w string) bool {
 	case "relay":
 		// The bare CONNECT relay, and a bare httputil.ReverseProxy for the route.
 		return w == WTunnel || w == WTunnelNew || w == WRoute || w == WRouteConv
+	case "goproxy":
+		// goproxy's own interception with nothing added: the floor of the intercept workload.
+		return w == WIntercept
 	case "squid", "tinyproxy":
 		return w == WTunnel || w == WTunnelNew || w == WForward
 	}
@@ -89,6 +92,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var notes []string
 	for _, start := range []func() (*Target, error){
 		func() (*Target, error) { return startRelay(ctx, o.RelayBin, root, up) },
+		func() (*Target, error) {
+			return startGoproxy(ctx, o.RelayBin, root, filepath.Join(root, "sandgate", "ca"), up)
+		},
 		func() (*Target, error) { return startSquid(ctx, root) },
 		func() (*Target, error) { return startTinyproxy(ctx, root) },
 	} {

@@ -53,7 +53,12 @@ func (r *Report) Checks(mainN int) []Check {
 	add("CONNECT tunnel: CPU per new tunnel with policy and audit ≤ 1.2× relay (c=64)",
 		fmt.Sprintf("%.1f µs vs relay %.1f µs (%.2f×)", sg, rl, sg/rl), sg <= 1.2*rl, ok1 && ok2)
 	sg, ok1 = cpu(WIntercept, "sandgate")
-	add("Intercepted model-API request ≤ 60 µs proxy CPU (c=64)", fmt.Sprintf("%.1f µs", sg), sg <= 60, ok1)
+	value := fmt.Sprintf("%.1f µs", sg)
+	if gp, ok := cpu(WIntercept, "goproxy"); ok {
+		// The issue's reference pair: 60 µs against goproxy's own interception at ≈ 50 µs.
+		value += fmt.Sprintf(" vs goproxy's own interception %.1f µs (%.2f×; the issue's 60 against ≈ 50 µs is 1.2×)", gp, sg/gp)
+	}
+	add("Intercepted model-API request ≤ 60 µs proxy CPU (c=64)", value, sg <= 60, ok1)
 	sg, ok1 = cpu(WRoute, "sandgate")
 	sq, ok2 := cpu(WForward, "squid")
 	add("Base-URL route CPU ≤ Squid plain forward CPU (c=64)", fmt.Sprintf("%.1f µs vs Squid %.1f µs", sg, sq), sg <= sq, ok1 && ok2)
@@ -224,13 +229,17 @@ func (r *Report) floorTable(mainN int) string {
 			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f× |\n", w, measure, sg, rl, sg/rl)
 		}
 	}
-	for _, w := range []string{WRoute, WRouteConv, WTunnel, WTunnelNew} {
+	for _, w := range []string{WRoute, WRouteConv, WIntercept, WTunnel, WTunnelNew} {
+		floor := "relay"
+		if w == WIntercept {
+			floor = "goproxy"
+		}
 		s, ok1 := r.row(w, "sandgate", ShapeClosed, 64)
-		l, ok2 := r.row(w, "relay", ShapeClosed, 64)
+		l, ok2 := r.row(w, floor, ShapeClosed, 64)
 		row(w, "CPU µs/request (c=64)", s.CPUPerReqUS, l.CPUPerReqUS, ok1 && ok2)
 		row(w, "throughput req/s (c=64)", s.Throughput, l.Throughput, ok1 && ok2)
 		s, ok1 = r.row(w, "sandgate", ShapeRate, mainN)
-		l, ok2 = r.row(w, "relay", ShapeRate, mainN)
+		l, ok2 = r.row(w, floor, ShapeRate, mainN)
 		ok := ok1 && ok2 && s.HasDirect && l.HasDirect
 		row(w, fmt.Sprintf("added p50 ms (fixed rate, %d sandboxes)", mainN), s.AddedP50MS, l.AddedP50MS, ok)
 		row(w, fmt.Sprintf("added p99 ms (fixed rate, %d sandboxes)", mainN), s.AddedP99MS, l.AddedP99MS, ok)
@@ -239,7 +248,8 @@ func (r *Report) floorTable(mainN int) string {
 		return ""
 	}
 	return "\n## Against the bare Go floor\n\nThe relay target is the least a Go proxy does: a CONNECT relay, and for the route a bare " +
-		"`httputil.ReverseProxy` over one pooled HTTP/2 transport that sets the API key. Sandgate adds identity, policy, " +
-		"key injection, body and usage parsing, limits and audit.\n\n| workload | measure | Sandgate | bare Go | ratio |\n" +
+		"`httputil.ReverseProxy` over one pooled HTTP/2 transport that sets the API key. For the intercept workload the floor " +
+		"is goproxy's own TLS interception (cached leaves, the same pooled transport, nothing added). Sandgate adds identity, " +
+		"policy, key injection, body and usage parsing, limits and audit.\n\n| workload | measure | Sandgate | bare Go | ratio |\n" +
 		"| --- | --- | ---: | ---: | ---: |\n" + b.String()
 }

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/sandgate/sandgate/proxy"
 )
 
 // Target is one way of reaching the upstreams: direct (no proxy), or through a proxy process.
@@ -81,6 +83,31 @@ func startRelay(ctx context.Context, bin, root string, up *Upstreams) (*Target, 
 		}
 	}
 	return &Target{Name: "relay", Proxy: addrs[0], RouteURL: "http://" + addrs[1] + "/routes/anthropic", proc: p}, nil
+}
+
+// startGoproxy runs the relay binary as goproxy's own TLS interception (bench/cmd/relay
+// -mitm-listen), signing with Sandgate's CA so that the same clients trust both.
+func startGoproxy(ctx context.Context, bin, root, caDir string, up *Upstreams) (*Target, error) {
+	dir, err := peerDir(root, "goproxy")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startProcess("goproxy", dir, nil, bin, "-listen", "", "-mitm-listen", addr,
+		"-mitm-ca-cert", filepath.Join(caDir, proxy.CACertFile), "-mitm-ca-key", filepath.Join(caDir, proxy.CAKeyFile),
+		"-route-ca", up.CAPath, "-route-dial", up.TLSAddr)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitTCP(ctx, addr, 10*time.Second); err != nil {
+		p.Stop(time.Second)
+		return nil, err
+	}
+	return &Target{Name: "goproxy", Proxy: addr, proc: p}, nil
 }
 
 // startSquid runs Squid in the foreground (-N) with a config of its own: memory only, no

@@ -4,10 +4,16 @@
 // With -route-listen it also serves a base-URL route the way the simplest Go reverse proxy
 // would: httputil.ReverseProxy over one pooled HTTP/2 transport to -route-upstream, the path
 // prefix /routes/NAME stripped and one API-key header set. No policy, no identity, no audit,
-// no body parsing, no DNS beyond what net.Dial does. It stops on SIGINT or SIGTERM.
+// no body parsing, no DNS beyond what net.Dial does. With -mitm-listen it is goproxy's own TLS
+// interception with nothing added (the floor of the intercept workload): every CONNECT is
+// intercepted with leaves signed by -mitm-ca-cert/-mitm-ca-key (cached per host), and the
+// requests inside go upstream over the route's pooled transport. It stops on SIGINT or
+// SIGTERM.
 //
 //	relay -listen 127.0.0.1:3130 [-route-listen 127.0.0.1:3131 -route-upstream https://host:port
 //	      -route-ca ca.pem -route-dial 127.0.0.50:port]
+//	relay -listen "" -mitm-listen 127.0.0.1:3132 -mitm-ca-cert ca.crt -mitm-ca-key ca.key
+//	      -route-ca ca.pem -route-dial 127.0.0.50:port
 package main
 
 import (
@@ -29,46 +35,69 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/elazarl/goproxy"
 )
 
 func main() {
-	listen := flag.String("listen", "127.0.0.1:3130", "CONNECT listen address")
+	listen := flag.String("listen", "127.0.0.1:3130", "CONNECT listen address (off when empty)")
 	routeListen := flag.String("route-listen", "", "base-URL route listen address (off when empty)")
 	routeUpstream := flag.String("route-upstream", "", "the route's upstream base URL (https://host:port)")
 	routeCA := flag.String("route-ca", "", "PEM file of the CA that signed the route upstream's certificate")
 	routeDial := flag.String("route-dial", "", "address to dial for the route upstream instead of resolving its host")
+	mitmListen := flag.String("mitm-listen", "", "goproxy interception listen address (off when empty)")
+	mitmCert := flag.String("mitm-ca-cert", "", "PEM certificate of the CA that signs intercepted hosts")
+	mitmKey := flag.String("mitm-ca-key", "", "PEM key of that CA")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *routeListen != "" {
-		srv, err := routeServer(*routeListen, *routeUpstream, *routeCA, *routeDial)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "relay:", err)
-			os.Exit(1)
-		}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		os.Exit(1)
+	}
+	serve := func(name string, srv *http.Server) {
 		go func() { <-ctx.Done(); _ = srv.Close() }()
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-				fmt.Fprintln(os.Stderr, "relay: route:", err)
-				os.Exit(1)
+				fail(fmt.Errorf("%s: %w", name, err))
 			}
 		}()
 	}
+	if *routeListen != "" || *mitmListen != "" {
+		tr, err := upstreamTransport(*routeCA, *routeDial)
+		if err != nil {
+			fail(err)
+		}
+		if *routeListen != "" {
+			srv, err := routeServer(*routeListen, *routeUpstream, tr)
+			if err != nil {
+				fail(err)
+			}
+			serve("route", srv)
+		}
+		if *mitmListen != "" {
+			srv, err := mitmServer(*mitmListen, *mitmCert, *mitmKey, tr)
+			if err != nil {
+				fail(err)
+			}
+			serve("mitm", srv)
+		}
+	}
+	if *listen == "" {
+		<-ctx.Done()
+		return
+	}
 	if err := run(ctx, *listen); err != nil {
-		fmt.Fprintln(os.Stderr, "relay:", err)
-		os.Exit(1)
+		fail(err)
 	}
 }
 
 // apiKey is injected into every routed request, as Sandgate injects the real key.
 const apiKey = "sk-bench-not-a-real-key-0123456789"
 
-// routeServer is the bare reverse proxy of the route workload.
-func routeServer(addr, upstream, caFile, dial string) (*http.Server, error) {
-	target, err := url.Parse(upstream)
-	if err != nil || target.Host == "" {
-		return nil, fmt.Errorf("-route-upstream %q is not a URL", upstream)
-	}
+// upstreamTransport is the pooled HTTP/2 transport to the model-API stand-in: its CA trusted,
+// every dial sent to dial when set.
+func upstreamTransport(caFile, dial string) (*http.Transport, error) {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, fmt.Errorf("-route-ca: %w", err)
@@ -78,7 +107,7 @@ func routeServer(addr, upstream, caFile, dial string) (*http.Server, error) {
 		return nil, fmt.Errorf("-route-ca %s holds no certificate", caFile)
 	}
 	d := &net.Dialer{Timeout: 10 * time.Second}
-	tr := &http.Transport{
+	return &http.Transport{
 		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
 			if dial != "" {
 				a = dial
@@ -89,6 +118,14 @@ func routeServer(addr, upstream, caFile, dial string) (*http.Server, error) {
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     time.Minute,
+	}, nil
+}
+
+// routeServer is the bare reverse proxy of the route workload.
+func routeServer(addr, upstream string, tr *http.Transport) (*http.Server, error) {
+	target, err := url.Parse(upstream)
+	if err != nil || target.Host == "" {
+		return nil, fmt.Errorf("-route-upstream %q is not a URL", upstream)
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -106,6 +143,46 @@ func routeServer(addr, upstream, caFile, dial string) (*http.Server, error) {
 		ErrorLog:   log.New(io.Discard, "", 0),
 	}
 	return &http.Server{Addr: addr, Handler: rp, ReadHeaderTimeout: 10 * time.Second}, nil
+}
+
+// mitmServer is goproxy intercepting every CONNECT, as its README shows, with a certificate
+// cache (goproxy's advice for production) and the pooled upstream transport.
+func mitmServer(addr, certFile, keyFile string, tr *http.Transport) (*http.Server, error) {
+	ca, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("-mitm-ca-cert/-mitm-ca-key: %w", err)
+	}
+	if ca.Leaf, err = x509.ParseCertificate(ca.Certificate[0]); err != nil {
+		return nil, fmt.Errorf("-mitm-ca-cert: %w", err)
+	}
+	gp := goproxy.NewProxyHttpServer()
+	gp.Logger = log.New(io.Discard, "", 0)
+	gp.Tr = tr
+	gp.CertStore = &certCache{m: map[string]*tls.Certificate{}}
+	mitm := &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: goproxy.TLSConfigFromCA(&ca)}
+	gp.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+		return mitm, host
+	})
+	return &http.Server{Addr: addr, Handler: gp, ReadHeaderTimeout: 10 * time.Second}, nil
+}
+
+// certCache is a goproxy.CertStorage: one leaf per host.
+type certCache struct {
+	mu sync.Mutex
+	m  map[string]*tls.Certificate
+}
+
+func (c *certCache) Fetch(host string, gen func() (*tls.Certificate, error)) (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cert, ok := c.m[host]; ok {
+		return cert, nil
+	}
+	cert, err := gen()
+	if err == nil {
+		c.m[host] = cert
+	}
+	return cert, err
 }
 
 // buffers recycles the copy buffers, as Sandgate does.
