@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -100,4 +102,43 @@ func TestModelRequestBodies(t *testing.T) {
 			}, 5*time.Second, 20*time.Millisecond, "no audit event with outcome %s", tc.code)
 		})
 	}
+}
+
+func TestReadBody(t *testing.T) {
+	const limit = 1 << 20
+	for _, tc := range []struct {
+		name        string
+		size        int
+		declared    int64
+		wantErr     bool
+		wantLen     int
+		maxCapacity int
+	}{
+		{"declared length, read into one buffer of that size", 100 << 10, 100 << 10, false, 100 << 10, 100<<10 + 1},
+		{"declared length beyond the preallocation", 300 << 10, 300 << 10, false, 300 << 10, 0},
+		{"unknown length", 70 << 10, -1, false, 70 << 10, 0},
+		{"over the limit: one byte more than the limit", limit + 10, -1, false, limit + 1, 0},
+		{"declared over the limit", limit + 10, limit + 10, false, limit + 1, 0},
+		{"empty", 0, 0, false, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := bytes.Repeat([]byte("x"), tc.size)
+			got, err := readBody(bytes.NewReader(src), tc.declared, limit)
+			require.NoError(t, err)
+			assert.Len(t, got, tc.wantLen)
+			assert.Equal(t, src[:tc.wantLen], got)
+			if tc.maxCapacity > 0 {
+				assert.LessOrEqual(t, cap(got), tc.maxCapacity)
+			}
+		})
+	}
+	t.Run("a declared length allocates no more than maxBodyPrealloc up front", func(t *testing.T) {
+		// The client declares the limit and has sent 10 bytes when the connection fails.
+		r := io.MultiReader(bytes.NewReader([]byte("0123456789")), iotest.ErrReader(io.ErrUnexpectedEOF))
+		_, err := readBody(r, limit, limit)
+		require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+		buf, err := readBody(bytes.NewReader([]byte("0123456789")), limit, limit)
+		require.NoError(t, err)
+		assert.LessOrEqual(t, cap(buf), maxBodyPrealloc+1)
+	})
 }

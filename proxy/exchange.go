@@ -506,14 +506,28 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // readBody reads a request body of up to limit bytes, and one more when there is more. A body
-// that says its length is read into one buffer of that size.
+// that says its length starts in a buffer of that size, up to maxBodyPrealloc: a client that
+// declares a large body and sends it slowly holds no more memory than it has sent, plus that.
 func readBody(body io.Reader, length, limit int64) ([]byte, error) {
-	if length < 0 || length > limit {
-		return io.ReadAll(io.LimitReader(body, limit+1))
+	size := int64(512)
+	if length >= 0 && length <= limit {
+		size = min(length, maxBodyPrealloc) + 1 // +1: room to read the end without growing
 	}
-	buf := make([]byte, length)
-	if _, err := io.ReadFull(body, buf); err != nil {
-		return nil, err
+	buf := make([]byte, 0, size)
+	r := io.LimitReader(body, limit+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return buf, nil
 }
+
+const maxBodyPrealloc = 256 << 10
