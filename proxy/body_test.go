@@ -110,16 +110,15 @@ func TestReadBody(t *testing.T) {
 		name        string
 		size        int
 		declared    int64
-		wantErr     bool
 		wantLen     int
 		maxCapacity int
 	}{
-		{"declared length, read into one buffer of that size", 100 << 10, 100 << 10, false, 100 << 10, 100<<10 + 1},
-		{"declared length beyond the preallocation", 300 << 10, 300 << 10, false, 300 << 10, 0},
-		{"unknown length", 70 << 10, -1, false, 70 << 10, 0},
-		{"over the limit: one byte more than the limit", limit + 10, -1, false, limit + 1, 0},
-		{"declared over the limit", limit + 10, limit + 10, false, limit + 1, 0},
-		{"empty", 0, 0, false, 0, 0},
+		{"declared length, read into one buffer of that size", 100 << 10, 100 << 10, 100 << 10, 100<<10 + 1},
+		{"declared length beyond the preallocation", 300 << 10, 300 << 10, 300 << 10, 0},
+		{"unknown length", 70 << 10, -1, 70 << 10, 0},
+		{"over the limit: one byte more than the limit", limit + 10, -1, limit + 1, 0},
+		{"declared over the limit", limit + 10, limit + 10, limit + 1, 0},
+		{"empty", 0, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := bytes.Repeat([]byte("x"), tc.size)
