@@ -42,8 +42,9 @@ func supports(target, w string) bool {
 		// plain forward has no allow_private knob. The mix is every other workload.
 		return w != WForward
 	case "relay":
-		// The bare CONNECT relay, and a bare httputil.ReverseProxy for the route.
-		return w == WTunnel || w == WTunnelNew || w == WRoute || w == WRouteConv
+		// The bare CONNECT relay, a bare httputil.ReverseProxy for the route, and a bare mcp-go
+		// server forwarding to an mcp-go client for MCP.
+		return w == WTunnel || w == WTunnelNew || w == WRoute || w == WRouteConv || w == WMCP
 	case "goproxy":
 		// goproxy's own interception with nothing added: the floor of the intercept workload.
 		return w == WIntercept

@@ -61,7 +61,7 @@ func startRelay(ctx context.Context, bin, root string, up *Upstreams) (*Target, 
 	if err != nil {
 		return nil, err
 	}
-	var addrs [2]string
+	var addrs [3]string
 	for i := range addrs {
 		port, err := freePort()
 		if err != nil {
@@ -72,7 +72,8 @@ func startRelay(ctx context.Context, bin, root string, up *Upstreams) (*Target, 
 	_, tlsPort, _ := net.SplitHostPort(up.TLSAddr)
 	p, err := startProcess("relay", dir, nil, bin, "-listen", addrs[0],
 		"-route-listen", addrs[1], "-route-upstream", "https://"+modelHost+":"+tlsPort,
-		"-route-ca", up.CAPath, "-route-dial", up.TLSAddr)
+		"-route-ca", up.CAPath, "-route-dial", up.TLSAddr,
+		"-mcp-listen", addrs[2], "-mcp-upstream", up.MCPURL)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +83,8 @@ func startRelay(ctx context.Context, bin, root string, up *Upstreams) (*Target, 
 			return nil, err
 		}
 	}
-	return &Target{Name: "relay", Proxy: addrs[0], RouteURL: "http://" + addrs[1] + "/routes/anthropic", proc: p}, nil
+	return &Target{Name: "relay", Proxy: addrs[0], RouteURL: "http://" + addrs[1] + "/routes/anthropic",
+		MCPURL: "http://" + addrs[2] + "/mcp", proc: p}, nil
 }
 
 // startGoproxy runs the relay binary as goproxy's own TLS interception (bench/cmd/relay

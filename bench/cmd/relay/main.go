@@ -8,12 +8,15 @@
 // interception with nothing added (the floor of the intercept workload): every CONNECT is
 // intercepted with leaves signed by -mitm-ca-cert/-mitm-ca-key (cached per host), and the
 // requests inside go upstream over the route's pooled transport. It stops on SIGINT or
-// SIGTERM.
+// SIGTERM. With -mcp-listen it is the bare MCP gateway mcp-go allows: a Streamable HTTP server
+// offering the tools of -mcp-upstream, each call forwarded over one shared mcp-go client
+// session, with no policy, identity, limits or audit (the floor of the mcp workload).
 //
 //	relay -listen 127.0.0.1:3130 [-route-listen 127.0.0.1:3131 -route-upstream https://host:port
 //	      -route-ca ca.pem -route-dial 127.0.0.50:port]
 //	relay -listen "" -mitm-listen 127.0.0.1:3132 -mitm-ca-cert ca.crt -mitm-ca-key ca.key
 //	      -route-ca ca.pem -route-dial 127.0.0.50:port
+//	relay -listen "" -mcp-listen 127.0.0.1:3133 -mcp-upstream http://127.0.0.50:port/mcp
 package main
 
 import (
@@ -37,6 +40,10 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 )
 
 func main() {
@@ -48,6 +55,8 @@ func main() {
 	mitmListen := flag.String("mitm-listen", "", "goproxy interception listen address (off when empty)")
 	mitmCert := flag.String("mitm-ca-cert", "", "PEM certificate of the CA that signs intercepted hosts")
 	mitmKey := flag.String("mitm-ca-key", "", "PEM key of that CA")
+	mcpListen := flag.String("mcp-listen", "", "bare MCP gateway listen address (off when empty)")
+	mcpUpstream := flag.String("mcp-upstream", "", "the MCP server behind it (Streamable HTTP URL)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -82,6 +91,13 @@ func main() {
 			}
 			serve("mitm", srv)
 		}
+	}
+	if *mcpListen != "" {
+		srv, err := mcpServer(ctx, *mcpListen, *mcpUpstream)
+		if err != nil {
+			fail(err)
+		}
+		serve("mcp", srv)
 	}
 	if *listen == "" {
 		<-ctx.Done()
@@ -164,6 +180,39 @@ func mitmServer(addr, certFile, keyFile string, tr *http.Transport) (*http.Serve
 		return mitm, host
 	})
 	return &http.Server{Addr: addr, Handler: gp, ReadHeaderTimeout: 10 * time.Second}, nil
+}
+
+// mcpServer connects to upstream, lists its tools and serves them, every call forwarded on
+// the one client session, the way the mcp-go README composes a server and a client.
+func mcpServer(ctx context.Context, addr, upstream string) (*http.Server, error) {
+	// Pooled like Sandgate's upstream client (http.DefaultTransport keeps 2 idle connections).
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
+	tr, err := transport.NewStreamableHTTP(upstream, transport.WithHTTPBasicClient(hc))
+	if err != nil {
+		return nil, fmt.Errorf("-mcp-upstream: %w", err)
+	}
+	c := client.NewClient(tr)
+	if err := c.Start(ctx); err != nil {
+		return nil, fmt.Errorf("-mcp-upstream: %w", err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench-relay", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		return nil, fmt.Errorf("-mcp-upstream: initialize: %w", err)
+	}
+	tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("-mcp-upstream: tools/list: %w", err)
+	}
+	s := server.NewMCPServer("bench-relay", "1", server.WithToolCapabilities(false))
+	for _, t := range tools.Tools {
+		s.AddTool(t, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return c.CallTool(ctx, req)
+		})
+	}
+	return &http.Server{Addr: addr, Handler: server.NewStreamableHTTPServer(s, server.WithStateful(true)),
+		ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}, nil
 }
 
 // certCache is a goproxy.CertStorage: one leaf per host.
