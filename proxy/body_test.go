@@ -58,6 +58,13 @@ func TestModelRequestBodies(t *testing.T) {
 		}
 	})
 
+	t.Run("a body with spaces after colons and commas, as Python's json.dumps writes, is read", func(t *testing.T) {
+		body := `{"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}`
+		resp := post(t, body, false)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.True(t, h.up.receivedBody(sha256.Sum256([]byte(body))))
+	})
+
 	t.Run("the policy reads the model a large body names", func(t *testing.T) {
 		var doc map[string]any
 		require.NoError(t, json.Unmarshal(conversationBody(64<<10), &doc))

@@ -196,7 +196,8 @@ func (s *jsonScan) space() {
 	}
 }
 
-// key scans `"name" :` with the whitespace around it and returns the raw string.
+// key scans `"name" :` with the whitespace around it and returns the raw string; the cursor is
+// left on the value's first byte.
 func (s *jsonScan) key() (raw []byte, escaped bool, err error) {
 	s.space()
 	if s.peek() != '"' {
@@ -212,6 +213,7 @@ func (s *jsonScan) key() (raw []byte, escaped bool, err error) {
 		return nil, false, s.unexpected("after an object key")
 	}
 	s.i++
+	s.space() // the value starts at the cursor
 	return raw, escaped, nil
 }
 

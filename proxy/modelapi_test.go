@@ -34,6 +34,12 @@ func TestParseModelRequest(t *testing.T) {
 		{"array body is refused", `[{"model":"x"}]`, ModelRequest{}, "not a JSON object"},
 		{"trailing data is refused", `{"model":"a"} {"model":"b"}`, ModelRequest{}, "data after"},
 		{"truncated body is refused", `{"model":"a"`, ModelRequest{}, "model request body"},
+		{"whitespace around every token is read (Python's json.dumps writes \": \")",
+			"{\"model\": \"gpt-5\", \"max_tokens\" :\t7 ,\n \"stream\":\r\ntrue , \"messages\": [ {\"a\": 1} ] }",
+			ModelRequest{Model: "gpt-5", MaxTokens: 7, Stream: true}, ""},
+		{"a pretty-printed body is read", "{\n  \"model\": \"m\",\n  \"max_completion_tokens\": 3\n}\n",
+			ModelRequest{Model: "m", MaxTokens: 3}, ""},
+		{"null model with a space is absent", `{"model": null}`, ModelRequest{MaxTokens: -1}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,7 +60,8 @@ func TestParseModelRequest(t *testing.T) {
 func FuzzParseModelRequest(f *testing.F) {
 	for _, s := range []string{`{"model":"a","max_tokens":1,"stream":true}`, `{"model":1}`, `{}`, `[`,
 		`{"a":{"b":[1,2]}}`, `{"mod\u0065l":"x","model":"y"}`, `{"a":[{"b":"\ud83d\ude00"},-0.5e+3,true,null]}`,
-		` {"max_tokens":9223372036854775808} `, `{"a":"\x"}`, `{"a":01}`, `{"a":[1,]}`, `{"model":"a\u00"}`} {
+		` {"max_tokens":9223372036854775808} `, `{"a":"\x"}`, `{"a":01}`, `{"a":[1,]}`, `{"model":"a\u00"}`,
+		`{"model": "m", "max_tokens" : 5, "stream" : false, "x": [ 1 , { "y" : null } ] }`, "{\n\t\"model\":\r\n\"m\"\n}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
