@@ -55,45 +55,26 @@ func ParseModelRequest(body []byte) (ModelRequest, error) {
 		}
 		return mr, errors.New("model request body: not a JSON object")
 	}
-	s.i++
 	var seen [len(readKeys)]bool
-	s.space()
-	if s.peek() == '}' {
-		s.i++
-	} else {
-		for {
-			raw, escaped, err := s.key()
-			if err != nil {
-				return mr, s.wrap(err)
-			}
-			start := s.i
-			if err := s.value(1); err != nil {
-				return mr, s.wrap(err)
-			}
-			k, err := topKey(raw, escaped)
-			if err != nil {
-				return mr, s.wrap(err)
-			}
-			if k >= 0 {
-				if seen[k] {
-					return mr, fmt.Errorf("model request body: key %q appears twice", readKeys[k])
-				}
-				seen[k] = true
-				if err := mr.set(k, s.b[start:s.i]); err != nil {
-					return mr, err
-				}
-			}
-			s.space()
-			c := s.peek()
-			s.i++
-			if c == '}' {
-				break
-			}
-			if c != ',' {
-				s.i--
-				return mr, s.wrap(s.unexpected("after an object member"))
-			}
+	var refused error // a value Sandgate will not forward, as opposed to bad syntax
+	err := s.object(1, func(key []byte, escaped bool, val []byte) error {
+		k, err := topKey(key, escaped)
+		if err != nil || k < 0 {
+			return err
 		}
+		if seen[k] {
+			refused = fmt.Errorf("model request body: key %q appears twice", readKeys[k])
+			return refused
+		}
+		seen[k] = true
+		refused = mr.set(k, val)
+		return refused
+	})
+	if refused != nil {
+		return mr, refused
+	}
+	if err != nil {
+		return mr, s.wrap(err)
 	}
 	s.space()
 	if s.i != len(s.b) {
@@ -215,6 +196,45 @@ func (s *jsonScan) key() (raw []byte, escaped bool, err error) {
 	s.i++
 	s.space() // the value starts at the cursor
 	return raw, escaped, nil
+}
+
+// object scans the object at the cursor, nested depth levels deep, calling member with each
+// member's raw key (quotes included), whether the key has escapes, and its raw value. An error
+// from member ends the scan and is returned.
+func (s *jsonScan) object(depth int, member func(key []byte, escaped bool, val []byte) error) error {
+	s.space()
+	if s.peek() != '{' {
+		return s.unexpected("looking for the beginning of an object")
+	}
+	s.i++
+	s.space()
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		key, escaped, err := s.key()
+		if err != nil {
+			return err
+		}
+		start := s.i
+		if err := s.value(depth); err != nil {
+			return err
+		}
+		if err := member(key, escaped, s.b[start:s.i]); err != nil {
+			return err
+		}
+		s.space()
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.unexpected("after an object member")
+		}
+	}
 }
 
 // plainString marks the bytes that stand for themselves inside a JSON string.

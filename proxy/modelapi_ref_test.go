@@ -85,3 +85,24 @@ func parseModelRequestDecoder(body []byte) (ModelRequest, error) {
 func isMaxTokensKeyRef(k string) bool {
 	return k == "max_tokens" || k == "max_completion_tokens" || k == "max_output_tokens"
 }
+
+// usageDecoder is UsageParser.doc as it was written first, all json.Unmarshal: the reference
+// FuzzUsageScan holds scanUsage to.
+func usageDecoder(b []byte) (Usage, bool) {
+	var d usageDoc
+	if json.Unmarshal(b, &d) != nil {
+		return Usage{}, false
+	}
+	var u Usage
+	decoded := false
+	for _, f := range []*usageDoc{&d, d.Message, d.Response} {
+		if f == nil || f.Usage == nil {
+			continue
+		}
+		x := f.Usage
+		decoded = true
+		u.In = max(u.In, x.InputTokens+x.CacheCreationInputTokens+x.CacheReadInputTokens, x.PromptTokens)
+		u.Out = max(u.Out, x.OutputTokens, x.CompletionTokens)
+	}
+	return u, decoded
+}

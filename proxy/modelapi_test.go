@@ -222,3 +222,58 @@ func FuzzUsageParser(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUsageScan holds the usage scanner (with its fallback) to json.Unmarshal, the reader it
+// replaced: the same counts, and usage found in the same documents.
+func FuzzUsageScan(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"message_start","message":{"id":"m","usage":{"input_tokens":25,"cache_read_input_tokens":5,"output_tokens":1}}}`,
+		`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}`,
+		`{"id":"c","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}`,
+		`{"type":"response.completed","response":{"usage":{"input_tokens":4,"output_tokens":2}}}`,
+		`{"usage":{"input_tokens":5},"usage":{"output_tokens":3}}`, `{"Usage":{"input_tokens":5}}`,
+		`{"usage":{"input_tokens":1.5}}`, `{"usage":{"input_tokens":null,"output_tokens":-0}}`, `{"usage":null}`,
+		`{"message":"text","usage":{"input_tokens":1}}`, `{"message":{"message":{}}}`, `{"u\u0073age":{"input_tokens":2}}`,
+		`{"usage":{"input_tokens":99999999999999999999}}`, `{"usage":{"input_tokens":1}} x`, `null`, `[]`,
+		`{ "usage" : { "input_tokens" : 7 , "output_tokens" : 8 } }`, "{\"usage\":{\"\u212aey\":1,\"input_tokens\":3}}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := &UsageParser{}
+		p.doc(b)
+		want, decoded := usageDecoder(b)
+		if p.usage != want || p.decoded != decoded {
+			t.Fatalf("%q: scanner %+v (decoded %v), json.Unmarshal %+v (decoded %v)", b, p.usage, p.decoded, want, decoded)
+		}
+	})
+}
+
+// BenchmarkUsageDoc is one usage-bearing document: a non-streamed Messages response and the
+// message_start event of a stream.
+func BenchmarkUsageDoc(b *testing.B) {
+	docs := map[string]string{
+		"response": `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"` +
+			strings.Repeat("Here is the change you asked for. ", 60) + `"}],"stop_reason":"end_turn","stop_sequence":null,` +
+			`"usage":{"input_tokens":2095,"cache_creation_input_tokens":0,"cache_read_input_tokens":51200,"output_tokens":503,"service_tier":"standard"}}`,
+		"message_start": `{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","model":"claude-sonnet-4-5",` +
+			`"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_read_input_tokens":5,"output_tokens":1}}}`,
+	}
+	for name, doc := range docs {
+		for _, impl := range []struct {
+			name string
+			read func([]byte)
+		}{
+			{"scanner", func(b []byte) { (&UsageParser{}).doc(b) }},
+			{"unmarshal", func(b []byte) { usageDecoder(b) }},
+		} {
+			b.Run(impl.name+"/"+name, func(b *testing.B) {
+				doc := []byte(doc)
+				b.ReportAllocs()
+				for b.Loop() {
+					impl.read(doc)
+				}
+			})
+		}
+	}
+}

@@ -3,7 +3,9 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"mime"
+	"strconv"
 )
 
 // Usage is the token usage a model API reported in its response.
@@ -113,9 +115,12 @@ type usageDoc struct {
 }
 
 func (u *UsageParser) doc(b []byte) {
-	var d usageDoc
-	if json.Unmarshal(b, &d) != nil {
-		return
+	d, ok := scanUsage(b)
+	if !ok {
+		d = usageDoc{}
+		if json.Unmarshal(b, &d) != nil {
+			return
+		}
 	}
 	for _, f := range []*usageDoc{&d, d.Message, d.Response} {
 		if f == nil || f.Usage == nil {
@@ -126,6 +131,115 @@ func (u *UsageParser) doc(b []byte) {
 		u.usage.In = max(u.usage.In, x.InputTokens+x.CacheCreationInputTokens+x.CacheReadInputTokens, x.PromptTokens)
 		u.usage.Out = max(u.usage.Out, x.OutputTokens, x.CompletionTokens)
 	}
+}
+
+// errLeaveToJSON stops scanUsage at something it leaves to encoding/json.
+var errLeaveToJSON = errors.New("leave to encoding/json")
+
+// scanUsage reads b into a usageDoc exactly as json.Unmarshal would, for the documents model
+// APIs send, without decoding what usage does not need (a response's content, an SSE event's
+// text). ok is false when b holds anything it leaves to json.Unmarshal: a key at the levels it
+// reads that is not plain lowercase ASCII (encoding/json matches keys without regard to case),
+// a repeated usage, message or response, a value of another type, or invalid JSON.
+func scanUsage(b []byte) (d usageDoc, ok bool) {
+	s := jsonScan{b: b}
+	s.space()
+	if s.peek() != '{' {
+		return d, false
+	}
+	if s.object(1, d.member(1, true)) != nil {
+		return d, false
+	}
+	s.space()
+	return d, s.i == len(s.b)
+}
+
+// plainKey is the name of a raw key when it is lowercase ASCII without escapes.
+func plainKey(key []byte, escaped bool) ([]byte, bool) {
+	if escaped {
+		return nil, false
+	}
+	for _, c := range key {
+		if c >= 'A' && c <= 'Z' || c >= 0x80 {
+			return nil, false
+		}
+	}
+	return key[1 : len(key)-1], true
+}
+
+// member reads the members of a usageDoc at depth; message and response are read at the top.
+func (d *usageDoc) member(depth int, top bool) func(key []byte, escaped bool, val []byte) error {
+	var seen [3]bool
+	return func(key []byte, escaped bool, val []byte) error {
+		name, ok := plainKey(key, escaped)
+		if !ok {
+			return errLeaveToJSON
+		}
+		var i int
+		switch string(name) {
+		case "usage":
+			i = 0
+		case "message":
+			i = 1
+		case "response":
+			i = 2
+		default:
+			return nil
+		}
+		if seen[i] || i > 0 && !top {
+			return errLeaveToJSON
+		}
+		seen[i] = true
+		if string(val) == "null" {
+			return nil
+		}
+		sub := jsonScan{b: val}
+		if i == 0 {
+			d.Usage = &usageFields{}
+			return sub.object(depth+1, d.Usage.member)
+		}
+		doc := &usageDoc{}
+		if i == 1 {
+			d.Message = doc
+		} else {
+			d.Response = doc
+		}
+		return sub.object(depth+1, doc.member(depth+1, false))
+	}
+}
+
+// member reads one member of a usage object: the counts are integers or null.
+func (f *usageFields) member(key []byte, escaped bool, val []byte) error {
+	name, ok := plainKey(key, escaped)
+	if !ok {
+		return errLeaveToJSON
+	}
+	var dst *int64
+	switch string(name) {
+	case "input_tokens":
+		dst = &f.InputTokens
+	case "output_tokens":
+		dst = &f.OutputTokens
+	case "cache_creation_input_tokens":
+		dst = &f.CacheCreationInputTokens
+	case "cache_read_input_tokens":
+		dst = &f.CacheReadInputTokens
+	case "prompt_tokens":
+		dst = &f.PromptTokens
+	case "completion_tokens":
+		dst = &f.CompletionTokens
+	default:
+		return nil
+	}
+	if string(val) == "null" {
+		return nil
+	}
+	v, err := strconv.ParseInt(string(val), 10, 64)
+	if err != nil {
+		return errLeaveToJSON
+	}
+	*dst = v
+	return nil
 }
 
 // Usage returns the usage seen so far; for a JSON body it decodes the buffered body once.
