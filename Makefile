@@ -48,9 +48,10 @@ lint:
 	go vet ./...
 
 # The load benchmark (bench/): N simulated sandboxes against Sandgate (the real binary, a
-# separate process), direct, a bare CONNECT relay, Squid and tinyproxy, interleaved; report in
-# bench/results/. About 7 minutes; `make bench BENCH_FLAGS=-quick` about one; 10,000 sandboxes:
-# BENCH_FLAGS="-sandboxes 10000 -workloads mcp,route". Installs squid and tinyproxy if missing.
+# separate process), direct, bare Go floors (CONNECT relay, reverse proxy, goproxy's
+# interception, an mcp-go gateway), Squid and tinyproxy, interleaved; report in bench/results/.
+# About 12 minutes; `make bench BENCH_FLAGS=-quick` about two; 10,000 sandboxes:
+# BENCH_FLAGS="-sweep 100,1000,10000" (about 15). Installs squid and tinyproxy if missing.
 BENCH_FLAGS ?=
 bench: build
 	bash bench/setup.sh
