@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/proxy"
@@ -55,19 +56,26 @@ func peerDir(root, name string) (string, error) {
 	return d, os.Chmod(d, 0o777)
 }
 
-// startRelay starts bench/cmd/relay (built to bin).
-func startRelay(ctx context.Context, bin, root string, up *Upstreams) (*Target, error) {
-	dir, err := peerDir(root, "relay")
-	if err != nil {
-		return nil, err
+// peerAddrs makes a peer's folder and picks n free loopback addresses for it.
+func peerAddrs(root, name string, n int) (dir string, addrs []string, err error) {
+	if dir, err = peerDir(root, name); err != nil {
+		return "", nil, err
 	}
-	var addrs [3]string
-	for i := range addrs {
+	for range n {
 		port, err := freePort()
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
-		addrs[i] = fmt.Sprintf("127.0.0.1:%d", port)
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	return dir, addrs, nil
+}
+
+// startRelay starts bench/cmd/relay (built to bin).
+func startRelay(ctx context.Context, bin, root string, up *Upstreams) (*Target, error) {
+	dir, addrs, err := peerAddrs(root, "relay", 3)
+	if err != nil {
+		return nil, err
 	}
 	_, tlsPort, _ := net.SplitHostPort(up.TLSAddr)
 	p, err := startProcess("relay", dir, nil, bin, "-listen", addrs[0],
@@ -90,15 +98,11 @@ func startRelay(ctx context.Context, bin, root string, up *Upstreams) (*Target, 
 // startGoproxy runs the relay binary as goproxy's own TLS interception (bench/cmd/relay
 // -mitm-listen), signing with Sandgate's CA so that the same clients trust both.
 func startGoproxy(ctx context.Context, bin, root, caDir string, up *Upstreams) (*Target, error) {
-	dir, err := peerDir(root, "goproxy")
+	dir, addrs, err := peerAddrs(root, "goproxy", 1)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := addrs[0]
 	p, err := startProcess("goproxy", dir, nil, bin, "-listen", "", "-mitm-listen", addr,
 		"-mitm-ca-cert", filepath.Join(caDir, proxy.CACertFile), "-mitm-ca-key", filepath.Join(caDir, proxy.CAKeyFile),
 		"-route-ca", up.CAPath, "-route-dial", up.TLSAddr)
@@ -120,15 +124,11 @@ func startSquid(ctx context.Context, root string) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("squid not installed (run bench/setup.sh): %w", err)
 	}
-	dir, err := peerDir(root, "squid")
+	dir, addrs, err := peerAddrs(root, "squid", 1)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := addrs[0]
 	conf := fmt.Sprintf(`http_port %s
 visible_hostname bench
 pid_filename %[2]s/squid.pid
@@ -164,18 +164,14 @@ func startTinyproxy(ctx context.Context, root string) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tinyproxy not installed (run bench/setup.sh): %w", err)
 	}
-	dir, err := peerDir(root, "tinyproxy")
+	dir, addrs, err := peerAddrs(root, "tinyproxy", 1)
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := addrs[0]
 	conf := fmt.Sprintf(`User nobody
 Group nogroup
-Port %d
+Port %s
 Listen 127.0.0.1
 Timeout 600
 MaxClients 4096
@@ -184,7 +180,7 @@ LogLevel Info
 PidFile "%[2]s/tinyproxy.pid"
 Allow 127.0.0.0/8
 DisableViaHeader Yes
-`, port, dir)
+`, addr[strings.LastIndexByte(addr, ':')+1:], dir)
 	cf := filepath.Join(dir, "tinyproxy.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		return nil, fmt.Errorf("tinyproxy config: %w", err)
