@@ -1,0 +1,291 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+)
+
+// maxJSONDepth is the nesting encoding/json accepts; deeper bodies are refused as it would.
+const maxJSONDepth = 10000
+
+// jsonScan is the JSON reader behind ParseModelRequest and the usage parser: it validates
+// JSON (RFC 8259, as encoding/json reads it) in one pass and hands its callers the raw bytes of
+// the object members they read, without decoding the rest.
+type jsonScan struct {
+	b []byte
+	i int
+}
+
+var errJSONEnd = errors.New("unexpected end of JSON input")
+
+func (s *jsonScan) unexpected(context string) error {
+	if s.i >= len(s.b) {
+		return errJSONEnd
+	}
+	return fmt.Errorf("invalid character %q %s (offset %d)", s.b[s.i], context, s.i)
+}
+
+// peek is the byte at the cursor, 0 at the end (never valid where peek is used).
+func (s *jsonScan) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *jsonScan) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// key scans `"name" :` with the whitespace around it and returns the raw string; the cursor is
+// left on the value's first byte.
+func (s *jsonScan) key() (raw []byte, escaped bool, err error) {
+	s.space()
+	if s.peek() != '"' {
+		return nil, false, s.unexpected("looking for the beginning of an object key")
+	}
+	start := s.i
+	if escaped, err = s.str(); err != nil {
+		return nil, false, err
+	}
+	raw = s.b[start:s.i]
+	s.space()
+	if s.peek() != ':' {
+		return nil, false, s.unexpected("after an object key")
+	}
+	s.i++
+	s.space() // the value starts at the cursor
+	return raw, escaped, nil
+}
+
+// object scans the object at the cursor, nested depth levels deep, calling member with each
+// member's raw key (quotes included), whether the key has escapes, and its raw value. An error
+// from member ends the scan and is returned.
+func (s *jsonScan) object(depth int, member func(key []byte, escaped bool, val []byte) error) error {
+	s.space()
+	if s.peek() != '{' {
+		return s.unexpected("looking for the beginning of an object")
+	}
+	s.i++
+	s.space()
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		key, escaped, err := s.key()
+		if err != nil {
+			return err
+		}
+		start := s.i
+		if err := s.value(depth); err != nil {
+			return err
+		}
+		if err := member(key, escaped, s.b[start:s.i]); err != nil {
+			return err
+		}
+		s.space()
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.unexpected("after an object member")
+		}
+	}
+}
+
+// plainString marks the bytes that stand for themselves inside a JSON string.
+var plainString = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// str scans a string starting at its opening quote.
+func (s *jsonScan) str() (escaped bool, err error) {
+	b, i := s.b, s.i+1
+	for {
+		for i < len(b) && plainString[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			s.i = i
+			return escaped, errJSONEnd
+		}
+		switch b[i] {
+		case '"':
+			s.i = i + 1
+			return escaped, nil
+		case '\\':
+			escaped = true
+			if i+1 >= len(b) {
+				s.i = len(b)
+				return escaped, errJSONEnd
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				for j := i + 2; j < i+6; j++ {
+					if j >= len(b) {
+						s.i = len(b)
+						return escaped, errJSONEnd
+					}
+					if !isHex(b[j]) {
+						s.i = j
+						return escaped, s.unexpected("in \\u escape")
+					}
+				}
+				i += 6
+			default:
+				s.i = i + 1
+				return escaped, s.unexpected("in string escape code")
+			}
+		default: // a control character
+			s.i = i
+			return escaped, s.unexpected("in string literal")
+		}
+	}
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// value scans one value (with the whitespace before it) nested depth levels deep, iteratively:
+// a hostile body's nesting costs a byte of stack per level, not a goroutine stack frame.
+func (s *jsonScan) value(depth int) error {
+	var buf [64]byte
+	open := buf[:0] // the containers around the cursor, '{' or '['
+	for {
+		s.space()
+		switch c := s.peek(); {
+		case c == '{' || c == '[':
+			if depth+len(open)+1 > maxJSONDepth {
+				return errors.New("exceeded max depth")
+			}
+			s.i++
+			s.space()
+			if s.peek() == c+2 { // '}' is '{'+2, ']' is '['+2
+				s.i++
+				break
+			}
+			open = append(open, c)
+			if c == '{' {
+				if _, _, err := s.key(); err != nil {
+					return err
+				}
+			}
+			continue
+		case c == '"':
+			if _, err := s.str(); err != nil {
+				return err
+			}
+		case c == 't':
+			if err := s.literal("true"); err != nil {
+				return err
+			}
+		case c == 'f':
+			if err := s.literal("false"); err != nil {
+				return err
+			}
+		case c == 'n':
+			if err := s.literal("null"); err != nil {
+				return err
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			if err := s.number(); err != nil {
+				return err
+			}
+		default:
+			return s.unexpected("looking for the beginning of a value")
+		}
+		// A value ended: close the containers it ends, or go on to the next element.
+		for {
+			if len(open) == 0 {
+				return nil
+			}
+			s.space()
+			top, c := open[len(open)-1], s.peek()
+			if c == top+2 {
+				s.i++
+				open = open[:len(open)-1]
+				continue
+			}
+			if c != ',' {
+				return s.unexpected("after a value")
+			}
+			s.i++
+			if top == '{' {
+				if _, _, err := s.key(); err != nil {
+					return err
+				}
+			}
+			break
+		}
+	}
+}
+
+func (s *jsonScan) literal(word string) error {
+	for j := 0; j < len(word); j++ {
+		if s.i >= len(s.b) {
+			return errJSONEnd
+		}
+		if s.b[s.i] != word[j] {
+			return s.unexpected("in literal " + word)
+		}
+		s.i++
+	}
+	return nil
+}
+
+// number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *jsonScan) number() error {
+	if s.peek() == '-' {
+		s.i++
+	}
+	switch c := s.peek(); {
+	case c == '0':
+		s.i++
+	case c >= '1' && c <= '9':
+		s.digits()
+	default:
+		return s.unexpected("in numeric literal")
+	}
+	if s.peek() == '.' {
+		s.i++
+		if !s.digits() {
+			return s.unexpected("after decimal point in numeric literal")
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if !s.digits() {
+			return s.unexpected("in exponent of numeric literal")
+		}
+	}
+	return nil
+}
+
+// digits scans [0-9]* and reports whether there was one.
+func (s *jsonScan) digits() bool {
+	start := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	return s.i > start
+}
