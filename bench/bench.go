@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -117,30 +118,36 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	roots.AppendCertsFromPEM(sg.InterceptCA)
 	rn := &runner{env: &clientEnv{up: up, roots: roots, timeout: o.Timeout}, warmup: o.Warmup, progress: o.Progress}
 
-	cells := planCells(o, targets)
+	phases := planPhases(o, targets)
 	var results []Result
-	total := len(cells) * o.Reps
+	total := 0
+	for _, cells := range phases {
+		total += len(cells) * o.Reps
+	}
+	done := 0
 	started := time.Now()
-	for rep := range o.Reps {
-		for i, c := range cells {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			t := targetNamed(targets, c.Target)
-			d := o.RateDuration
-			if c.Shape == ShapeClosed {
-				d = o.ClosedDuration
-			}
-			res, err := rn.run(ctx, t, c, d, rep)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", c, err)
-			}
-			results = append(results, res)
-			done := rep*len(cells) + i + 1
-			o.Progress(fmt.Sprintf("[%3d/%d %5.0fs] rep %d %-48s %7.0f req/s  p50 %6.2fms p99 %7.2fms  err %d  cpu %6.1fµs/req",
-				done, total, time.Since(started).Seconds(), rep+1, c.String(), res.Throughput, res.P50MS, res.P99MS, res.Errors, res.CPUPerReqUS))
-			if res.FirstError != "" {
-				o.Progress("      first error: " + truncate(res.FirstError, 200))
+	for _, cells := range phases {
+		for rep := range o.Reps {
+			for _, c := range cells {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				t := targetNamed(targets, c.Target)
+				d := o.RateDuration
+				if c.Shape == ShapeClosed {
+					d = o.ClosedDuration
+				}
+				res, err := rn.run(ctx, t, c, d, rep)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", c, err)
+				}
+				results = append(results, res)
+				done++
+				o.Progress(fmt.Sprintf("[%3d/%d %5.0fs] rep %d %-48s %7.0f req/s  p50 %6.2fms p99 %7.2fms  err %d  cpu %6.1fµs/req",
+					done, total, time.Since(started).Seconds(), rep+1, c.String(), res.Throughput, res.P50MS, res.P99MS, res.Errors, res.CPUPerReqUS))
+				if res.FirstError != "" {
+					o.Progress("      first error: " + truncate(res.FirstError, 200))
+				}
 			}
 		}
 	}
@@ -183,6 +190,24 @@ func targetNamed(ts []*Target, name string) *Target {
 		}
 	}
 	return nil
+}
+
+// planPhases groups the cells by sandbox count, fewest first, and each group runs all its
+// repetitions before the next. A Sandgate replica keeps every sandbox's MCP session and
+// connection state, and the process lives through the whole run: run in workload order, a
+// 1,000-sandbox cell of the second repetition would be measured with the 10,000 sessions of
+// the first repetition's sweep in memory (240 MB of live heap instead of 30, and the garbage
+// collector's pauses in its p99). Ascending phases keep every cell's state at its own count.
+func planPhases(o Options, targets []*Target) [][]Cell {
+	byCount := map[int][]Cell{}
+	for _, c := range planCells(o, targets) {
+		byCount[c.Sandboxes] = append(byCount[c.Sandboxes], c)
+	}
+	var phases [][]Cell
+	for _, n := range slices.Sorted(maps.Keys(byCount)) {
+		phases = append(phases, byCount[n])
+	}
+	return phases
 }
 
 // planCells lists one repetition's cells, interleaved: for each workload and shape, every
