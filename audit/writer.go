@@ -1,9 +1,7 @@
 package audit
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -268,15 +266,12 @@ func (w *Writer) Close(ctx context.Context) error {
 func (w *Writer) sequence(prev string) {
 	defer close(w.done)
 	var (
-		events  = make([]Event, 0, w.maxBatch)
-		lines   = make([][]byte, 0, w.maxBatch)
-		ends    = make([]int, 0, w.maxBatch)
-		buf     []byte
-		scratch bytes.Buffer
-		batch   Batch
+		events = make([]Event, 0, w.maxBatch)
+		lines  = make([][]byte, 0, w.maxBatch)
+		ends   = make([]int, 0, w.maxBatch)
+		buf    []byte
+		batch  Batch
 	)
-	enc := json.NewEncoder(&scratch)
-	enc.SetEscapeHTML(false)
 
 	for {
 		ev, ok := <-w.queue
@@ -304,16 +299,12 @@ func (w *Writer) sequence(prev string) {
 			e := &events[i]
 			e.Time = e.Time.UTC()
 			e.PrevHash, e.Hash = prev, ""
-			scratch.Reset()
+			start := len(buf)
 			var err error
-			if err = enc.Encode(e); err == nil {
-				start := len(buf)
-				buf = append(buf, bytes.TrimSuffix(scratch.Bytes(), []byte("\n"))...)
-				buf, e.Hash, err = sealLine(buf, start)
-			}
-			if err != nil {
-				// checkEncodable makes this unreachable; if it happens, stop for good rather
-				// than write a chain with a hole in it.
+			buf = appendEvent(buf, e)
+			if buf, e.Hash, err = sealLine(buf, start); err != nil {
+				// appendEvent always ends with the empty hash member; if it ever does not,
+				// stop for good rather than write a chain with a hole in it.
 				w.setFailure(fmt.Errorf("%w: encode event: %w", ErrUnhealthy, err))
 				w.lost.Add(uint64(len(events)))
 				return

@@ -1,0 +1,212 @@
+package audit
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandgate/sandgate/identity"
+)
+
+// appendEvent appends e as encoding/json writes it (HTML escaping off, no newline), without
+// reflection: the sequencer encodes every event of the process, and encoding/json spent 4 µs
+// of a routed request's 140 on it. TestAppendEventMatchesEncodingJSON and FuzzAppendEvent hold
+// it to encoding/json, field by field; an Event field it does not know fails them.
+//
+// e must have passed checkEncodable (a finite duration, a year within 0-9999).
+func appendEvent(b []byte, e *Event) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, e.ID)
+	b = append(b, `,"time":"`...)
+	b = e.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","kind":`...)
+	b = appendString(b, e.Kind)
+	b = append(b, `,"identity":`...)
+	b = appendIdentity(b, &e.Identity)
+	b = append(b, `,"target":`...)
+	b = appendTarget(b, &e.Target)
+	b = append(b, `,"decision":{"allow":`...)
+	b = strconv.AppendBool(b, e.Decision.Allow)
+	b = append(b, `,"reason":`...)
+	b = appendString(b, e.Decision.Reason)
+	b = append(b, `,"policy_revision":`...)
+	b = appendString(b, e.Decision.PolicyRevision)
+	b = append(b, '}')
+	b = appendOptString(b, `,"credential":`, e.Credential)
+	b = append(b, `,"outcome":`...)
+	b = appendOutcome(b, &e.Outcome)
+	b = appendOptString(b, `,"trace_id":`, e.TraceID)
+	b = append(b, `,"prev_hash":`...)
+	b = appendString(b, e.PrevHash)
+	b = append(b, `,"hash":`...)
+	b = appendString(b, e.Hash)
+	return append(b, '}')
+}
+
+func appendIdentity(b []byte, id *identity.Identity) []byte {
+	b = append(b, `{"namespace":`...)
+	b = appendString(b, id.Namespace)
+	b = append(b, `,"sandbox":`...)
+	b = appendString(b, id.Sandbox)
+	b = append(b, `,"template":`...)
+	b = appendString(b, id.Template)
+	b = append(b, `,"claim":`...)
+	b = appendString(b, id.Claim)
+	b = append(b, `,"labels":`...)
+	b = appendLabels(b, id.Labels)
+	b = append(b, `,"source_ip":`...)
+	b = appendString(b, id.SourceIP)
+	b = append(b, `,"known":`...)
+	b = strconv.AppendBool(b, id.Known)
+	return append(b, '}')
+}
+
+// appendLabels writes a map as encoding/json does: null when nil, keys sorted.
+func appendLabels(b []byte, m map[string]string) []byte {
+	if m == nil {
+		return append(b, "null"...)
+	}
+	var small [8]string
+	keys := small[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, m[k])
+	}
+	return append(b, '}')
+}
+
+func appendTarget(b []byte, t *Target) []byte {
+	n := len(b)
+	b = append(b, '{')
+	b = appendOptString(b, `,"upstream":`, t.Upstream)
+	b = appendOptString(b, `,"tool":`, t.Tool)
+	b = appendOptString(b, `,"args_sha256":`, t.ArgsSHA256)
+	b = appendOptString(b, `,"method":`, t.Method)
+	b = appendOptString(b, `,"host":`, t.Host)
+	b = appendOptString(b, `,"path":`, t.Path)
+	b = appendOptString(b, `,"route":`, t.Route)
+	b = appendOptString(b, `,"model":`, t.Model)
+	if t.Shown != nil {
+		b = append(b, `,"shown":`...)
+		b = strconv.AppendInt(b, int64(*t.Shown), 10)
+	}
+	if t.Hidden != nil {
+		b = append(b, `,"hidden":`...)
+		b = strconv.AppendInt(b, int64(*t.Hidden), 10)
+	}
+	if len(b) > n+1 {
+		b = append(b[:n+1], b[n+2:]...) // the first member's leading comma
+	}
+	return append(b, '}')
+}
+
+func appendOutcome(b []byte, o *Outcome) []byte {
+	b = append(b, `{"status":`...)
+	b = strconv.AppendInt(b, int64(o.Status), 10)
+	b = appendOptString(b, `,"error":`, o.Error)
+	b = append(b, `,"duration_ms":`...)
+	b = appendFloat(b, o.DurationMS)
+	b = append(b, `,"bytes_in":`...)
+	b = strconv.AppendInt(b, o.BytesIn, 10)
+	b = append(b, `,"bytes_out":`...)
+	b = strconv.AppendInt(b, o.BytesOut, 10)
+	if o.TokensIn != 0 {
+		b = append(b, `,"tokens_in":`...)
+		b = strconv.AppendInt(b, o.TokensIn, 10)
+	}
+	if o.TokensOut != 0 {
+		b = append(b, `,"tokens_out":`...)
+		b = strconv.AppendInt(b, o.TokensOut, 10)
+	}
+	return append(b, '}')
+}
+
+// appendOptString writes an omitempty string member, key included, when s is not empty.
+func appendOptString(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return appendString(append(b, key...), s)
+}
+
+// appendFloat formats a finite float64 as encoding/json does (ES6 number formatting).
+func appendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// e-09 becomes e-9, as encoding/json writes it
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString quotes s as encoding/json does with HTML escaping off: control characters,
+// quote and backslash escaped, invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029 escaped.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
