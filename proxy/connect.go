@@ -135,8 +135,8 @@ func (p *Proxy) tunnel(client net.Conn, x *exchange, he *hostEntry) {
 // "client_silent" or "idle_timeout" when a timeout ended the tunnel.
 //
 // Each direction sets its read deadline once and moves it only when it expires while the
-// other direction was busy: resetting it on every read costs a runtime timer update per
-// packet, a tenth of a bare relay's CPU per request inside a tunnel.
+// other direction was busy: resetting it on every read cost a runtime timer update per
+// packet, 3-5% of the CPU of a request inside a tunnel.
 func (p *Proxy) relay(client, up net.Conn) string {
 	idle := p.cfg.Limits.TunnelIdleTimeout.D()
 	first := p.cfg.Limits.ClientHandshakeTimeout.D()
@@ -150,11 +150,11 @@ func (p *Proxy) relay(client, up net.Conn) string {
 		buf := copyBuffers.Get()
 		defer copyBuffers.Put(buf)
 		silent := fromClient // until the client's first byte, its wait is the handshake timeout
+		wait := idle
 		if silent {
-			_ = src.SetReadDeadline(time.Now().Add(first))
-		} else {
-			_ = src.SetReadDeadline(time.Now().Add(idle))
+			wait = first
 		}
+		_ = src.SetReadDeadline(time.Now().Add(wait))
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
