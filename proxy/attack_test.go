@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,14 +17,14 @@ import (
 )
 
 // connect sends a CONNECT from a sandbox address and returns the response.
-func (h *harness) connect(t *testing.T, from, target string) (*http.Response, *bufio.Reader, func() error) {
+func (h *harness) connect(t *testing.T, from, target string) (*http.Response, *bufio.Reader, net.Conn) {
 	t.Helper()
 	c, br := h.rawClient(t, from)
 	_, err := io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n")
 	require.NoError(t, err)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	require.NoError(t, err)
-	return resp, br, c.Close
+	return resp, br, c
 }
 
 // innerRequest opens an intercepted tunnel to api.anthropic.com and sends raw bytes inside it.
@@ -99,9 +100,9 @@ func TestAttacksAreRefusedAndAudited(t *testing.T) {
 	})
 
 	t.Run("a resolver answering public then private is resolved once and the checked address dialed", func(t *testing.T) {
-		resp, _, closeConn := h.connect(t, alpha, "rebind.test:443")
+		resp, _, c := h.connect(t, alpha, "rebind.test:443")
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
-		require.NoError(t, closeConn())
+		require.NoError(t, c.Close())
 		assert.Equal(t, int32(1), h.res.rebindCalls.Load(), "resolved exactly once")
 		assert.Contains(t, h.dialed(), rebindPublic+":443", "the dial went to the checked address")
 		ev := h.rec.waitFor(t, func(e audit.Event) bool { return e.Kind == audit.KindHTTPConnect && e.Target.Host == "rebind.test" })
@@ -213,17 +214,17 @@ func TestSilentTunnels(t *testing.T) {
 		})
 	}
 	t.Run("tunnels beyond the per-sandbox cap are refused", func(t *testing.T) {
-		var closers []func() error
+		var open []net.Conn
 		for range 4 {
 			resp, _, c := h.connect(t, alpha, "tunnel.test:443")
 			require.Equal(t, http.StatusOK, resp.StatusCode)
-			closers = append(closers, c)
+			open = append(open, c)
 		}
 		resp, _, _ := h.connect(t, alpha, "tunnel.test:443")
 		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 		h.rec.waitFor(t, func(e audit.Event) bool { return e.Outcome.Error == "too_many_tunnels" })
-		for _, c := range closers {
-			_ = c()
+		for _, c := range open {
+			_ = c.Close()
 		}
 	})
 }

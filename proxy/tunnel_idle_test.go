@@ -54,14 +54,10 @@ func tunnelHarness(t *testing.T, upstream string) *harness {
 	}, func(p *config.Proxy) { p.Limits.TunnelIdleTimeout = config.Duration(testIdle) })
 }
 
-// openTunnel sends a CONNECT from a sandbox address and returns the established tunnel.
+// openTunnel opens a CONNECT tunnel from a sandbox address and checks it was established.
 func openTunnel(t *testing.T, h *harness, from, target string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, br := h.rawClient(t, from)
-	_, err := io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n")
-	require.NoError(t, err)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	require.NoError(t, err)
+	resp, br, c := h.connect(t, from, target)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	return c, br
 }
