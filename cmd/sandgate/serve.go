@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -89,12 +90,20 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
+	memLimit, err := memoryLimitFromEnv(env.getenv)
+	if err != nil {
+		return err
+	}
 	if *check {
 		if _, err := policy.New(ctx, cfg.Policy.Dir); err != nil {
 			return err
 		}
 		fmt.Fprintf(env.stdout, "config %s is valid\n", path)
 		return nil
+	}
+	if memLimit > 0 {
+		debug.SetMemoryLimit(memLimit)
+		log.Info("go memory limit set to 90% of the container's", "soft_limit_bytes", memLimit, "from", containerMemoryEnv)
 	}
 	// go-redis logs through a package-level logger; this is the one place it is set.
 	redis.SetLogger(redisLogger{log.With("component", "redis")})

@@ -49,6 +49,10 @@ func TestChartLintsAndRendersHardenedDeployment(t *testing.T) {
 			assert.Equal(t, "admin", ctr.ReadinessProbe.HTTPGet.Port.StrVal)
 			assert.NotEmpty(t, ctr.Resources.Requests)
 			assert.NotEmpty(t, ctr.Resources.Limits)
+			memEnv := slices.IndexFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == "SANDGATE_CONTAINER_MEMORY" })
+			require.GreaterOrEqual(t, memEnv, 0, "serve derives Go's soft memory limit from the container's")
+			require.NotNil(t, ctr.Env[memEnv].ValueFrom)
+			assert.Equal(t, "limits.memory", ctr.Env[memEnv].ValueFrom.ResourceFieldRef.Resource)
 			// serve drains listeners for up to 20 s, then flushes the audit log for up to 10 s.
 			assert.GreaterOrEqual(t, *pod.TerminationGracePeriodSeconds, int64(35))
 			assert.NotNil(t, pod.Affinity.PodAntiAffinity)
