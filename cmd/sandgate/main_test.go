@@ -214,12 +214,7 @@ func TestServeProfilerOnlyWhenAsked(t *testing.T) {
 	admin := freeAddr(t)
 	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nadmin:\n  pprof: true\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
 		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}, []string{"serve", "--config", cfg})
-	}()
-	defer func() { cancel(); <-done }()
+	startServe(t, cfg, func(string) string { return "" })
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + admin + "/debug/pprof/cmdline")
 		if err != nil {
@@ -228,4 +223,15 @@ func TestServeProfilerOnlyWhenAsked(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// startServe runs serve in process with cfg and getenv until the test ends.
+func startServe(t *testing.T, cfg string, getenv func(string) string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: getenv}, []string{"serve", "--config", cfg})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }

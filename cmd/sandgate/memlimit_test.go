@@ -57,12 +57,7 @@ func TestServeSetsMemoryLimit(t *testing.T) {
 		}
 		return ""
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: getenv}, []string{"serve", "--config", cfg})
-	}()
-	defer func() { cancel(); <-done }()
+	startServe(t, cfg, getenv)
 	var metrics string
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + admin + "/metrics")
