@@ -38,7 +38,7 @@ var mixParts = []string{WMCP, WRoute, WIntercept, WTunnel}
 type requester interface {
 	// Do sends request number seq and returns an error unless the answer is complete and OK.
 	Do(ctx context.Context, seq int) error
-	// Close releases idle connections (the MCP session stays on the server).
+	// Close ends the sandbox's MCP session, if it has one, and releases idle connections.
 	Close()
 }
 
@@ -191,7 +191,26 @@ type mcpClient struct {
 	id  atomic.Int64
 }
 
-func (c *mcpClient) Close() { c.tr.CloseIdleConnections() }
+// Close ends the session with DELETE, as an MCP client that is done does (mcp-go's client.Close),
+// so a cell does not leave its sessions in the proxy for the next cells to carry.
+func (c *mcpClient) Close() {
+	defer c.tr.CloseIdleConnections()
+	if c.sid == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.url, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("Mcp-Session-Id", c.sid)
+	if resp, err := c.hc.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	c.sid = ""
+}
 
 func (c *mcpClient) post(ctx context.Context, body string) (*http.Response, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))

@@ -98,11 +98,7 @@ func (rn *runner) run(ctx context.Context, t *Target, cell Cell, d time.Duration
 		}
 		clients[i] = c
 	}
-	defer func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}()
+	defer parallel(context.Background(), len(clients), 64, func(i int) { clients[i].Close() })
 	// Warm-up: every sandbox connects (and opens its MCP session) before the window.
 	var werr atomic.Value
 	parallel(ctx, len(clients), 64, func(i int) {
