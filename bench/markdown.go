@@ -130,7 +130,7 @@ func (r *Report) Markdown(chart string) string {
 	fmt.Fprintf(&b, "%s. Machine: %s CPUs (%s), %s; load average at the end: %s. Options: %v.\n\n",
 		r.Time.Format("2006-01-02 15:04 UTC"), r.Machine["cpus"], r.Machine["cpu"], r.Machine["go"], r.Machine["loadavg_at_end"], r.Options)
 	b.WriteString("Every target is its own process on loopback; cells are interleaved (each workload and shape: every target in turn), " +
-		"medians over repetitions, in phases of one sandbox count, fewest first (no cell carries a larger count's sessions). Latency of fixed-rate cells counts from the scheduled send time (open loop). " +
+		"medians over repetitions, in phases of one sandbox count, fewest first (no cell follows a larger count's; a cell's sandboxes end their MCP sessions when it is over). Latency of fixed-rate cells counts from the scheduled send time (open loop). " +
 		"*Added* = target percentile − direct percentile in the same run. CPU = proxy process group's user+system time per completed request " +
 		"(`/proc/PID/stat`, 10 ms ticks). Upstream conns/handshakes are those of the TLS model-API stand-in during the window " +
 		"(tunnel workloads open one upstream connection per tunnel by design).\n\n")
