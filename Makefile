@@ -40,8 +40,9 @@ test-policy:
 # SANDGATE_REQUIRE_TOOLS makes a test that needs an installed tool fail instead of skip.
 test-go:
 	SANDGATE_REQUIRE_TOOLS=1 SANDGATE_REQUIRE_KUBE=1 SANDGATE_CONFORMANCE=1 go test -timeout 20m ./...
-	@# The race detector needs cgo; it runs on the packages whose concurrency is their contract.
-	CGO_ENABLED=1 go test -race -timeout 10m ./audit/
+	@# The race detector needs cgo; it runs on the packages whose concurrency is their contract
+	@# (the audit sequencer; the proxy's tunnels, cleaned up by whichever goroutine closes them).
+	CGO_ENABLED=1 go test -race -timeout 10m ./audit/ ./proxy/
 
 lint:
 	gofmt -l . | tee /dev/stderr | (! read)
