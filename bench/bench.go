@@ -31,6 +31,9 @@ type Options struct {
 	Timeout        time.Duration // per request
 	Workloads      []string      // subset to run (default all)
 	Progress       func(string)
+	// UpstreamsExe serves the upstream stand-ins in a process of their own
+	// (`UpstreamsExe -serve-upstreams DIR`, see ServeUpstreams); empty serves them in this one.
+	UpstreamsExe string
 }
 
 // supports says which workloads a target can serve.
@@ -77,10 +80,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up, err := StartUpstreams(ctx, filepath.Join(root, "upstream-ca"))
+	var up *Upstreams
+	if o.UpstreamsExe != "" {
+		up, err = startUpstreamsProcess(ctx, o.UpstreamsExe, filepath.Join(root, "upstream-ca"))
+	} else {
+		up, err = StartUpstreams(ctx, filepath.Join(root, "upstream-ca"))
+	}
 	if err != nil {
 		return nil, err
 	}
+	defer up.Stop()
 	maxN := slices.Max(append([]int{o.Sandboxes}, o.Sweep...))
 	maxN = max(maxN, slices.Max(o.Concurrency))
 	targets := []*Target{{Name: "direct", MCPURL: up.MCPURL}}
@@ -114,7 +123,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}()
 	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(up.CA.CertPEM())
+	roots.AppendCertsFromPEM(up.CACertPEM())
 	roots.AppendCertsFromPEM(sg.InterceptCA)
 	rn := &runner{env: &clientEnv{up: up, roots: roots, timeout: o.Timeout}, warmup: o.Warmup, progress: o.Progress}
 

@@ -128,7 +128,8 @@ func freePort() (int, error) {
 
 // raiseFileLimit lifts RLIMIT_NOFILE to n (root may raise the hard limit too); children inherit it.
 // Where the hard limit cannot be raised it lifts the soft limit to the hard one and says so: the
-// direct target's 10,000-sandbox cells hold both ends of every connection in this process.
+// loadgen holds one descriptor per sandbox connection (the stand-ins hold the other end in
+// their own process, see ServeUpstreams).
 func raiseFileLimit(n uint64) error {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
@@ -143,8 +144,8 @@ func raiseFileLimit(n uint64) error {
 		if err2 := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err2 != nil {
 			return errors.Join(fmt.Errorf("setrlimit: %w", err), err2)
 		}
-		return fmt.Errorf("open-file limit is %d, not %d (%v); cells of more than %d sandboxes may fail to connect some of them",
-			want.Cur, n, err, want.Cur/2-1000)
+		return fmt.Errorf("open-file limit is %d, not %d (%v); cells of more than %d connections (a sandbox holds one, four in the mix) may fail to connect some of them",
+			want.Cur, n, err, want.Cur-1000)
 	}
 	return nil
 }

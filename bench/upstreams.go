@@ -3,12 +3,15 @@ package bench
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +40,12 @@ type Upstreams struct {
 
 	model conns // TLS model API only: what "upstream connections" means in the report
 	srvs  []*http.Server
+
+	// Set when the stand-ins run in a process of their own (startUpstreamsProcess): their
+	// counters are read from its control address.
+	control string
+	caPEM   []byte
+	proc    *process
 }
 
 // conns counts the connections of one listener.
@@ -70,9 +79,119 @@ type UpstreamCounts struct {
 
 // ModelCounts returns the counters and resets the peak to the connections open now.
 func (u *Upstreams) ModelCounts() UpstreamCounts {
+	if u.control != "" {
+		return u.remoteCounts()
+	}
 	c := UpstreamCounts{Opened: u.model.opened.Load(), Peak: u.model.peak.Load(), Handshakes: u.model.handshakes.Load()}
 	u.model.peak.Store(u.model.open.Load())
 	return c
+}
+
+// remoteCounts asks the stand-ins' process for ModelCounts (zero counts if it cannot answer).
+func (u *Upstreams) remoteCounts() UpstreamCounts {
+	var c UpstreamCounts
+	hc := &http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get("http://" + u.control + "/counts")
+	if err != nil {
+		return c
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(&c)
+	return c
+}
+
+// CACertPEM is the stand-ins' CA certificate, which the sandboxes' clients trust.
+func (u *Upstreams) CACertPEM() []byte {
+	if u.caPEM != nil {
+		return u.caPEM
+	}
+	return u.CA.CertPEM()
+}
+
+// Stop stops the stand-ins' process, if they run in one (in process they stop with ctx).
+func (u *Upstreams) Stop() {
+	if u.proc != nil {
+		u.proc.Stop(2 * time.Second)
+	}
+}
+
+// upstreamsInfo is what a stand-ins process reports, in DIR/upstreams.json, once it listens.
+type upstreamsInfo struct {
+	TLSAddr, HTTPAddr, MCPURL, CAPath, Control string
+}
+
+const upstreamsInfoFile = "upstreams.json"
+
+// ServeUpstreams runs the stand-ins (StartUpstreams, with the CA in dir) and a control listener
+// that serves their counters, writes dir/upstreams.json, and serves until ctx ends. It is the
+// body of `sandbench -serve-upstreams DIR`: in a process of their own the stand-ins' end of
+// every connection does not count against the loadgen's open-file limit (a 10,000-sandbox
+// direct cell holds both ends otherwise).
+func ServeUpstreams(ctx context.Context, dir string) error {
+	u, err := StartUpstreams(ctx, dir)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", upstreamIP+":0")
+	if err != nil {
+		return fmt.Errorf("listen control: %w", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(u.ModelCounts())
+	})}
+	go serveQuiet(func() error { return srv.Serve(ln) })
+	defer srv.Close()
+	b, err := json.Marshal(upstreamsInfo{TLSAddr: u.TLSAddr, HTTPAddr: u.HTTPAddr, MCPURL: u.MCPURL,
+		CAPath: u.CAPath, Control: ln.Addr().String()})
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, upstreamsInfoFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, upstreamsInfoFile)); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// startUpstreamsProcess runs `exe -serve-upstreams dir` and waits for it to listen.
+func startUpstreamsProcess(ctx context.Context, exe, dir string) (*Upstreams, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("upstreams dir: %w", err)
+	}
+	p, err := startProcess("upstreams", dir, nil, exe, "-serve-upstreams", dir)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, upstreamsInfoFile))
+		if err == nil {
+			var info upstreamsInfo
+			if err := json.Unmarshal(b, &info); err != nil {
+				p.Stop(time.Second)
+				return nil, fmt.Errorf("upstreams process: %s: %w", upstreamsInfoFile, err)
+			}
+			pem, err := os.ReadFile(info.CAPath)
+			if err != nil {
+				p.Stop(time.Second)
+				return nil, fmt.Errorf("upstreams process: %w", err)
+			}
+			return &Upstreams{TLSAddr: info.TLSAddr, HTTPAddr: info.HTTPAddr, MCPURL: info.MCPURL,
+				CAPath: info.CAPath, control: info.Control, caPEM: pem, proc: p}, nil
+		}
+		if err := p.exited(); err != nil {
+			return nil, err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			p.Stop(time.Second)
+			return nil, fmt.Errorf("upstreams process did not start within 15s (log: %s)", p.log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // StartUpstreams starts the stand-ins with a fresh CA written to dir. They stop when ctx ends.

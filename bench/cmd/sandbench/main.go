@@ -21,6 +21,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "-serve-upstreams" {
+		serveUpstreams(os.Args[2])
+		return
+	}
 	o := bench.Options{}
 	quick := flag.Bool("quick", false, "a short run (about a minute): 1 repetition, 1 s windows, 200 sandboxes")
 	flag.StringVar(&o.SandgateBin, "sandgate", "bin/sandgate", "sandgate binary (make build)")
@@ -66,6 +70,9 @@ func main() {
 		o.Label = time.Now().UTC().Format("2006-01-02") + "-" + shortSHA()
 	}
 	o.Progress = func(s string) { fmt.Fprintln(os.Stderr, s) }
+	if exe, err := os.Executable(); err == nil {
+		o.UpstreamsExe = exe
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := bench.Run(ctx, o)
@@ -76,6 +83,17 @@ func main() {
 	fmt.Printf("report: %s/%s.md\n", o.OutDir, o.Label)
 	for _, c := range rep.Checks(o.Sandboxes) {
 		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
+	}
+}
+
+// serveUpstreams is the upstream stand-ins' own process (bench.ServeUpstreams), which a run
+// starts as `sandbench -serve-upstreams DIR` and stops with SIGTERM.
+func serveUpstreams(dir string) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := bench.ServeUpstreams(ctx, dir); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbench -serve-upstreams:", err)
+		os.Exit(1)
 	}
 }
 
