@@ -7,7 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // appendEvent appends e as encoding/json writes it (HTML escaping off, no newline), without

@@ -3,7 +3,7 @@ package audit
 import (
 	"time"
 
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // Kinds of calls. They are the policy's input.kind values.

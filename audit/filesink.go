@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/internal/config"
 )
 
 // FsyncMode says when the FileSink forces written events to disk.

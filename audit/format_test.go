@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 func TestWriteTable(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/internal/config"
 )
 
 func TestTwoSandboxesSeeAndCallAccordingToPolicy(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // JSON-RPC error codes the guard answers with.

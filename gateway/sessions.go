@@ -14,8 +14,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandgate/sandgate/identity"
-	"github.com/sandgate/sandgate/mcpsessions"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/mcpsessions"
 )
 
 var errUnknownSession = errors.New("unknown session")

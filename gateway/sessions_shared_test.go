@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/mcpsessions"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/mcpsessions"
 	"github.com/sandgate/sandgate/test/redistest"
 )
 

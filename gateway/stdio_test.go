@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/internal/config"
 )
 
 func TestStdioUpstreamAggregationPrefixesAndConflicts(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/policy"
-	"github.com/sandgate/sandgate/telemetry"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // startSpan starts the span of one call (tools/call, resources/read, prompts/get). record ends

@@ -16,8 +16,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/credential"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
 )
 
 // Backoff bounds for reconnecting to an upstream that is down.

@@ -12,10 +12,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/sandgate/sandgate/admission"
+	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/limits"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/limits"
 )
 
 // TestTokenBudgetAndSpans runs model requests of sdk-1 (127.0.0.1) against a budget of 20 tokens

@@ -17,8 +17,8 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )

@@ -25,9 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/credential"
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
 )
 

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/sandgate/sandgate/telemetry"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 type metrics struct {

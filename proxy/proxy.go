@@ -23,11 +23,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/sandgate/sandgate/admission"
+	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/credential"
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )

@@ -10,7 +10,7 @@ import (
 	"net/http/pprof"
 	"time"
 
-	"github.com/sandgate/sandgate/grants"
+	"github.com/sandgate/sandgate/internal/grants"
 )
 
 // newAdminComponent serves the admin listener: /healthz (the process answers), /readyz (every

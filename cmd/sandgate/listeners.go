@@ -1,6 +1,6 @@
 package main
 
-import "github.com/sandgate/sandgate/config"
+import "github.com/sandgate/sandgate/internal/config"
 
 // listenerBuilders lists the request-serving listeners the config enables, besides admin.
 func listenerBuilders(cfg *config.Config) []func(*serveDeps) (component, error) {

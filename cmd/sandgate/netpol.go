@@ -9,8 +9,8 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/kube"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/kube"
 )
 
 // runNetpol prints (or applies) the NetworkPolicies and SandboxTemplate rules that confine

@@ -15,17 +15,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sandgate/sandgate/admission"
+	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/credential"
-	"github.com/sandgate/sandgate/grants"
-	"github.com/sandgate/sandgate/identity"
-	"github.com/sandgate/sandgate/kube"
-	"github.com/sandgate/sandgate/limits"
-	"github.com/sandgate/sandgate/mcpsessions"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/grants"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/kube"
+	"github.com/sandgate/sandgate/internal/limits"
+	"github.com/sandgate/sandgate/internal/mcpsessions"
 	"github.com/sandgate/sandgate/policy"
-	"github.com/sandgate/sandgate/telemetry"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // serveDeps is what every listener component is built from: the one request path of

@@ -8,14 +8,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sandgate/sandgate/admission"
+	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/credential"
-	"github.com/sandgate/sandgate/grants"
-	"github.com/sandgate/sandgate/limits"
-	"github.com/sandgate/sandgate/mcpsessions"
-	"github.com/sandgate/sandgate/redisconn"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/grants"
+	"github.com/sandgate/sandgate/internal/limits"
+	"github.com/sandgate/sandgate/internal/mcpsessions"
+	"github.com/sandgate/sandgate/internal/redisconn"
 )
 
 // sharedState is what replicas share through Redis when redis.addr is set, else its in-memory

@@ -16,7 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/sandgate/sandgate/kube"
+	"github.com/sandgate/sandgate/internal/kube"
 )
 
 // Every values file lints and renders; the Deployment has the hardening the chart promises.
@@ -138,7 +138,7 @@ func TestChartConfigAndPoliciesLoadInBinary(t *testing.T) {
 	}
 }
 
-// The chart's Roles are kube/rbac.go's rules, namespace by namespace, bound to the chart's
+// The chart's Roles are internal/kube/rbac.go's rules, namespace by namespace, bound to the chart's
 // ServiceAccount; its NetworkPolicy is kube.SandgateIngress of the rendered config.
 func TestChartRBACAndNetworkPolicyMatchKubePackage(t *testing.T) {
 	for _, c := range chartCases(t) {
@@ -179,8 +179,8 @@ func TestChartRBACAndNetworkPolicyMatchKubePackage(t *testing.T) {
 						wantSubjects[o.Namespace] = o.Subjects
 					}
 				}
-				assert.Equal(t, wantRules, gotRules, "chart Roles differ from kube/rbac.go")
-				assert.Equal(t, wantSubjects, gotSubjects, "chart RoleBindings differ from kube/rbac.go")
+				assert.Equal(t, wantRules, gotRules, "chart Roles differ from internal/kube/rbac.go")
+				assert.Equal(t, wantSubjects, gotSubjects, "chart RoleBindings differ from internal/kube/rbac.go")
 			}
 
 			nps := find(objs, "NetworkPolicy")

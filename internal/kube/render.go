@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/internal/config"
 )
 
 // Names of the NetworkPolicies Sandgate creates.

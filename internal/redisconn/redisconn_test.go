@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/redisconn"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/redisconn"
 	"github.com/sandgate/sandgate/test/redistest"
 )
 

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // Keys names the counters a call is charged to.

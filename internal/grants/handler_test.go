@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandgate/sandgate/grants"
+	"github.com/sandgate/sandgate/internal/grants"
 	"github.com/sandgate/sandgate/test/redistest"
 )
 

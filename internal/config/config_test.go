@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/internal/config"
 )
 
 func TestParseErrorsNameTheField(t *testing.T) {
@@ -66,9 +66,9 @@ func TestDefaultsAndRelativePaths(t *testing.T) {
 }
 
 func TestExampleConfigLoads(t *testing.T) {
-	c, err := config.Load("../examples/sandgate.yaml")
+	c, err := config.Load("../../examples/sandgate.yaml")
 	require.NoError(t, err)
-	abs, _ := filepath.Abs("../policies")
+	abs, _ := filepath.Abs("../../policies")
 	assert.Equal(t, abs, c.Policy.Dir)
 	assert.NotEmpty(t, c.Identity.Static)
 }

@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/sandgate/sandgate/grants"
-	"github.com/sandgate/sandgate/identity"
-	"github.com/sandgate/sandgate/limits"
+	"github.com/sandgate/sandgate/internal/grants"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/limits"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -33,7 +33,7 @@ func New(l *limits.Limiter, g grants.Store, log *slog.Logger, mp metric.MeterPro
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	m := mp.Meter("github.com/sandgate/sandgate/admission")
+	m := mp.Meter("github.com/sandgate/sandgate/internal/admission")
 	denied, err := m.Int64Counter("sandgate.limits.denied",
 		metric.WithDescription("Calls refused by budgets and rate limits, by kind and code"))
 	if err != nil {

@@ -8,10 +8,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/grants"
-	"github.com/sandgate/sandgate/identity"
-	"github.com/sandgate/sandgate/limits"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/grants"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/limits"
 	"github.com/sandgate/sandgate/policy"
 )
 

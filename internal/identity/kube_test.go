@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sandgate/sandgate/identity"
-	"github.com/sandgate/sandgate/kube"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/test/kubetest"
 )
@@ -40,7 +40,7 @@ func TestKubeResolver(t *testing.T) {
 	require.True(t, r.WaitForSync(syncCtx), "caches sync")
 	assert.True(t, r.Ready())
 
-	engine, err := policy.New(ctx, "../policies")
+	engine, err := policy.New(ctx, "../../policies")
 	require.NoError(t, err)
 	toolCall := func(id identity.Identity) policy.Decision {
 		return engine.Decide(ctx, &policy.Input{Kind: policy.KindToolsCall, Identity: id, MCP: &policy.MCP{Upstream: "everything", Tool: "echo"}})

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/internal/config"
 )
 
 // store is the counter storage behind a Limiter. Each method is one atomic step over all scopes of

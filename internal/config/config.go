@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/sandgate/sandgate/identity"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // Config is the whole configuration file.

@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/sandgate/sandgate/config"
-	"github.com/sandgate/sandgate/kube/netpoleval"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/kube/netpoleval"
 )
 
 // testConfig is the configuration of the semantics and apiserver tests: sandboxes in

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandgate/sandgate/config"
+	"github.com/sandgate/sandgate/internal/config"
 )
 
 // Store is the set of named credentials. It is safe for concurrent use.
