@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/internal/telemetry"
+	"github.com/sandgate/sandgate/policy"
 )
 
 // startSpan starts the span of one call (tools/call, resources/read, prompts/get). record ends

@@ -12,8 +12,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/limits"
 )

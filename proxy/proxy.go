@@ -23,8 +23,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/identity"

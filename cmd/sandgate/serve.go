@@ -15,8 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/grants"
@@ -24,8 +24,8 @@ import (
 	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/internal/limits"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
-	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/internal/telemetry"
+	"github.com/sandgate/sandgate/policy"
 )
 
 // serveDeps is what every listener component is built from: the one request path of
