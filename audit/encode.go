@@ -22,7 +22,7 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = append(b, `,"time":"`...)
 	b = e.Time.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","kind":`...)
-	b = appendString(b, e.Kind)
+	b = appendString(b, string(e.Kind))
 	b = append(b, `,"identity":`...)
 	b = appendIdentity(b, &e.Identity)
 	b = append(b, `,"target":`...)

@@ -105,7 +105,7 @@ func FuzzAppendEvent(f *testing.F) {
 			return // checkEncodable refuses these before they reach the encoder
 		}
 		e := Event{
-			ID: id, Time: time.Unix(0, n).UTC(), Kind: kind,
+			ID: id, Time: time.Unix(0, n).UTC(), Kind: Kind(kind),
 			Identity: identity.Identity{Sandbox: sandbox, Labels: map[string]string{label: sandbox, "x": label}, Known: n%2 == 0},
 			Target:   Target{Path: path, Model: label, Shown: &status},
 			Decision: Decision{Reason: reason},

@@ -6,14 +6,44 @@ import (
 	"github.com/sandgate/sandgate/internal/identity"
 )
 
-// Kinds of calls. They are the policy's input.kind values.
+// Kind is what a sandbox-facing request was: the audit event's kind and, for the kinds policy
+// decides, the policy's input.kind. It is the one kind type of Sandgate; its values are bounded
+// (metric labels).
+type Kind string
+
+// Kinds policy decides (input.kind).
 const (
-	KindToolsList     = "mcp.tools_list"
-	KindToolsCall     = "mcp.tools_call"
-	KindResourcesRead = "mcp.resources_read"
-	KindPromptsGet    = "mcp.prompts_get"
-	KindHTTPConnect   = "http.connect"
-	KindHTTPRequest   = "http.request"
+	KindToolsList     Kind = "mcp.tools_list"
+	KindToolsCall     Kind = "mcp.tools_call"
+	KindResourcesRead Kind = "mcp.resources_read"
+	KindPromptsGet    Kind = "mcp.prompts_get"
+	KindHTTPConnect   Kind = "http.connect"
+	KindHTTPRequest   Kind = "http.request"
+)
+
+// Kinds of MCP requests that carry no policy decision of their own but reach Sandgate (and
+// often an upstream) all the same: each is one event.
+const (
+	KindInitialize    Kind = "mcp.initialize"
+	KindPing          Kind = "mcp.ping"
+	KindResourcesList Kind = "mcp.resources_list"
+	KindTemplatesList Kind = "mcp.resources_templates_list"
+	KindPromptsList   Kind = "mcp.prompts_list"
+	KindComplete      Kind = "mcp.completion"
+	KindSubscribe     Kind = "mcp.resources_subscribe"
+	KindUnsubscribe   Kind = "mcp.resources_unsubscribe"
+	KindSetLevel      Kind = "mcp.logging_set_level"
+	KindNotification  Kind = "mcp.notification"
+	KindResponse      Kind = "mcp.response" // a sandbox's answer to a server request (sampling, elicitation, roots)
+	KindStream        Kind = "mcp.stream"   // GET: the session's server-to-client stream
+	KindSessionEnd    Kind = "mcp.session_end"
+	KindOtherMethod   Kind = "mcp.other" // a method Sandgate does not serve; answered by mcp-go's method-not-found
+)
+
+// Kinds of requests refused before they could be read as a call (protocol-level rejections).
+const (
+	KindMCPRejected  Kind = "mcp.rejected"
+	KindHTTPRejected Kind = "http.rejected"
 )
 
 // Event is one audited call: exactly one per call, denied calls included. It is written as one
@@ -21,7 +51,7 @@ const (
 type Event struct {
 	ID         string            `json:"id"`
 	Time       time.Time         `json:"time"`
-	Kind       string            `json:"kind"`
+	Kind       Kind              `json:"kind"`
 	Identity   identity.Identity `json:"identity"`
 	Target     Target            `json:"target"`
 	Decision   Decision          `json:"decision"`

@@ -32,7 +32,7 @@ func WriteTable(w io.Writer, events []Event) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
-			cell(ev.Kind),
+			cell(string(ev.Kind)),
 			cell(ev.Identity.Key()),
 			cell(targetString(&ev.Target)),
 			decision,

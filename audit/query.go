@@ -59,7 +59,7 @@ func (f Filter) Match(ev *Event) bool {
 	case f.Namespace != "" && id.Namespace != f.Namespace,
 		f.Sandbox != "" && id.Sandbox != f.Sandbox,
 		f.Template != "" && id.Template != f.Template,
-		f.Kind != "" && !matchKind(ev.Kind, f.Kind),
+		f.Kind != "" && !matchKind(string(ev.Kind), f.Kind),
 		f.Decision == DecisionAllow && !ev.Decision.Allow,
 		f.Decision == DecisionDeny && ev.Decision.Allow,
 		f.Tool != "" && ev.Target.Tool != f.Tool,

@@ -57,7 +57,7 @@ func TestQueryFilters(t *testing.T) {
 		{"sandbox selects one sandbox", Filter{Sandbox: "sb-1"}, []string{"e0", "e2"}},
 		{"namespace selects its sandboxes", Filter{Namespace: "team-b"}, []string{"e3", "e4"}},
 		{"template selects its sandboxes", Filter{Template: "coder"}, []string{"e0", "e1", "e2"}},
-		{"kind matches exactly", Filter{Kind: KindHTTPRequest}, []string{"e2", "e5"}},
+		{"kind matches exactly", Filter{Kind: string(KindHTTPRequest)}, []string{"e2", "e5"}},
 		{"kind without a dot matches the family", Filter{Kind: "mcp"}, []string{"e0", "e1", "e4"}},
 		{"kind family does not match a longer prefix", Filter{Kind: "mc"}, nil},
 		{"decision deny selects denied calls", Filter{Decision: DecisionDeny}, []string{"e1", "e3", "e5"}},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -23,9 +24,9 @@ type PolicyFigure struct {
 func policyBenchInputs() map[string]*policy.Input {
 	id := identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true}
 	return map[string]*policy.Input{
-		"model_request": {Kind: policy.KindHTTPRequest, Identity: id, HTTP: &policy.HTTP{Method: "POST", Host: "api.anthropic.com",
+		"model_request": {Kind: audit.KindHTTPRequest, Identity: id, HTTP: &policy.HTTP{Method: "POST", Host: "api.anthropic.com",
 			Port: 443, Path: "/v1/messages", Route: "anthropic", Model: "claude-sonnet-4-5", MaxTokens: 1024}},
-		"tools_call": {Kind: policy.KindToolsCall, Identity: id, Grants: map[string]any{"github_repos": []any{"acme/api"}},
+		"tools_call": {Kind: audit.KindToolsCall, Identity: id, Grants: map[string]any{"github_repos": []any{"acme/api"}},
 			MCP: &policy.MCP{Upstream: "github", Tool: "create_pull_request", Arguments: map[string]any{"owner": "acme", "repo": "api", "title": "fix"}}},
 	}
 }

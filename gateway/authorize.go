@@ -8,19 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
 )
-
-// reasonAuditDown is the denial reason while the audit log cannot be written (fail closed).
-const reasonAuditDown = "audit log unavailable"
 
 type identityKey struct{}
 
@@ -29,6 +26,9 @@ type identityKey struct{}
 // client's info back here.
 func (g *Gateway) requestContext(ctx context.Context, r *http.Request) context.Context {
 	g.sessions.restore(ctx)
+	if cl := call.From(ctx); cl != nil {
+		return context.WithValue(ctx, identityKey{}, cl.Event.Identity)
+	}
 	return context.WithValue(ctx, identityKey{}, identity.FromRemoteAddr(g.opts.Identity, r.RemoteAddr))
 }
 
@@ -41,6 +41,7 @@ func identityFrom(ctx context.Context) identity.Identity {
 func (g *Gateway) newMCPServer() *server.MCPServer {
 	hooks := &server.Hooks{}
 	hooks.AddAfterListTools(g.afterListTools)
+	hooks.AddAfterListPrompts(g.afterListPrompts)
 	hooks.AddAfterListResources(g.afterListResources)
 	hooks.AddAfterListResourceTemplates(g.afterListTemplates)
 	hooks.AddOnError(g.onError)
@@ -68,34 +69,11 @@ func (g *Gateway) newMCPServer() *server.MCPServer {
 	)
 }
 
-// decide asks policy whether the caller may see something (a list entry, a completion); the
-// call is not counted against its limits and input carries no usage or grants.
-func (g *Gateway) decide(ctx context.Context, kind, upstream, name string, args map[string]any) policy.Decision {
-	d, _ := g.evaluate(ctx, kind, upstream, name, args, false)
-	return d
-}
-
-// decideCall asks policy about a call that is about to happen (tools/call, resources/read,
-// prompts/get): it is counted against the caller's budgets first, and input carries its usage
-// and grants. limited reports a refusal by a limit rather than by policy.
-func (g *Gateway) decideCall(ctx context.Context, kind, upstream, name string, args map[string]any) (d policy.Decision, limited bool) {
-	return g.evaluate(ctx, kind, upstream, name, args, true)
-}
-
-// evaluate is the one place the gateway builds the policy input and asks policy. While the
-// audit log is unhealthy every call is denied: nothing happens that cannot be recorded.
-func (g *Gateway) evaluate(ctx context.Context, kind, upstream, name string, args map[string]any, admit bool) (policy.Decision, bool) {
-	if err := g.opts.Audit.Healthy(); err != nil && kind != policy.KindToolsList {
-		return policy.Decision{Reason: reasonAuditDown, Code: "audit_unavailable"}, false
-	}
-	in := &policy.Input{Kind: kind, Identity: identityFrom(ctx),
-		MCP: &policy.MCP{Upstream: upstream, Tool: name, Arguments: args}}
-	if admit {
-		if deny := g.opts.Admission.Admit(ctx, in); deny != nil {
-			return *deny, true
-		}
-	}
-	return g.opts.Policy.Decide(ctx, in), false
+// visible asks policy whether the caller may see something (a list entry, a completion
+// target). Nothing is counted and no event is written: the request that asked has its own.
+func (g *Gateway) visible(ctx context.Context, kind audit.Kind, upstream, name string) bool {
+	in := &policy.Input{Kind: kind, Identity: identityFrom(ctx), MCP: &policy.MCP{Upstream: upstream, Tool: name}}
+	return g.core.Decide(ctx, in).Allow
 }
 
 // visibleTools keeps the tools policy lets the caller see (mcp.tools_list). mcp-go applies it
@@ -104,7 +82,7 @@ func (g *Gateway) visibleTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool
 	out := tools[:0:0]
 	for _, t := range tools {
 		n, ok := g.tool(t.Name)
-		if ok && g.decide(ctx, policy.KindToolsList, n.upstream.cfg.Name, n.name, nil).Allow {
+		if ok && g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) {
 			out = append(out, t)
 		}
 	}
@@ -115,132 +93,178 @@ func (g *Gateway) visiblePrompts(ctx context.Context, prompts []mcp.Prompt) []mc
 	out := prompts[:0:0]
 	for _, p := range prompts {
 		n, ok := g.prompt(p.Name)
-		if ok && g.decide(ctx, policy.KindPromptsGet, n.upstream.cfg.Name, n.name, nil).Allow {
+		if ok && g.visible(ctx, audit.KindPromptsGet, n.upstream.cfg.Name, n.name) {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
-func (g *Gateway) resourceVisible(ctx context.Context, uri string) bool {
+// readable decides a resources/read in full (admission included) before mcp-go sees it, so
+// that a URI the caller may not read and a URI that does not exist get the same answer from
+// the same place (guard). The decision stays on cl; readResource then only forwards.
+func (g *Gateway) readable(ctx context.Context, cl *call.Call, uri string) bool {
 	u, ok := g.resourceUpstream(uri)
-	return ok && g.decide(ctx, policy.KindResourcesRead, u.cfg.Name, uri, nil).Allow
+	cl.Event.Target.Tool = uri
+	if !ok {
+		cl.Refuse(call.Refuse(call.CodeNotFound, "resource not found"))
+		return false
+	}
+	a := action{kind: audit.KindResourcesRead, upstream: u, name: uri}
+	if rf := g.authorize(ctx, cl, a); rf != nil {
+		// Hidden: the event keeps policy's reason and code, the sandbox sees "not found".
+		cl.Event.Outcome.Status = http.StatusNotFound
+		cl.Finish()
+		return false
+	}
+	return true
 }
 
-// afterListTools writes the one audit event of a tools/list.
+// counted sets the list call's shown and hidden counts.
+func counted(ctx context.Context, shown, total int) {
+	if cl := call.From(ctx); cl != nil {
+		hidden := max(total-shown, 0)
+		cl.Event.Target.Shown, cl.Event.Target.Hidden = &shown, &hidden
+	}
+}
+
 func (g *Gateway) afterListTools(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
 	total, _ := g.counts()
-	shown := len(res.Tools)
-	hidden := max(total-shown, 0)
-	g.record(ctx, &audit.Event{Kind: audit.KindToolsList, Target: audit.Target{Shown: &shown, Hidden: &hidden},
-		Decision: audit.Decision{Allow: true, Reason: "listed"}}, time.Now())
+	counted(ctx, len(res.Tools), total)
+}
+
+func (g *Gateway) afterListPrompts(ctx context.Context, _ any, _ *mcp.ListPromptsRequest, res *mcp.ListPromptsResult) {
+	_, total := g.counts()
+	counted(ctx, len(res.Prompts), total)
 }
 
 func (g *Gateway) afterListResources(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
+	total := len(res.Resources)
 	kept := res.Resources[:0]
 	for _, r := range res.Resources {
-		if g.resourceVisible(ctx, r.URI) {
+		if u, ok := g.resourceUpstream(r.URI); ok && g.visible(ctx, audit.KindResourcesRead, u.cfg.Name, r.URI) {
 			kept = append(kept, r)
 		}
 	}
 	res.Resources = kept
+	counted(ctx, len(kept), total)
 }
 
 func (g *Gateway) afterListTemplates(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
+	total := len(res.ResourceTemplates)
 	kept := res.ResourceTemplates[:0]
 	for _, t := range res.ResourceTemplates {
 		raw := ""
 		if t.URITemplate != nil {
 			raw = t.URITemplate.Raw()
 		}
-		g.mu.RLock()
-		var up *upstream
-		for _, e := range g.templates {
-			if e.tmpl.URITemplate != nil && e.tmpl.URITemplate.Raw() == raw {
-				up = e.upstream
-				break
-			}
-		}
-		g.mu.RUnlock()
-		if up != nil && g.decide(ctx, policy.KindResourcesRead, up.cfg.Name, raw, nil).Allow {
+		if up := g.templateUpstream(raw); up != nil && g.visible(ctx, audit.KindResourcesRead, up.cfg.Name, raw) {
 			kept = append(kept, t)
 		}
 	}
 	res.ResourceTemplates = kept
+	counted(ctx, len(kept), total)
 }
 
-// onError audits calls that mcp-go refused before a handler ran: an unknown or hidden tool,
-// prompt or resource. They are denials like any other.
+// onError records on the request's call what mcp-go refused before a handler ran: an unknown
+// or hidden tool or prompt is a denial like any other; a handler's error is the call's error.
 func (g *Gateway) onError(ctx context.Context, _ any, method mcp.MCPMethod, msg any, err error) {
-	var kind, name string
-	switch method {
-	case mcp.MethodToolsCall:
-		if !errors.Is(err, server.ErrToolNotFound) {
-			return
-		}
-		kind = audit.KindToolsCall
-		if r, ok := msg.(*mcp.CallToolRequest); ok {
-			name = r.Params.Name
-		}
-	case mcp.MethodPromptsGet:
-		if !errors.Is(err, server.ErrPromptNotFound) {
-			return
-		}
-		kind = audit.KindPromptsGet
-		if r, ok := msg.(*mcp.GetPromptRequest); ok {
-			name = r.Params.Name
-		}
-	case mcp.MethodResourcesRead:
-		if !errors.Is(err, server.ErrResourceNotFound) {
-			return
-		}
-		kind = audit.KindResourcesRead
-		if r, ok := msg.(*mcp.ReadResourceRequest); ok {
-			name = r.Params.URI
-		}
-	default:
+	cl := call.From(ctx)
+	if cl == nil || cl.Event.Outcome.Error != "" {
 		return
 	}
-	g.record(ctx, &audit.Event{Kind: kind, Target: audit.Target{Tool: name},
-		Decision: audit.Decision{Allow: false, Reason: "not found or not visible to the caller"},
-		Outcome:  audit.Outcome{Error: "not found"}}, time.Now())
+	switch {
+	case errors.Is(err, server.ErrToolNotFound) || errors.Is(err, server.ErrPromptNotFound) || errors.Is(err, server.ErrResourceNotFound):
+		if r, ok := msg.(*mcp.CallToolRequest); ok {
+			cl.Event.Target.Tool = r.Params.Name
+		}
+		if r, ok := msg.(*mcp.GetPromptRequest); ok {
+			cl.Event.Target.Tool = r.Params.Name
+		}
+		cl.Event.Decision.Allow, cl.Event.Decision.Reason = false, "not found or not visible to the caller"
+		cl.Event.Outcome.Status, cl.Event.Outcome.Error = http.StatusNotFound, call.CodeNotFound
+	default:
+		cl.Event.Outcome.Error = string(method) + ": " + truncate(err.Error(), 200)
+	}
 }
 
-// callTool authorizes one tools/call with its arguments (mcp.tools_call), forwards it, and
-// writes exactly one audit event. A denied call is a tool error result carrying the policy's
-// reason, so the agent can adapt.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// action is one call that reaches one upstream: tools/call, resources/read or prompts/get.
+type action struct {
+	kind     audit.Kind
+	upstream *upstream
+	name     string // the upstream's name of the tool or prompt, or the resource URI
+	args     map[string]any
+	rawArgs  any // the arguments as sent, for the audit event's hash
+}
+
+// authorize is the gateway's shape of the request path's decision step for a: the target on
+// the event, call.Authorize with admission, and for tools/call a concurrency slot. On a
+// refusal the call is ended as refused; release is never nil.
+func (g *Gateway) authorize(ctx context.Context, cl *call.Call, a action) *call.Refusal {
+	cl.Event.Kind = a.kind
+	cl.Event.Target.Upstream, cl.Event.Target.Tool = a.upstream.cfg.Name, a.name
+	if a.rawArgs != nil {
+		cl.Event.Target.ArgsSHA256 = argsHash(a.rawArgs)
+	}
+	in := &policy.Input{Kind: a.kind, Identity: cl.Event.Identity,
+		MCP: &policy.MCP{Upstream: a.upstream.cfg.Name, Tool: a.name, Arguments: a.args}}
+	if _, rf := cl.Authorize(ctx, in, true); rf != nil {
+		cl.Refuse(rf)
+		return rf
+	}
+	if c := a.upstream.cfg.Credential; c != nil {
+		cl.Event.Credential = c.Name
+	}
+	return nil
+}
+
+// forward sends an authorized call to its upstream and ends the call with the outcome.
+func forward[R any](ctx context.Context, cl *call.Call, u *upstream, send func(context.Context, *client.Client) (R, error)) (R, error) {
+	res, err := do(ctx, u, send)
+	if err != nil {
+		cl.Fail(call.Refuse(call.CodeUpstreamError, "upstream %s: %v", u.cfg.Name, err))
+		return res, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
+	}
+	cl.Event.Outcome.Status = http.StatusOK
+	return res, nil
+}
+
+// callFrom is the request's call, begun by the guard; a handler run without one (in-process
+// use) begins and ends its own.
+func (g *Gateway) callFrom(ctx context.Context, kind audit.Kind) (context.Context, *call.Call, func()) {
+	if cl := call.From(ctx); cl != nil {
+		return ctx, cl, func() {}
+	}
+	ctx, cl := g.core.Begin(ctx, kind, identityFrom(ctx))
+	return ctx, cl, cl.Finish
+}
+
+// callTool authorizes one tools/call with its arguments (mcp.tools_call) and forwards it. A
+// refused call is a tool error result carrying the refusal's reason, so the agent can adapt.
 func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	start := time.Now()
-	ctx, span := g.startSpan(ctx, "tools/call")
-	defer span.End()
+	ctx, cl, end := g.callFrom(ctx, audit.KindToolsCall)
+	defer end()
 	n, ok := g.tool(req.Params.Name)
 	if !ok { // removed between mcp-go's lookup and here
 		return nil, fmt.Errorf("tool '%s' not found: %w", req.Params.Name, server.ErrToolNotFound)
 	}
-	args := req.GetArguments()
-	ev := &audit.Event{Kind: audit.KindToolsCall,
-		Target: audit.Target{Upstream: n.upstream.cfg.Name, Tool: n.name, ArgsSHA256: argsHash(req.Params.Arguments)}}
-	d, limited := g.decideCall(ctx, policy.KindToolsCall, n.upstream.cfg.Name, n.name, args)
-	spanDecision(ctx, d)
-	ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
-	if !d.Allow {
-		ev.Outcome.Status = 403
-		if limited {
-			ev.Outcome.Status, ev.Outcome.Error = 429, d.Code
-		}
-		g.record(ctx, ev, start)
-		return mcp.NewToolResultError("denied by Sandgate policy: " + d.Reason), nil
+	a := action{kind: audit.KindToolsCall, upstream: n.upstream, name: n.name, args: req.GetArguments(), rawArgs: req.Params.Arguments}
+	if rf := g.authorize(ctx, cl, a); rf != nil {
+		return mcp.NewToolResultError("denied by Sandgate policy: " + rf.Reason), nil
 	}
-	release, deny := g.opts.Admission.AcquireToolCall(ctx, identityFrom(ctx))
+	release, deny := g.core.Admission().AcquireToolCall(ctx, cl.Event.Identity)
 	defer release()
 	if deny != nil {
-		ev.Decision.Allow, ev.Decision.Reason = false, deny.Reason
-		ev.Outcome.Status, ev.Outcome.Error = 429, deny.Code
-		g.record(ctx, ev, start)
-		return mcp.NewToolResultError("denied by Sandgate policy: " + deny.Reason), nil
-	}
-	if n.upstream.cfg.Credential != nil {
-		ev.Credential = n.upstream.cfg.Credential.Name
+		rf := &call.Refusal{Code: string(deny.Code), Reason: deny.Reason, RetryAfter: deny.RetryAfter}
+		cl.Refuse(rf)
+		return mcp.NewToolResultError("denied by Sandgate policy: " + rf.Reason), nil
 	}
 	// A fresh request: nothing of the sandbox's HTTP request (headers, Authorization) travels on.
 	out := mcp.CallToolRequest{}
@@ -248,68 +272,49 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out.Params.Arguments = req.Params.Arguments
 	out.Params.Meta = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
 	defer g.inflight.end(n.upstream, out.Params.Meta)
-	res, err := do(ctx, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
+	res, err := forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
 		return c.CallTool(ctx, out)
 	})
 	if err != nil {
-		ev.Outcome.Status, ev.Outcome.Error = 502, err.Error()
-		g.record(ctx, ev, start)
-		return mcp.NewToolResultError(fmt.Sprintf("upstream %s failed: %v", n.upstream.cfg.Name, err)), nil
+		return mcp.NewToolResultError(err.Error()), nil
 	}
-	ev.Outcome.Status = 200
 	if res.IsError {
-		ev.Outcome.Error = "tool returned an error result"
+		cl.Event.Outcome.Error = "tool_error_result"
 	}
-	g.record(ctx, ev, start)
 	return res, nil
 }
 
-// readResource authorizes and forwards resources/read (mcp.resources_read, URI in input.mcp.tool).
-// A URI the caller may not read answers like an unknown one.
+// readResource forwards resources/read (mcp.resources_read, URI in input.mcp.tool); the guard
+// decided it (readable).
 func (g *Gateway) readResource(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-	start := time.Now()
-	ctx, span := g.startSpan(ctx, "resources/read")
-	defer span.End()
+	ctx, cl, end := g.callFrom(ctx, audit.KindResourcesRead)
+	defer end()
 	uri := req.Params.URI
 	u, ok := g.resourceUpstream(uri)
 	if !ok {
 		return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)
 	}
-	ev := &audit.Event{Kind: audit.KindResourcesRead, Target: audit.Target{Upstream: u.cfg.Name, Tool: uri}}
-	d, limited := g.decideCall(ctx, policy.KindResourcesRead, u.cfg.Name, uri, nil)
-	spanDecision(ctx, d)
-	ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
-	if limited {
-		ev.Outcome.Status, ev.Outcome.Error = 429, d.Code
-		g.record(ctx, ev, start)
-		return nil, fmt.Errorf("resource %q denied by Sandgate: %s", uri, d.Reason)
-	}
-	if !d.Allow {
-		ev.Outcome.Status = 404
-		g.record(ctx, ev, start)
-		return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)
+	if cl.Event.Target.Upstream == "" { // not decided by the guard (in-process use)
+		if rf := g.authorize(ctx, cl, action{kind: audit.KindResourcesRead, upstream: u, name: uri}); rf != nil {
+			return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)
+		}
 	}
 	out := mcp.ReadResourceRequest{}
 	out.Params.URI = uri
 	out.Params.Arguments = req.Params.Arguments
-	res, err := do(ctx, u, func(ctx context.Context, c *client.Client) (*mcp.ReadResourceResult, error) {
+	res, err := forward(ctx, cl, u, func(ctx context.Context, c *client.Client) (*mcp.ReadResourceResult, error) {
 		return c.ReadResource(ctx, out)
 	})
 	if err != nil {
-		ev.Outcome.Status, ev.Outcome.Error = 502, err.Error()
-		g.record(ctx, ev, start)
-		return nil, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
+		return nil, err
 	}
-	ev.Outcome.Status = 200
-	g.record(ctx, ev, start)
 	return res.Contents, nil
 }
 
 // getPrompt authorizes and forwards prompts/get (mcp.prompts_get, prompt name in input.mcp.tool).
 func (g *Gateway) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
-	start := time.Now()
-	ctx, span := g.startSpan(ctx, "prompts/get")
-	defer span.End()
+	ctx, cl, end := g.callFrom(ctx, audit.KindPromptsGet)
+	defer end()
 	n, ok := g.prompt(req.Params.Name)
 	if !ok {
 		return nil, fmt.Errorf("prompt %q: %w", req.Params.Name, server.ErrPromptNotFound)
@@ -318,80 +323,15 @@ func (g *Gateway) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp
 	for k, v := range req.Params.Arguments {
 		args[k] = v
 	}
-	ev := &audit.Event{Kind: audit.KindPromptsGet, Target: audit.Target{Upstream: n.upstream.cfg.Name, Tool: n.name}}
-	d, limited := g.decideCall(ctx, policy.KindPromptsGet, n.upstream.cfg.Name, n.name, args)
-	spanDecision(ctx, d)
-	ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
-	if !d.Allow {
-		ev.Outcome.Status = 403
-		if limited {
-			ev.Outcome.Status, ev.Outcome.Error = 429, d.Code
-		}
-		g.record(ctx, ev, start)
-		return nil, fmt.Errorf("prompt %q denied by Sandgate policy: %s", req.Params.Name, d.Reason)
+	if rf := g.authorize(ctx, cl, action{kind: audit.KindPromptsGet, upstream: n.upstream, name: n.name, args: args}); rf != nil {
+		return nil, fmt.Errorf("prompt %q denied by Sandgate: %s", req.Params.Name, rf.Reason)
 	}
 	out := mcp.GetPromptRequest{}
 	out.Params.Name = n.name
 	out.Params.Arguments = req.Params.Arguments
-	res, err := do(ctx, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.GetPromptResult, error) {
+	return forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.GetPromptResult, error) {
 		return c.GetPrompt(ctx, out)
 	})
-	if err != nil {
-		ev.Outcome.Status, ev.Outcome.Error = 502, err.Error()
-		g.record(ctx, ev, start)
-		return nil, fmt.Errorf("upstream %s: %w", n.upstream.cfg.Name, err)
-	}
-	ev.Outcome.Status = 200
-	g.record(ctx, ev, start)
-	return res, nil
-}
-
-// completions forwards completion/complete for a visible prompt or readable template.
-type completions struct{ g *Gateway }
-
-func (c completions) CompletePromptArgument(ctx context.Context, name string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	n, ok := c.g.prompt(name)
-	if !ok || !c.g.decide(ctx, policy.KindPromptsGet, n.upstream.cfg.Name, n.name, nil).Allow {
-		return nil, fmt.Errorf("prompt %q: %w", name, server.ErrPromptNotFound)
-	}
-	req := mcp.CompleteRequest{}
-	req.Params.Ref = mcp.PromptReference{Type: "ref/prompt", Name: n.name}
-	req.Params.Argument, req.Params.Context = arg, cc
-	return c.forward(ctx, n.upstream, req)
-}
-
-func (c completions) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cc mcp.CompleteContext) (*mcp.Completion, error) {
-	var up *upstream
-	c.g.mu.RLock()
-	for _, e := range c.g.templates {
-		if e.tmpl.URITemplate != nil && e.tmpl.URITemplate.Raw() == uri {
-			up = e.upstream
-		}
-	}
-	c.g.mu.RUnlock()
-	if up == nil {
-		var ok bool
-		if up, ok = c.g.resourceUpstream(uri); !ok {
-			return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)
-		}
-	}
-	if !c.g.decide(ctx, policy.KindResourcesRead, up.cfg.Name, uri, nil).Allow {
-		return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)
-	}
-	req := mcp.CompleteRequest{}
-	req.Params.Ref = mcp.ResourceReference{Type: "ref/resource", URI: uri}
-	req.Params.Argument, req.Params.Context = arg, cc
-	return c.forward(ctx, up, req)
-}
-
-func (c completions) forward(ctx context.Context, u *upstream, req mcp.CompleteRequest) (*mcp.Completion, error) {
-	res, err := do(ctx, u, func(ctx context.Context, cl *client.Client) (*mcp.CompleteResult, error) {
-		return cl.Complete(ctx, req)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
-	}
-	return &res.Completion, nil
 }
 
 // argsHash is the SHA-256 of the call's arguments as JSON, for the audit event (the arguments

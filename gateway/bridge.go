@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandgate/sandgate/audit"
 	"maps"
 	"strconv"
 	"strings"
@@ -26,20 +27,20 @@ var errNoSession = errors.New("no sandbox session is attached to this request")
 type inflight struct {
 	next  atomic.Uint64
 	mu    sync.Mutex
-	calls map[*upstream]map[string]*call
+	calls map[*upstream]map[string]*inflightCall
 }
 
-type call struct {
+type inflightCall struct {
 	ctx   context.Context
 	token mcp.ProgressToken // the sandbox's own token, nil if it asked for no progress
 }
 
-func newInflight() *inflight { return &inflight{calls: map[*upstream]map[string]*call{}} }
+func newInflight() *inflight { return &inflight{calls: map[*upstream]map[string]*inflightCall{}} }
 
 // begin registers a call and returns the _meta to send upstream.
 func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) *mcp.Meta {
 	key := "sg-" + strconv.FormatUint(f.next.Add(1), 10)
-	c := &call{ctx: ctx}
+	c := &inflightCall{ctx: ctx}
 	out := &mcp.Meta{ProgressToken: key}
 	if meta != nil {
 		c.token = meta.ProgressToken
@@ -47,7 +48,7 @@ func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) *mcp.
 	}
 	f.mu.Lock()
 	if f.calls[u] == nil {
-		f.calls[u] = map[string]*call{}
+		f.calls[u] = map[string]*inflightCall{}
 	}
 	f.calls[u][key] = c
 	f.mu.Unlock()
@@ -81,7 +82,7 @@ func (f *inflight) end(u *upstream, meta *mcp.Meta) {
 	f.mu.Unlock()
 }
 
-func (f *inflight) byToken(u *upstream, token any) (*call, bool) {
+func (f *inflight) byToken(u *upstream, token any) (*inflightCall, bool) {
 	key, ok := token.(string)
 	if !ok {
 		return nil, false
@@ -94,7 +95,7 @@ func (f *inflight) byToken(u *upstream, token any) (*call, bool) {
 
 // only returns the call in flight on u when there is exactly one: a notification that names
 // no request (a log message) can then be attributed without guessing.
-func (f *inflight) only(u *upstream) (*call, bool) {
+func (f *inflight) only(u *upstream) (*inflightCall, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.calls[u]) != 1 {
@@ -273,7 +274,7 @@ func (s *subscriptions) drop(sid string) {
 func (g *Gateway) afterSubscribe(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
 	s := server.ClientSessionFromContext(ctx)
 	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || !ok || !g.resourceVisible(ctx, req.Params.URI) {
+	if s == nil || !ok || !g.visible(ctx, audit.KindResourcesRead, u.cfg.Name, req.Params.URI) {
 		return
 	}
 	if g.subs.add(u, req.Params.URI, s.SessionID()) {

@@ -19,23 +19,22 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/admission"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
-	"github.com/sandgate/sandgate/policy"
 )
 
-// Decider is what the gateway needs of the policy engine (*policy.Engine).
-type Decider interface {
-	Decide(ctx context.Context, in *policy.Input) policy.Decision
-}
-
-// Options are the gateway's dependencies. Config, Identity, Policy and Audit are required.
+// Options are the gateway's dependencies. Config, Identity, and Core (or Policy and Audit) are
+// required.
 type Options struct {
-	Config      config.Gateway
-	Identity    identity.Resolver
-	Policy      Decider
+	Config   config.Gateway
+	Identity identity.Resolver
+	// Core is the request path shared with the proxy. nil builds one from Policy, Audit,
+	// Admission, Meters, Tracer and Log (tests and embedded use).
+	Core        *call.Core
+	Policy      call.Decider
 	Audit       audit.Recorder
 	Credentials *credential.Store
 	Meters      metric.MeterProvider
@@ -62,8 +61,7 @@ type Gateway struct {
 	handler   http.Handler
 	sessions  *sessionStore
 	upstreams []*upstream
-	metrics   *metrics
-	tracer    trace.Tracer
+	core      *call.Core
 	inflight  *inflight
 	subs      *subscriptions
 
@@ -88,10 +86,8 @@ func New(opts Options) (*Gateway, error) {
 	switch {
 	case opts.Identity == nil:
 		return nil, errors.New("gateway: Options.Identity is required")
-	case opts.Policy == nil:
-		return nil, errors.New("gateway: Options.Policy is required")
-	case opts.Audit == nil:
-		return nil, errors.New("gateway: Options.Audit is required")
+	case opts.Core == nil && (opts.Policy == nil || opts.Audit == nil):
+		return nil, errors.New("gateway: Options.Core (or Policy and Audit) is required")
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -108,6 +104,12 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Config.MaxBodyBytes == 0 {
 		opts.Config.MaxBodyBytes = 4 << 20
 	}
+	if opts.Config.MaxSessionsPerSandbox == 0 {
+		opts.Config.MaxSessionsPerSandbox = 64
+	}
+	if opts.Config.MaxSessions == 0 {
+		opts.Config.MaxSessions = 50000
+	}
 	if opts.Config.SessionIdleTimeout == 0 {
 		opts.Config.SessionIdleTimeout = config.Duration(30 * time.Minute)
 	}
@@ -121,13 +123,16 @@ func New(opts Options) (*Gateway, error) {
 			ForceAttemptHTTP2:   true,
 		}
 	}
-	m, err := newMetrics(opts.Meters)
-	if err != nil {
-		return nil, err
+	if opts.Core == nil {
+		core, err := call.New(call.Options{Policy: opts.Policy, Audit: opts.Audit, Admission: opts.Admission,
+			Meters: opts.Meters, Tracer: opts.Tracer, Log: opts.Log})
+		if err != nil {
+			return nil, err
+		}
+		opts.Core = core
 	}
-	g := &Gateway{opts: opts, log: opts.Log, metrics: m, inflight: newInflight(), subs: newSubscriptions(),
+	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
 		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
-	g.tracer = opts.Tracer.Tracer("github.com/sandgate/sandgate/gateway")
 	hc := &http.Client{Transport: tracingTransport{opts.Transport}}
 	hooks := upstreamHooks{
 		catalogChanged: g.rebuild,

@@ -14,7 +14,7 @@ import (
 func TestTwoSandboxesSeeAndCallAccordingToPolicy(t *testing.T) {
 	up := startHTTPUpstream(t, "127.0.0.1:0")
 	h := startGateway(t, "testdata/policy", config.Upstream{Name: "http", URL: up.URL(),
-		Credential: &config.UpstreamCredential{Name: "upstream", Header: "Authorization", Format: "Bearer {value}"}})
+		Credential: &config.CredentialRef{Name: "upstream", Header: "Authorization", Format: "Bearer {value}"}})
 	h.waitReady(t)
 
 	rec := &recorder{}

@@ -14,6 +14,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/identity"
 )
 
@@ -21,23 +23,30 @@ import (
 const (
 	codeParseError     = -32700
 	codeInvalidRequest = -32600
+	codeInvalidParams  = -32602
+	codeResourceGone   = -32002 // MCP's resource-not-found before protocol 2026-07-28
 )
 
-// guard checks every request before mcp-go sees it. It refuses, each time with an HTTP status
-// and a JSON-RPC error body, and never with a crash or a hang:
+// guard is where every sandbox request to /mcp begins its call (internal/call): exactly one
+// audit event per HTTP request, whatever happens to it. It refuses, each time with an HTTP
+// status from call's refusal table, a JSON-RPC error body and a rate-limited mcp.rejected
+// event, and never with a crash or a hang:
 //   - a Host header whose host is not localhost, 127.0.0.1, ::1 or a configured allowed host
-//     (403, DNS-rebinding protection);
+//     (403 bad_host, DNS-rebinding protection);
 //   - an Origin header that is neither a configured allowed origin nor one whose host is
-//     allowed as above (403);
-//   - a POST whose Content-Type is not application/json (415);
-//   - a POST body larger than max_body_bytes (413);
-//   - a body that is not JSON (400, parse error) or is a JSON array: batches are not part of
-//     the protocol revisions served (400, invalid request);
-//   - a request without Mcp-Session-Id other than initialize (400), or with a session ID that
-//     is unknown, expired, or was created by another source address (404: a session cannot be
-//     used from another sandbox).
+//     allowed as above (403 bad_origin);
+//   - a caller whose address maps to no known sandbox (403 unknown_caller): no session, no
+//     serverInfo, no capabilities;
+//   - a POST whose Content-Type is not application/json (415 unsupported_media_type);
+//   - a POST body larger than max_body_bytes (413 body_too_large);
+//   - a body that is not a JSON object (400 malformed_request) or is a JSON array: batches are
+//     not part of the protocol revisions served (400 batch_refused);
+//   - a request without Mcp-Session-Id other than initialize (400 session_required), or with
+//     a session ID that is unknown or expired (404 not_found) or was created by another source
+//     address (404 session_not_owned: the same answer, so nothing tells the ID exists);
+//   - an initialize over the caller's or the replica's session cap (429 session_limit).
 //
-// Identity is resolved later from the TCP peer address only; no header is read for it.
+// Identity is resolved here from the TCP peer address only; no header is read for it.
 type guard struct {
 	g       *Gateway
 	hosts   map[string]bool
@@ -57,66 +66,164 @@ func newGuard(g *Gateway) *guard {
 	return gd
 }
 
+// rpcMessage is what the guard reads of a JSON-RPC message.
+type rpcMessage struct {
+	Method string          `json:"method"`
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+	Params struct {
+		URI string `json:"uri"`
+	} `json:"params"`
+}
+
 func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := identity.FromRemoteAddr(gd.g.opts.Identity, r.RemoteAddr)
+	reject := func(rpcID json.RawMessage, rpcCode int, rf *call.Refusal) {
+		status := gd.g.core.Reject(r.Context(), audit.KindMCPRejected, id, audit.Target{Method: r.Method}, rf)
+		writeRPCError(w, status, rpcID, rpcCode, rf.Reason)
+	}
 	if !gd.hostAllowed(r.Host) {
-		writeRPCError(w, http.StatusForbidden, nil, codeInvalidRequest, "Host header not allowed")
+		reject(nil, codeInvalidRequest, call.Refuse(call.CodeBadHost, "Host header not allowed"))
 		return
 	}
 	if o := r.Header.Get("Origin"); o != "" && !gd.originAllowed(o) {
-		writeRPCError(w, http.StatusForbidden, nil, codeInvalidRequest, "Origin not allowed")
+		reject(nil, codeInvalidRequest, call.Refuse(call.CodeBadOrigin, "Origin not allowed"))
 		return
 	}
-	var method string
-	var id json.RawMessage
+	if !id.Known {
+		reject(nil, codeInvalidRequest, call.Refuse(call.CodeUnknownCaller, "caller is not a known sandbox"))
+		return
+	}
+	var msg rpcMessage
+	var body []byte
 	if r.Method == http.MethodPost {
-		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-		if err != nil || mt != "application/json" {
-			writeRPCError(w, http.StatusUnsupportedMediaType, nil, codeInvalidRequest, "Content-Type must be application/json")
+		var rf *call.Refusal
+		var rpcCode int
+		if body, msg, rpcCode, rf = gd.readMessage(w, r); rf != nil {
+			reject(nil, rpcCode, rf)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gd.g.opts.Config.MaxBodyBytes))
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeRPCError(w, http.StatusRequestEntityTooLarge, nil, codeInvalidRequest, "request body too large")
-				return
-			}
-			writeRPCError(w, http.StatusBadRequest, nil, codeParseError, "could not read the request body")
-			return
-		}
-		trimmed := bytes.TrimLeft(body, " \t\r\n")
-		if len(trimmed) > 0 && trimmed[0] == '[' {
-			writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "batch requests are not supported")
-			return
-		}
-		var msg struct {
-			Method string          `json:"method"`
-			ID     json.RawMessage `json:"id"`
-		}
-		if err := json.Unmarshal(trimmed, &msg); err != nil {
-			writeRPCError(w, http.StatusBadRequest, nil, codeParseError, "parse error: body is not a JSON-RPC message object")
-			return
-		}
-		method, id = msg.Method, msg.ID
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 	}
-	sid := r.Header.Get(server.HeaderKeySessionID)
-	switch {
-	case sid != "":
-		peer, _ := identity.ParsePeer(r.RemoteAddr)
-		if !gd.g.sessions.valid(r.Context(), sid, peer) {
-			writeRPCError(w, http.StatusNotFound, id, codeInvalidRequest, "session not found or expired; send initialize to start a new session")
-			return
-		}
-	case r.Method == http.MethodPost && method != string(mcp.MethodInitialize) && !modernRequest(r):
-		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest, "Mcp-Session-Id header is required after initialize")
-		return
-	case r.Method == http.MethodDelete:
-		writeRPCError(w, http.StatusBadRequest, nil, codeInvalidRequest, "Mcp-Session-Id header is required")
+	if rf := gd.checkSession(r, msg, id); rf != nil {
+		rpcCode := codeInvalidRequest
+		reject(msg.ID, rpcCode, rf)
 		return
 	}
-	gd.next.ServeHTTP(w, r)
+	ctx, cl := gd.g.core.Begin(r.Context(), kindOf(r.Method, msg), id)
+	cl.Span().SetName("mcp " + spanMethod(r.Method, msg))
+	cl.Event.Target.Method = msg.Method
+	cl.BytesIn.Store(int64(len(body)))
+	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut}
+	defer func() {
+		if cl.Event.Outcome.Status == 0 {
+			cl.Event.Outcome.Status = rec.status()
+		}
+		cl.Finish()
+	}()
+	if msg.Method == string(mcp.MethodResourcesRead) && !gd.g.readable(ctx, cl, msg.Params.URI) {
+		// A resource the caller may not read answers exactly like one that does not exist.
+		writeRPCResult(rec, msg.ID, resourceNotFound(r, msg.Params.URI))
+		return
+	}
+	gd.next.ServeHTTP(rec, r.WithContext(ctx))
+}
+
+// readMessage reads and checks a POST body: its media type, size and JSON-RPC shape.
+func (gd *guard) readMessage(w http.ResponseWriter, r *http.Request) ([]byte, rpcMessage, int, *call.Refusal) {
+	var msg rpcMessage
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return nil, msg, codeInvalidRequest, call.Refuse(call.CodeUnsupportedMediaType, "Content-Type must be application/json")
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gd.g.opts.Config.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, msg, codeInvalidRequest, call.Refuse(call.CodeBodyTooLarge, "request body too large")
+		}
+		return nil, msg, codeParseError, call.Refuse(call.CodeBodyReadFailed, "could not read the request body")
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return nil, msg, codeInvalidRequest, call.Refuse(call.CodeBatchRefused, "batch requests are not supported")
+	}
+	if err := json.Unmarshal(trimmed, &msg); err != nil {
+		return nil, msg, codeParseError, call.Refuse(call.CodeMalformedRequest, "parse error: body is not a JSON-RPC message object")
+	}
+	return body, msg, 0, nil
+}
+
+// checkSession checks the Mcp-Session-Id of a request, and the session caps of an initialize.
+func (gd *guard) checkSession(r *http.Request, msg rpcMessage, id identity.Identity) *call.Refusal {
+	sid := r.Header.Get(server.HeaderKeySessionID)
+	peer, _ := identity.ParsePeer(r.RemoteAddr)
+	switch {
+	case sid != "":
+		switch gd.g.sessions.check(r.Context(), sid, peer) {
+		case sessionNotOwned:
+			return call.Refuse(call.CodeSessionNotOwned, "session not found or expired; send initialize to start a new session")
+		case sessionUnknown:
+			return call.Refuse(call.CodeNotFound, "session not found or expired; send initialize to start a new session")
+		}
+	case r.Method == http.MethodPost && msg.Method == string(mcp.MethodInitialize):
+		cfg := gd.g.opts.Config
+		if n := gd.g.sessions.countPeer(peer); n >= cfg.MaxSessionsPerSandbox {
+			return call.Refuse(call.CodeSessionLimit, "sandbox %s has %d live MCP sessions, the limit; end one (DELETE) first", id.Key(), n)
+		}
+		if gd.g.sessions.count() >= cfg.MaxSessions {
+			return call.Refuse(call.CodeSessionLimit, "this replica holds %d MCP sessions, its limit", cfg.MaxSessions)
+		}
+	case r.Method == http.MethodPost && !modernRequest(r):
+		return call.Refuse(call.CodeSessionRequired, "Mcp-Session-Id header is required after initialize")
+	case r.Method == http.MethodDelete:
+		return call.Refuse(call.CodeSessionRequired, "Mcp-Session-Id header is required")
+	}
+	return nil
+}
+
+// methodKinds are the event kinds of the MCP methods the gateway serves.
+var methodKinds = map[string]audit.Kind{
+	string(mcp.MethodInitialize):             audit.KindInitialize,
+	string(mcp.MethodPing):                   audit.KindPing,
+	string(mcp.MethodToolsList):              audit.KindToolsList,
+	string(mcp.MethodToolsCall):              audit.KindToolsCall,
+	string(mcp.MethodResourcesList):          audit.KindResourcesList,
+	string(mcp.MethodResourcesTemplatesList): audit.KindTemplatesList,
+	string(mcp.MethodResourcesRead):          audit.KindResourcesRead,
+	string(mcp.MethodResourcesSubscribe):     audit.KindSubscribe,
+	string(mcp.MethodResourcesUnsubscribe):   audit.KindUnsubscribe,
+	string(mcp.MethodPromptsList):            audit.KindPromptsList,
+	string(mcp.MethodPromptsGet):             audit.KindPromptsGet,
+	string(mcp.MethodCompletionComplete):     audit.KindComplete,
+	string(mcp.MethodSetLogLevel):            audit.KindSetLevel,
+}
+
+// kindOf is the event kind of one HTTP request to /mcp.
+func kindOf(httpMethod string, msg rpcMessage) audit.Kind {
+	switch {
+	case httpMethod == http.MethodGet:
+		return audit.KindStream
+	case httpMethod == http.MethodDelete:
+		return audit.KindSessionEnd
+	case msg.Method == "" && (msg.Result != nil || msg.Error != nil):
+		return audit.KindResponse
+	case strings.HasPrefix(msg.Method, "notifications/"):
+		return audit.KindNotification
+	}
+	if k, ok := methodKinds[msg.Method]; ok {
+		return k
+	}
+	return audit.KindOtherMethod
+}
+
+func spanMethod(httpMethod string, msg rpcMessage) string {
+	if msg.Method != "" {
+		return msg.Method
+	}
+	return httpMethod
 }
 
 // modernRequest reports a request of a session-less protocol revision (2026-07-28 and later),
@@ -145,24 +252,83 @@ func (gd *guard) originAllowed(origin string) bool {
 	return gd.hostAllowed(u.Host)
 }
 
+// resourceNotFound is the one answer to a resources/read of a URI the caller cannot read,
+// whether it does not exist or policy hides it: the code of the request's protocol revision.
+func resourceNotFound(r *http.Request, uri string) rpcError {
+	code := codeResourceGone
+	if modernRequest(r) {
+		code = codeInvalidParams
+	}
+	return rpcError{Code: code, Message: "resource not found", Data: map[string]string{"uri": uri}}
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
+}
+
 // writeRPCError answers with a JSON-RPC error object (id null unless the request's id is known).
 func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+	writeRPC(w, status, id, rpcError{Code: code, Message: msg})
+}
+
+// writeRPCResult answers a request with a JSON-RPC error in a 200 response, as a server does
+// for a request it read and could not serve.
+func writeRPCResult(w http.ResponseWriter, id json.RawMessage, e rpcError) {
+	writeRPC(w, http.StatusOK, id, e)
+}
+
+func writeRPC(w http.ResponseWriter, status int, id json.RawMessage, e rpcError) {
 	if len(id) == 0 || !json.Valid(id) {
 		id = json.RawMessage("null")
 	}
 	body, _ := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}{JSONRPC: "2.0", ID: id, Error: struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg}})
+		Error   rpcError        `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: e})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// countingWriter counts the response bytes and remembers the status; Unwrap keeps flushing
+// (SSE) working.
+type countingWriter struct {
+	http.ResponseWriter
+	n    interface{ Add(int64) int64 }
+	code int
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.code == 0 && code >= 200 {
+		c.code = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.code == 0 {
+		c.code = http.StatusOK
+	}
+	n, err := c.ResponseWriter.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+func (c *countingWriter) status() int {
+	if c.code == 0 {
+		return http.StatusOK
+	}
+	return c.code
 }

@@ -67,9 +67,23 @@ func (s *sessionStore) ResolveSessionIdManager(r *http.Request) server.SessionId
 	return v
 }
 
-// valid reports whether id is live and was created by peer; it refreshes its idle timer. An ID
-// unknown here is looked up in the shared store and adopted when peer created it.
+// sessionState is what check found of a session ID.
+type sessionState int
+
+const (
+	sessionLive     sessionState = iota
+	sessionUnknown               // never issued, expired or terminated
+	sessionNotOwned              // live, but created by another source address: a hijack attempt
+)
+
+// valid reports whether id is live and was created by peer.
 func (s *sessionStore) valid(ctx context.Context, id string, peer netip.Addr) bool {
+	return s.check(ctx, id, peer) == sessionLive
+}
+
+// check says whether id is live and was created by peer; it refreshes its idle timer. An ID
+// unknown here is looked up in the shared store and adopted when peer created it.
+func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) sessionState {
 	s.mu.Lock()
 	e, ok := s.byID[id]
 	if ok && time.Since(e.lastSeen) > s.idle {
@@ -79,7 +93,7 @@ func (s *sessionStore) valid(ctx context.Context, id string, peer netip.Addr) bo
 	if ok {
 		if e.peer != peer {
 			s.mu.Unlock()
-			return false
+			return sessionNotOwned
 		}
 		now := time.Now()
 		e.lastSeen = now
@@ -95,26 +109,29 @@ func (s *sessionStore) valid(ctx context.Context, id string, peer netip.Addr) bo
 				s.log.Warn("shared mcp session store unavailable", "err", err)
 			case st == mcpsessions.Terminated:
 				s.drop(id)
-				return false
+				return sessionUnknown
 			case st == mcpsessions.Missing && rec != nil: // Redis lost it: share it again
 				if err := s.shared.Put(ctx, id, *rec, s.idle); err != nil {
 					s.log.Warn("shared mcp session store unavailable", "err", err)
 				}
 			}
 		}
-		return true
+		return sessionLive
 	}
 	s.mu.Unlock()
 	if s.shared == nil {
-		return false
+		return sessionUnknown
 	}
 	rec, found, err := s.shared.Get(ctx, id)
 	if err != nil {
 		s.log.Warn("shared mcp session store unavailable", "err", err)
-		return false
+		return sessionUnknown
 	}
-	if !found || rec.Peer != peer.String() {
-		return false
+	if !found {
+		return sessionUnknown
+	}
+	if rec.Peer != peer.String() {
+		return sessionNotOwned
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -123,13 +140,27 @@ func (s *sessionStore) valid(ctx context.Context, id string, peer netip.Addr) bo
 	if _, err := s.shared.Refresh(ctx, id, s.idle); err != nil {
 		s.log.Warn("shared mcp session store unavailable", "err", err)
 	}
-	return true
+	return sessionLive
 }
 
 func (s *sessionStore) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.byID)
+}
+
+// countPeer counts the live sessions peer created on this replica.
+func (s *sessionStore) countPeer(peer netip.Addr) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	now := time.Now()
+	for _, e := range s.byID {
+		if e.peer == peer && now.Sub(e.lastSeen) <= s.idle {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *sessionStore) drop(id string) {

@@ -33,7 +33,7 @@ func TestToolCallSpans(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := callTool(t, c, "echo", tt.args)
 			require.NoError(t, err)
-			ended := spans.Ended()
+			ended := toolCallSpans(spans.Ended())
 			require.Len(t, ended, i+1)
 			s := ended[i]
 			assert.Equal(t, "mcp tools/call", s.Name())
@@ -50,7 +50,7 @@ func TestToolCallSpans(t *testing.T) {
 		})
 	}
 
-	traceID := spans.Ended()[0].SpanContext().TraceID().String()
+	traceID := toolCallSpans(spans.Ended())[0].SpanContext().TraceID().String()
 	var upstreamSaw bool
 	up.mu.Lock()
 	for _, tp := range up.traceparents {
@@ -64,4 +64,15 @@ func TestToolCallSpans(t *testing.T) {
 		audited = audited || ev.TraceID == traceID
 	}
 	assert.True(t, audited, "the audit event carries the span's trace ID")
+}
+
+// toolCallSpans are the spans of tools/call requests (every request to /mcp has one).
+func toolCallSpans(all []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range all {
+		if s.Name() == "mcp tools/call" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"time"
 
@@ -293,7 +292,7 @@ func (u *upstream) headers(context.Context) map[string]string {
 	if !ok {
 		return nil
 	}
-	return map[string]string{c.Header: strings.Replace(c.Format, "{value}", v, 1)}
+	return map[string]string{c.Header: c.Render(v)}
 }
 
 // command builds the stdio server's process with a clean environment.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
 )
 
@@ -133,14 +134,14 @@ func TestInputFieldMatchesDocument(t *testing.T) {
 		paths = append(paths, path)
 	}
 	inputs := []*Input{
-		{Kind: KindToolsCall, Identity: identity.Identity{Namespace: "n", Sandbox: "s", Template: "t", Known: true, Labels: map[string]string{"team": "a"}},
+		{Kind: audit.KindToolsCall, Identity: identity.Identity{Namespace: "n", Sandbox: "s", Template: "t", Known: true, Labels: map[string]string{"team": "a"}},
 			MCP: &MCP{Upstream: "github", Tool: "create", Arguments: map[string]any{"owner": "acme", "list": []any{"x", 1.5},
 				"nested": map[string]any{"deep": map[string]any{"x": true}}, "empty": map[string]any{}, "null": nil}},
 			Grants: map[string]any{"github_repos": []any{"acme/api"}, "team": map[string]any{"name": "core"}},
 			Usage:  map[string]int64{"requests_per_minute": 7}},
-		{Kind: KindHTTPRequest, Identity: identity.Identity{SourceIP: "127.0.0.9"},
+		{Kind: audit.KindHTTPRequest, Identity: identity.Identity{SourceIP: "127.0.0.9"},
 			HTTP: &HTTP{Method: "POST", Host: "api.anthropic.com", Port: 443, Path: "/v1/messages", Route: "anthropic", Model: "m", MaxTokens: -1, Stream: true}},
-		{Kind: KindToolsList, MCP: &MCP{Upstream: "u"}},
+		{Kind: audit.KindToolsList, MCP: &MCP{Upstream: "u"}},
 		{},
 	}
 	for i, in := range inputs {
@@ -175,7 +176,7 @@ func FuzzInputField(f *testing.F) {
 		if json.Unmarshal([]byte(args), &a) != nil || json.Unmarshal([]byte(grants), &g) != nil {
 			return
 		}
-		in := &Input{Kind: KindToolsCall, Identity: identity.Identity{Template: "t", Known: true, Labels: map[string]string{"team": "a"}},
+		in := &Input{Kind: audit.KindToolsCall, Identity: identity.Identity{Template: "t", Known: true, Labels: map[string]string{"team": "a"}},
 			MCP: &MCP{Upstream: "u", Tool: "x", Arguments: a}, Grants: g, Usage: map[string]int64{"n": 1}}
 		var p []*ast.Term
 		if path != "" {

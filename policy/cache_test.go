@@ -11,6 +11,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -34,12 +35,12 @@ func TestDecisionCacheAgreesWithEvaluation(t *testing.T) {
 			Template: pick(r, "coding-agent", "triage-agent", "nope", ""), Known: r.IntN(10) > 0,
 		}}
 		if r.IntN(2) == 0 {
-			in.Kind = pick(r, policy.KindToolsCall, policy.KindToolsList, policy.KindResourcesRead, policy.KindPromptsGet)
+			in.Kind = audit.Kind(pick(r, string(audit.KindToolsCall), string(audit.KindToolsList), string(audit.KindResourcesRead), string(audit.KindPromptsGet)))
 			in.MCP = &policy.MCP{Upstream: pick(r, "github", "jira", "db"), Tool: pick(r, "create_pull_request", "get_issue", "search_code", "delete_repo", "query"),
 				Arguments: map[string]any{"owner": pick(r, "acme", "evil"), "repo": pick(r, "api", "web"), "title": fmt.Sprint(i)}}
 			in.Grants = map[string]any{"github_repos": []any{pick(r, "acme/api", "acme/web")}}
 		} else {
-			in.Kind = pick(r, policy.KindHTTPRequest, policy.KindHTTPConnect)
+			in.Kind = audit.Kind(pick(r, string(audit.KindHTTPRequest), string(audit.KindHTTPConnect)))
 			in.HTTP = &policy.HTTP{Method: "POST", Host: pick(r, "api.anthropic.com", "api.openai.com", "evil.example", "github.com"), Port: 443,
 				Path: "/v1/messages", Route: pick(r, "", "anthropic", "openai"), Model: pick(r, "claude-sonnet-4-5", "claude-opus-4", "gpt-5", ""),
 				MaxTokens: []int64{-1, 1024, 8192, 64000}[r.IntN(4)], Stream: r.IntN(2) == 0}
@@ -81,7 +82,7 @@ func TestDecisionCacheAgreesWithEvaluation(t *testing.T) {
 // allowed and cached, the second differs only in that part and must be denied.
 func TestDecisionCacheSeesWhatThePolicyReads(t *testing.T) {
 	base := func() *policy.Input {
-		return &policy.Input{Kind: policy.KindToolsCall,
+		return &policy.Input{Kind: audit.KindToolsCall,
 			Identity: identity.Identity{Namespace: "agents", Sandbox: "sb", Template: "t", Known: true, Labels: map[string]string{"team": "a"}},
 			MCP:      &policy.MCP{Upstream: "u", Tool: "echo", Arguments: map[string]any{"path": "/work/x", "n": 1.0}},
 			Usage:    map[string]int64{"requests_per_minute": 1}}

@@ -148,7 +148,7 @@ func (e *Engine) Reload(ctx context.Context) error {
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	start := time.Now()
 	d := e.decide(ctx, in)
-	e.metrics.record(ctx, in.Kind, &d, start)
+	e.metrics.record(ctx, string(in.Kind), &d, start)
 	return d
 }
 

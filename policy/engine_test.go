@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -40,7 +41,7 @@ func newEngine(t *testing.T, files map[string]string, opts ...policy.Option) (*p
 
 func callInput(tool string) *policy.Input {
 	return &policy.Input{
-		Kind:     policy.KindToolsCall,
+		Kind:     audit.KindToolsCall,
 		Identity: identity.Identity{Namespace: "agents", Sandbox: "sb", Template: "t", Known: true},
 		MCP:      &policy.MCP{Upstream: "u", Tool: tool, Arguments: map[string]any{"n": 1.5, "s": []any{"a"}}},
 	}
@@ -89,7 +90,7 @@ decision := {"allow": true, "reason": json.marshal(input)}
 `
 	e, _ := newEngine(t, map[string]string{"p.rego": src})
 	in := &policy.Input{
-		Kind:     policy.KindHTTPRequest,
+		Kind:     audit.KindHTTPRequest,
 		Identity: identity.Identity{Namespace: "ns", Sandbox: "sb", Template: "tpl", Claim: "c", Labels: map[string]string{"team": "a"}, SourceIP: "127.0.0.2", Known: true},
 		HTTP:     &policy.HTTP{Method: "POST", Host: "api.anthropic.com", Port: 443, Path: "/v1/messages", Route: "anthropic", Model: "m", MaxTokens: 100, Stream: true},
 		Grants:   map[string]any{"github_repos": []any{"acme/api"}},
@@ -199,7 +200,7 @@ func TestShippedPolicies(t *testing.T) {
 	coder := identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", Known: true}
 	triage := identity.Identity{Namespace: "agents", Sandbox: "sb-2", Template: "triage-agent", Known: true}
 	model := func(id identity.Identity, m string, max int64) policy.Decision {
-		return e.Decide(ctx, &policy.Input{Kind: policy.KindHTTPRequest, Identity: id,
+		return e.Decide(ctx, &policy.Input{Kind: audit.KindHTTPRequest, Identity: id,
 			HTTP: &policy.HTTP{Method: "POST", Host: "api.anthropic.com", Port: 443, Path: "/v1/messages", Route: "anthropic", Model: m, MaxTokens: max}})
 	}
 	d := model(coder, "claude-sonnet-4-5", 1000)
@@ -207,7 +208,7 @@ func TestShippedPolicies(t *testing.T) {
 	assert.Equal(t, "anthropic", d.Credential)
 	assert.False(t, model(triage, "claude-sonnet-4-5", 1000).Allow)
 	assert.False(t, model(triage, "claude-haiku-4-5", 5000).Allow)
-	anon := e.Decide(ctx, &policy.Input{Kind: policy.KindToolsCall, Identity: identity.Anonymous(netipAddr(t, "127.0.0.9")), MCP: &policy.MCP{Upstream: "everything", Tool: "echo"}})
+	anon := e.Decide(ctx, &policy.Input{Kind: audit.KindToolsCall, Identity: identity.Anonymous(netipAddr(t, "127.0.0.9")), MCP: &policy.MCP{Upstream: "everything", Tool: "echo"}})
 	assert.False(t, anon.Allow)
 	assert.Equal(t, "unknown_identity", anon.Code)
 
@@ -231,10 +232,10 @@ func TestRunTestsReportsFailures(t *testing.T) {
 func BenchmarkDecideShippedPolicy(b *testing.B) {
 	ctx := context.Background()
 	cases := map[string]*policy.Input{
-		"tools_call": {Kind: policy.KindToolsCall, Identity: identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true, Labels: map[string]string{}},
+		"tools_call": {Kind: audit.KindToolsCall, Identity: identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true, Labels: map[string]string{}},
 			MCP:    &policy.MCP{Upstream: "github", Tool: "create_pull_request", Arguments: map[string]any{"owner": "acme", "repo": "api", "title": "fix"}},
 			Grants: map[string]any{"github_repos": []any{"acme/api"}}},
-		"model_request": {Kind: policy.KindHTTPRequest, Identity: identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true, Labels: map[string]string{}},
+		"model_request": {Kind: audit.KindHTTPRequest, Identity: identity.Identity{Namespace: "agents", Sandbox: "sb-1", Template: "coding-agent", SourceIP: "127.0.0.2", Known: true, Labels: map[string]string{}},
 			HTTP: &policy.HTTP{Method: "POST", Host: "api.anthropic.com", Port: 443, Path: "/v1/messages", Route: "anthropic", Model: "claude-sonnet-4-5", MaxTokens: 1024}},
 	}
 	// "evaluated" runs OPA for every decision (the cache off); "cached" is the default engine,

@@ -5,23 +5,14 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
-)
-
-// Kinds of actions, the values of input.kind.
-const (
-	KindToolsList     = "mcp.tools_list"
-	KindToolsCall     = "mcp.tools_call"
-	KindResourcesRead = "mcp.resources_read"
-	KindPromptsGet    = "mcp.prompts_get"
-	KindHTTPConnect   = "http.connect"
-	KindHTTPRequest   = "http.request"
 )
 
 // Input is the policy input contract (ARCHITECTURE.md, "Policy contract"). The one place that
 // turns a call into what policy sees; gateway and proxy fill it, Engine.Decide evaluates it.
 type Input struct {
-	Kind     string
+	Kind     audit.Kind // one of the kinds policy decides (audit.KindToolsCall …)
 	Identity identity.Identity
 	MCP      *MCP  // for mcp.* kinds
 	HTTP     *HTTP // for http.* kinds
@@ -109,7 +100,7 @@ var (
 func (in *Input) section(k *ast.Term) (*ast.Term, error) {
 	switch k {
 	case kKind:
-		return ast.StringTerm(in.Kind), nil
+		return ast.StringTerm(string(in.Kind)), nil
 	case kIdentity:
 		return objectOf(identityKeys, func(k *ast.Term) (*ast.Term, error) { return identityField(&in.Identity, k), nil })
 	case kGrants:

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
@@ -29,47 +32,33 @@ import (
 func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
 	r := gctx.Req
 	x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPConnect)
-	reject := func(rf refusal) (*goproxy.ConnectAction, string) {
-		x.status = rf.Status
-		x.ev.Decision.Allow = false
-		x.ev.Decision.Reason = rf.Reason
-		x.ev.Outcome.Error = rf.Code
-		x.finish()
+	reject := func(rf *call.Refusal) (*goproxy.ConnectAction, string) {
+		x.status = x.c.Refuse(rf)
 		gctx.Resp = refusalResponse(r, rf)
 		return goproxy.RejectConnect, host
 	}
-	if err := p.opts.Audit.Healthy(); err != nil {
-		return reject(refusal{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Reason: "audit log unavailable"})
-	}
 	dest, err := hostport.Parse(host, 443)
 	if err != nil {
-		return reject(refusal{Status: http.StatusBadRequest, Code: "bad_host", Reason: err.Error()})
+		return reject(call.Refuse(call.CodeBadHost, "%v", err))
 	}
 	x.dest = dest
-	x.ev.Target.Host = auditHost(dest, "https")
-	in := &policy.Input{Kind: policy.KindHTTPConnect, Identity: x.ev.Identity,
+	x.ev().Target.Host = auditHost(dest, "https")
+	in := &policy.Input{Kind: audit.KindHTTPConnect, Identity: x.ev().Identity,
 		HTTP: &policy.HTTP{Method: http.MethodConnect, Host: dest.Host, Port: dest.Port, MaxTokens: -1}}
-	if deny := p.opts.Admission.Admit(r.Context(), in); deny != nil {
-		return reject(limitRefusal(deny))
-	}
-	d := p.opts.Policy.Decide(r.Context(), in)
-	x.ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
-	if !d.Allow {
-		return reject(refusal{Status: http.StatusForbidden, Code: d.Code, Reason: d.Reason})
+	if _, rf := x.c.Authorize(r.Context(), in, true); rf != nil {
+		return reject(rf)
 	}
 	he := p.hosts[dest.String()]
 	if he == nil {
-		return reject(refusal{Status: http.StatusForbidden, Code: "host_not_configured",
-			Reason: fmt.Sprintf("%s is not a configured proxy host (proxy.hosts)", dest)})
+		return reject(call.Refuse(call.CodeHostNotConfigured, "%s is not a configured proxy host (proxy.hosts)", dest))
 	}
-	key := x.ev.Identity.Key()
+	key := x.ev().Identity.Key()
 	if !p.acquireTunnel(key) {
-		return reject(refusal{Status: http.StatusTooManyRequests, Code: "too_many_tunnels",
-			Reason: fmt.Sprintf("sandbox has %d open tunnels, the limit", p.cfg.Limits.TunnelsPerSandbox)})
+		return reject(call.Refuse(call.CodeTooManyTunnels, "sandbox has %d open tunnels, the limit", p.cfg.Limits.TunnelsPerSandbox))
 	}
 	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
 		p.m.tunnels.Add(context.Background(), 1)
-		cc := &countConn{Conn: client, in: &x.in, out: &x.out}
+		cc := &countConn{Conn: client, in: &x.c.BytesIn, out: &x.c.BytesOut}
 		closed := func() {
 			p.untrack(cc)
 			_ = cc.Close()
@@ -78,7 +67,7 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 			p.releaseTunnel(key)
 		}
 		if !p.track(cc) {
-			x.status, x.ev.Outcome.Error = http.StatusServiceUnavailable, "shutting_down"
+			x.status, x.ev().Outcome.Error = http.StatusServiceUnavailable, call.CodeShuttingDown
 			closed()
 			return
 		}
@@ -91,14 +80,19 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 	}}, host
 }
 
-func refusalResponse(r *http.Request, rf refusal) *http.Response {
-	b := refusalBody(rf)
-	return &http.Response{StatusCode: rf.Status, Status: fmt.Sprintf("%d %s", rf.Status, http.StatusText(rf.Status)),
+func refusalResponse(r *http.Request, rf *call.Refusal) *http.Response {
+	b := refusalBody(rf, false)
+	status := rf.Status()
+	h := http.Header{"Content-Type": {"application/json"}}
+	if rf.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(rf.RetryAfter.Seconds()))))
+	}
+	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)),
 		ProtoMajor: 1, ProtoMinor: 1, Request: r, Close: true, ContentLength: int64(len(b)),
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(string(b)))}
+		Header: h, Body: io.NopCloser(strings.NewReader(string(b)))}
 }
 
-func writeRawRefusal(c net.Conn, rf refusal) {
+func writeRawRefusal(c net.Conn, rf *call.Refusal) {
 	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	_ = refusalResponse(nil, rf).Write(c)
 }
@@ -110,17 +104,13 @@ func (p *Proxy) tunnel(client net.Conn, x *exchange, he *hostEntry) {
 	defer cancel()
 	up, _, err := p.guard.Dial(ctx, x.dest, he.cfg.AllowPrivate)
 	if err != nil {
-		if reason, ok := Denied(err); ok {
-			x.status = http.StatusForbidden
-			x.ev.Decision.Allow = false
-			x.ev.Decision.Reason = "destination denied by dial guard: " + string(reason)
-			x.ev.Outcome.Error = string(reason)
-			writeRawRefusal(client, refusal{Status: http.StatusForbidden, Code: string(reason), Reason: err.Error()})
-			return
+		rf := upstreamRefusal(err)
+		writeRawRefusal(client, rf)
+		// The tunnel's closing finishes the call; only the outcome is set here.
+		if rf.Class() == call.ClassPolicy {
+			x.ev().Decision.Allow, x.ev().Decision.Reason = false, rf.Reason
 		}
-		x.status = http.StatusBadGateway
-		x.ev.Outcome.Error = "upstream_error: " + err.Error()
-		writeRawRefusal(client, refusal{Status: http.StatusBadGateway, Code: "upstream_error", Reason: "upstream unavailable"})
+		x.status, x.ev().Outcome.Error = rf.Status(), rf.Code
 		return
 	}
 	defer up.Close()
@@ -129,7 +119,7 @@ func (p *Proxy) tunnel(client net.Conn, x *exchange, he *hostEntry) {
 	}
 	x.status = http.StatusOK
 	if why := p.relay(client, up); why != "" {
-		x.ev.Outcome.Error = why
+		x.ev().Outcome.Error = why
 	}
 }
 
@@ -226,17 +216,17 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 	if err := tc.Handshake(); err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			x.ev.Outcome.Error = "client_silent"
+			x.ev().Outcome.Error = "client_silent"
 		} else {
-			x.ev.Outcome.Error = "client_tls_handshake_failed"
+			x.ev().Outcome.Error = "client_tls_handshake_failed"
 		}
 		return
 	}
 	_ = client.SetDeadline(time.Time{})
 	var once sync.Once
-	g := newHeadGuard(tc, l.MaxHeaderBytes, func(rf refusal) { p.refuseConn(client, rf) })
+	g := newHeadGuard(tc, l.MaxHeaderBytes, func(rf *call.Refusal) { p.refuseConn(client, rf) })
 	srv := &http.Server{
-		Handler:           p.innerHandler(x.ev.Identity, x.dest, he),
+		Handler:           p.innerHandler(x.ev().Identity, x.dest, he),
 		ReadHeaderTimeout: l.ClientHandshakeTimeout.D(),
 		IdleTimeout:       l.TunnelIdleTimeout.D(),
 		MaxHeaderBytes:    2 * l.MaxHeaderBytes,
@@ -246,7 +236,7 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 				once.Do(closed)
 			}
 		},
-		ErrorLog: log.New(discardWriter{}, "", 0),
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	served = true
 	// Serve starts the connection's goroutine and returns when the listener runs dry.
@@ -257,7 +247,8 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 func (p *Proxy) innerHandler(id identity.Identity, dest hostport.Addr, he *hostEntry) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := p.newExchange(r, id, audit.KindHTTPRequest)
-		x.ev.Target.Host = auditHost(dest, "https")
+		x.ev().Target.Host = auditHost(dest, "https")
+		x.up = he.up
 		if g, ok := r.Context().Value(connKey{}).(*headGuard); ok {
 			if rf, bad := g.next(); bad {
 				x.refuse(w, rf)
@@ -265,14 +256,16 @@ func (p *Proxy) innerHandler(id identity.Identity, dest hostport.Addr, he *hostE
 			}
 		}
 		if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
-			x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "absolute_uri_in_tunnel", Close: true,
-				Reason: "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests"})
+			rf := call.Refuse(call.CodeAbsoluteURIInTunnel, "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests")
+			rf.Close = true
+			x.refuse(w, rf)
 			return
 		}
 		h, err := hostport.Parse(r.Host, 443)
 		if err != nil || h != dest {
-			x.refuse(w, refusal{Status: http.StatusMisdirectedRequest, Code: "host_mismatch", Close: true,
-				Reason: fmt.Sprintf("request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), dest)})
+			rf := call.Refuse(call.CodeHostMismatch, "request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), dest)
+			rf.Close = true
+			x.refuse(w, rf)
 			return
 		}
 		x.up, x.dest = he.up, dest

@@ -5,55 +5,42 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/internal/limits"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )
 
 const routePrefix = "/routes/"
 
-// refusal is a request Sandgate answers itself. Code is bounded (metric label, audit error).
-type refusal struct {
-	Status int
-	Code   string
-	Reason string
-	Close  bool
-}
-
-// exchange is one decided request (or one tunnel) on its way to exactly one audit event.
+// exchange is one decided request (or one tunnel): the proxy's shape of a call.Call, which
+// owns the event, the decision step and the one audit write.
 type exchange struct {
 	p       *Proxy
-	start   time.Time
-	ev      audit.Event
+	c       *call.Call
 	up      *upstream
 	dest    hostport.Addr
 	cred    string // credential value, never logged or audited
 	rawPath string // escaped upstream path below the base path
 	usage   *UsageParser
-	span    trace.Span
 	charged int64  // tokens of usage already charged to the caller's budget
 	spent   string // the limit code that ends a streamed response after its current event
 	status  int
-	in      atomic.Int64
-	out     atomic.Int64
-	done    atomic.Bool
 }
 
 type exchangeKey struct{}
@@ -63,111 +50,67 @@ func exchangeFrom(ctx context.Context) *exchange {
 	return x
 }
 
-func (p *Proxy) newExchange(r *http.Request, id identity.Identity, kind string) *exchange {
-	x := &exchange{p: p, start: time.Now()}
-	_, x.span = p.tracer.Start(r.Context(), "proxy "+kind, trace.WithSpanKind(trace.SpanKindServer))
-	x.ev = audit.Event{Kind: kind, Identity: id, Target: audit.Target{Method: r.Method, Host: r.Host}}
+func (p *Proxy) newExchange(r *http.Request, id identity.Identity, kind audit.Kind) *exchange {
+	x := &exchange{p: p}
+	_, x.c = p.core.Begin(r.Context(), kind, id)
+	x.c.Event.Target = audit.Target{Method: r.Method, Host: r.Host}
 	if r.URL != nil && r.Method != http.MethodConnect {
-		x.ev.Target.Path = r.URL.Path
+		x.c.Event.Target.Path = r.URL.Path
 	}
 	return x
 }
 
-// refuse answers the request itself and audits it.
-func (x *exchange) refuse(w http.ResponseWriter, rf refusal) {
-	x.status = rf.Status
-	x.ev.Decision.Allow = false
-	x.ev.Decision.Reason = rf.Reason
-	x.ev.Outcome.Error = rf.Code
+// ev is the exchange's audit event.
+func (x *exchange) ev() *audit.Event { return &x.c.Event }
+
+// refuse answers the request itself and ends the exchange's call as refused.
+func (x *exchange) refuse(w http.ResponseWriter, rf *call.Refusal) {
 	if rf.Close {
 		w.Header().Set("Connection", "close")
 	}
-	writeRefusal(w, rf)
-	x.finish()
+	writeRefusal(w, rf, x.openAI())
+	x.status = x.c.Refuse(rf)
 }
 
-// limitRefusal is the answer to a request refused by a budget or rate limit: 429, or 503 when
-// the limits store cannot be reached.
-func limitRefusal(deny *policy.Decision) refusal {
-	status := http.StatusTooManyRequests
-	if deny.Code == string(limits.CodeStoreUnavailable) {
-		status = http.StatusServiceUnavailable
-	}
-	return refusal{Status: status, Code: deny.Code, Reason: deny.Reason}
-}
+// openAI reports whether refusals on this exchange take OpenAI's error shape.
+func (x *exchange) openAI() bool { return x.up != nil && x.up.api == config.APIOpenAI }
 
-func refusalBody(rf refusal) []byte {
-	typ := "permission_error"
-	switch {
-	case rf.Status == http.StatusNotFound:
-		typ = "not_found_error"
-	case rf.Status >= 500:
-		typ = "api_error"
-	case rf.Status == http.StatusRequestEntityTooLarge:
-		typ = "request_too_large"
-	case rf.Status != http.StatusForbidden:
-		typ = "invalid_request_error"
+// refusalBody is the provider-shaped error body of a refusal: Anthropic's
+// {"type":"error","error":{"type","message"}} or OpenAI's {"error":{"message","type","code"}},
+// with the type from call's one table, so each provider's SDK raises its matching error.
+func refusalBody(rf *call.Refusal, openAI bool) []byte {
+	msg := "sandgate: " + rf.Reason
+	var v any
+	if openAI {
+		v = map[string]any{"error": map[string]any{"message": msg, "type": rf.ErrorType(true), "code": rf.Code, "param": nil}}
+	} else {
+		v = map[string]any{"type": "error", "error": map[string]string{"type": rf.ErrorType(false), "message": msg, "code": rf.Code}}
 	}
-	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{
-		"type": typ, "message": "sandgate: " + rf.Reason, "code": rf.Code}})
+	b, _ := json.Marshal(v)
 	return b
 }
 
-func writeRefusal(w http.ResponseWriter, rf refusal) {
-	b := refusalBody(rf)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(rf.Status)
+func writeRefusal(w http.ResponseWriter, rf *call.Refusal, openAI bool) {
+	b := refusalBody(rf, openAI)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	if rf.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(rf.RetryAfter.Seconds()))))
+	}
+	w.WriteHeader(rf.Status())
 	_, _ = w.Write(b)
 }
 
-// finish writes the exchange's one audit event and its metrics. Later calls do nothing.
+// finish ends the exchange's call: the status the sandbox got, tokens from the usage parser.
 func (x *exchange) finish() {
-	if x.done.Swap(true) {
-		return
-	}
-	d := time.Since(x.start)
-	ev := &x.ev
-	ev.Outcome.Status = x.status
-	ev.Outcome.DurationMS = float64(d.Microseconds()) / 1000
-	ev.Outcome.BytesIn, ev.Outcome.BytesOut = x.in.Load(), x.out.Load()
 	if x.usage != nil {
 		u := x.usage.Usage()
-		ev.Outcome.TokensIn, ev.Outcome.TokensOut = u.In, u.Out
+		x.c.TokensIn, x.c.TokensOut = u.In, u.Out
 		x.chargeTokens()
 	}
-	if ev.Decision.PolicyRevision == "" {
-		ev.Decision.PolicyRevision = x.p.opts.Policy.Revision()
-	}
-	code := ev.Outcome.Error
-	if code == "" {
-		code = "ok"
-	}
-	attrs := x.p.m.requestAttrs.Get(requestAttrs{kind: ev.Kind, code: code, allow: ev.Decision.Allow})
-	ctx := context.Background()
-	x.p.m.requests.Add(ctx, 1, attrs)
-	x.p.m.duration.Record(ctx, d.Seconds(), attrs)
-	if ev.Outcome.TokensIn+ev.Outcome.TokensOut > 0 {
-		x.p.m.tokens.Add(ctx, ev.Outcome.TokensIn, x.p.m.tokensIn)
-		x.p.m.tokens.Add(ctx, ev.Outcome.TokensOut, x.p.m.tokensOut)
-	}
-	if sc := x.span.SpanContext(); sc.IsValid() {
-		ev.TraceID = sc.TraceID().String()
-		x.span.SetAttributes(
-			attribute.String("sandgate.identity.namespace", ev.Identity.Namespace),
-			attribute.String("sandgate.identity.sandbox", ev.Identity.Sandbox),
-			attribute.String("sandgate.identity.template", ev.Identity.Template),
-			attribute.Bool("sandgate.decision.allow", ev.Decision.Allow),
-			attribute.String("sandgate.decision.code", code),
-			attribute.String("sandgate.upstream", ev.Target.Host),
-			attribute.String("sandgate.route", ev.Target.Route),
-			attribute.Int("http.response.status_code", ev.Outcome.Status),
-		)
-	}
-	x.span.End()
-	if err := x.p.opts.Audit.Record(ev); err != nil {
-		x.p.log.Error("audit event not recorded", "kind", ev.Kind, "sandbox", ev.Identity.Key(), "err", err)
-	}
+	x.c.Event.Outcome.Status = x.status
+	x.c.Finish()
 }
 
 // serveRoute handles /routes/NAME/rest.
@@ -176,18 +119,18 @@ func (p *Proxy) serveRoute(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), routePrefix)
 	name, rest, _ := strings.Cut(rest, "/")
 	rest = "/" + rest
-	x.ev.Target.Route = name
+	x.ev().Target.Route = name
 	up := p.routes[name]
 	if up == nil {
-		x.refuse(w, refusal{Status: http.StatusNotFound, Code: "no_route", Reason: fmt.Sprintf("no route named %q", name)})
-		return
-	}
-	if hasDotSegment(rest) {
-		x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "bad_path", Reason: "path contains dot segments"})
+		x.refuse(w, call.Refuse(call.CodeNoRoute, "no route named %q", name))
 		return
 	}
 	x.up, x.dest = up, up.addr
-	x.ev.Target.Host = auditHost(up.addr, up.scheme)
+	if hasDotSegment(rest) {
+		x.refuse(w, call.Refuse(call.CodeBadPath, "path contains dot segments"))
+		return
+	}
+	x.ev().Target.Host = auditHost(up.addr, up.scheme)
 	p.decideAndForward(w, r, x, rest)
 }
 
@@ -195,16 +138,16 @@ func (p *Proxy) serveRoute(w http.ResponseWriter, r *http.Request) {
 func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request) {
 	x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
 	if r.URL.Scheme != "http" {
-		x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "bad_scheme", Reason: "only http:// absolute URIs are forwarded; use CONNECT for https"})
+		x.refuse(w, call.Refuse(call.CodeBadScheme, "only http:// absolute URIs are forwarded; use CONNECT for https"))
 		return
 	}
 	dest, err := hostport.Parse(r.URL.Host, 80)
 	if err != nil {
-		x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "bad_host", Reason: err.Error()})
+		x.refuse(w, call.Refuse(call.CodeBadHost, "%v", err))
 		return
 	}
 	x.up, x.dest = p.plain, dest
-	x.ev.Target.Host = auditHost(dest, "http")
+	x.ev().Target.Host = auditHost(dest, "http")
 	p.decideAndForward(w, r, x, r.URL.EscapedPath())
 }
 
@@ -226,80 +169,39 @@ func auditHost(a hostport.Addr, scheme string) string {
 	return a.String()
 }
 
-// decideAndForward is the one request path: policy input, decision, credential, forward,
-// audit. x.up and x.dest are set; path is the escaped upstream path (before the base path).
+// decideAndForward is the proxy's shape of the request path: the policy input (with the model
+// request read from the body), call.Authorize, the credential, forward; the exchange's call
+// writes the one event. x.up and x.dest are set; path is the escaped upstream path (before the
+// base path).
 func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exchange, path string) {
-	if err := p.opts.Audit.Healthy(); err != nil {
-		x.refuse(w, refusal{Status: http.StatusServiceUnavailable, Code: "audit_unavailable", Reason: "audit log unavailable"})
-		return
-	}
 	unescaped, err := url.PathUnescape(path)
 	if err != nil {
-		x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "bad_path", Reason: "path does not unescape"})
+		x.refuse(w, call.Refuse(call.CodeBadPath, "path does not unescape"))
 		return
 	}
-	in := &policy.Input{Kind: policy.KindHTTPRequest, Identity: x.ev.Identity, HTTP: &policy.HTTP{
+	in := &policy.Input{Kind: audit.KindHTTPRequest, Identity: x.ev().Identity, HTTP: &policy.HTTP{
 		Method: r.Method, Host: x.dest.Host, Port: x.dest.Port, Path: unescaped, Route: x.up.route, MaxTokens: -1}}
-	x.ev.Target.Path, x.rawPath = unescaped, path
-	var body []byte
-	if x.up.api != config.APINone && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		limit := p.cfg.Limits.BodyBytes
-		body, err = readBody(r.Body, r.ContentLength, limit)
-		if err != nil {
-			x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "body_read_failed", Reason: "reading the request body failed"})
-			return
-		}
-		if int64(len(body)) > limit {
-			x.refuse(w, refusal{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Close: true,
-				Reason: fmt.Sprintf("model request body exceeds %d bytes; the model cannot be checked", limit)})
-			return
-		}
-		if len(body) > 0 {
-			mr, err := ParseModelRequest(body)
-			if err != nil {
-				x.refuse(w, refusal{Status: http.StatusBadRequest, Code: "bad_model_request", Reason: err.Error()})
-				return
-			}
-			in.HTTP.Model, in.HTTP.MaxTokens, in.HTTP.Stream = mr.Model, mr.MaxTokens, mr.Stream
-			x.ev.Target.Model = mr.Model
-		}
-	}
-	if deny := p.opts.Admission.Admit(r.Context(), in); deny != nil {
-		x.refuse(w, limitRefusal(deny))
+	x.ev().Target.Path, x.rawPath = unescaped, path
+	body, rf := p.readModelRequest(r, x, in)
+	if rf != nil {
+		x.refuse(w, rf)
 		return
 	}
-	d := p.opts.Policy.Decide(r.Context(), in)
-	x.ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
-	if !d.Allow {
-		x.refuse(w, refusal{Status: http.StatusForbidden, Code: d.Code, Reason: d.Reason})
+	d, rf := x.c.Authorize(r.Context(), in, true)
+	if rf == nil {
+		rf = p.chooseCredential(x, d)
+	}
+	if rf != nil {
+		x.refuse(w, rf)
 		return
 	}
-	if c := x.up.cred; c != nil {
-		if d.Credential != "" && d.Credential != c.Name {
-			x.refuse(w, refusal{Status: http.StatusForbidden, Code: "credential_not_configured",
-				Reason: fmt.Sprintf("policy chose credential %q but this destination is configured with %q", d.Credential, c.Name)})
-			return
-		}
-		v, ok := p.opts.Credentials.Get(c.Name)
-		if !ok || v == "" {
-			x.refuse(w, refusal{Status: http.StatusBadGateway, Code: "credential_unavailable", Reason: fmt.Sprintf("credential %q is not available", c.Name)})
-			return
-		}
-		x.cred = v
-		x.ev.Credential = c.Name
-	} else if d.Credential != "" {
-		x.refuse(w, refusal{Status: http.StatusForbidden, Code: "credential_not_configured",
-			Reason: fmt.Sprintf("policy chose credential %q but this destination has no credential configured", d.Credential)})
-		return
-	}
-
 	r2 := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
 	if body != nil {
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.ContentLength = int64(len(body))
-		x.in.Store(int64(len(body)))
+		x.c.BytesIn.Store(int64(len(body)))
 	} else if r.Body != nil && r.Body != http.NoBody {
-		r2.Body = &countingReader{ReadCloser: r.Body, n: &x.in}
+		r2.Body = &countingReader{ReadCloser: r.Body, n: &x.c.BytesIn}
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() { // also when ReverseProxy aborts the handler mid-body
@@ -307,6 +209,55 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 		x.finish()
 	}()
 	p.rp.ServeHTTP(sw, r2)
+}
+
+// readModelRequest reads the body of a request to a model API and puts its model, max_tokens
+// and stream into in. It returns the body to forward (nil when it was not read).
+func (p *Proxy) readModelRequest(r *http.Request, x *exchange, in *policy.Input) ([]byte, *call.Refusal) {
+	if x.up.api == config.APINone || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil, nil
+	}
+	limit := p.cfg.Limits.BodyBytes
+	body, err := readBody(r.Body, r.ContentLength, limit)
+	if err != nil {
+		return nil, call.Refuse(call.CodeBodyReadFailed, "reading the request body failed")
+	}
+	if int64(len(body)) > limit {
+		rf := call.Refuse(call.CodeBodyTooLarge, "model request body exceeds %d bytes; the model cannot be checked", limit)
+		rf.Close = true
+		return nil, rf
+	}
+	if len(body) > 0 {
+		mr, err := ParseModelRequest(body)
+		if err != nil {
+			return nil, call.Refuse(call.CodeBadModelRequest, "%v", err)
+		}
+		in.HTTP.Model, in.HTTP.MaxTokens, in.HTTP.Stream = mr.Model, mr.MaxTokens, mr.Stream
+		x.ev().Target.Model = mr.Model
+	}
+	return body, nil
+}
+
+// chooseCredential checks the credential policy chose against the destination's and takes its
+// value: only the destination's configured credential can ever be injected.
+func (p *Proxy) chooseCredential(x *exchange, d policy.Decision) *call.Refusal {
+	c := x.up.cred
+	if c == nil {
+		if d.Credential != "" {
+			return call.Refuse(call.CodeCredentialNotConfigured, "policy chose credential %q but this destination has no credential configured", d.Credential)
+		}
+		return nil
+	}
+	if d.Credential != "" && d.Credential != c.Name {
+		return call.Refuse(call.CodeCredentialNotConfigured, "policy chose credential %q but this destination is configured with %q", d.Credential, c.Name)
+	}
+	v, ok := p.opts.Credentials.Get(c.Name)
+	if !ok || v == "" {
+		return call.Refuse(call.CodeCredentialUnavailable, "credential %q is not available", c.Name)
+	}
+	x.cred = v
+	x.ev().Credential = c.Name
+	return nil
 }
 
 // stripRequestHeaders are removed from every forwarded request (hop-by-hop headers are removed
@@ -326,7 +277,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	u, err := url.Parse(x.up.scheme + "://" + host + x.up.basePath + x.rawPath)
 	if err != nil { // cannot happen: the path came from a parsed request
-		u = &url.URL{Scheme: x.up.scheme, Host: host, Path: x.up.basePath + x.ev.Target.Path}
+		u = &url.URL{Scheme: x.up.scheme, Host: host, Path: x.up.basePath + x.ev().Target.Path}
 	}
 	u.RawQuery = pr.In.URL.RawQuery
 	out.URL = u
@@ -342,12 +293,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if x.up.api != config.APINone {
 		out.Header.Del("Accept-Encoding")
 	}
-	if x.span.SpanContext().IsValid() {
-		propagation.TraceContext{}.Inject(trace.ContextWithSpan(pr.Out.Context(), x.span), propagation.HeaderCarrier(out.Header))
+	if span := x.c.Span(); span.SpanContext().IsValid() {
+		propagation.TraceContext{}.Inject(trace.ContextWithSpan(pr.Out.Context(), span), propagation.HeaderCarrier(out.Header))
 	}
 	if c := x.up.cred; c != nil {
-		out.Header.Del(c.Header)
-		out.Header.Set(c.Header, strings.Replace(c.Format, "{value}", x.cred, 1))
+		credential.Inject(out.Header, c, x.cred)
 	}
 }
 
@@ -377,24 +327,35 @@ func containsAny(vs, secrets []string) bool {
 	return false
 }
 
+// upstreamError answers a request whose upstream could not be reached or failed. A
+// destination the dial guard refuses is a denial (403, the guard's reason); a name that does
+// not resolve or a failed dial is the upstream's failure (502, 504 on a timeout), not a
+// decision.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	x := exchangeFrom(r.Context())
-	if reason, ok := Denied(err); ok {
-		var de *DialError
-		errors.As(err, &de)
-		x.ev.Decision.Allow = false
-		x.ev.Decision.Reason = "destination denied by dial guard: " + string(reason)
-		x.ev.Outcome.Error = string(reason)
-		x.status = http.StatusForbidden
-		writeRefusal(w, refusal{Status: http.StatusForbidden, Code: string(reason), Reason: de.Error()})
+	rf := upstreamRefusal(err)
+	writeRefusal(w, rf, x.openAI())
+	if rf.Class() == call.ClassPolicy {
+		x.status = x.c.Refuse(rf)
 		return
 	}
-	x.ev.Outcome.Error = "upstream_error: " + err.Error()
-	status := http.StatusBadGateway
-	if errors.Is(err, context.DeadlineExceeded) {
-		status = http.StatusGatewayTimeout
+	x.status = x.c.Fail(rf)
+}
+
+// upstreamRefusal classifies an upstream error: a dial-guard denial keeps the guard's reason
+// code; resolution failures, dial failures and timeouts are upstream errors with the cause.
+func upstreamRefusal(err error) *call.Refusal {
+	var de *DialError
+	if errors.As(err, &de) && de.Reason != "" {
+		if de.Reason == DenyResolve || de.Reason == DenyNoAddress {
+			return call.Refuse(string(de.Reason), "%v", err)
+		}
+		return call.Refuse(string(de.Reason), "destination denied by dial guard: %s", de.Reason)
 	}
-	writeRefusal(w, refusal{Status: status, Code: "upstream_error", Reason: "upstream unavailable"})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return call.Refuse(call.CodeUpstreamTimeout, "upstream did not answer in time")
+	}
+	return call.Refuse(call.CodeUpstreamError, "upstream unavailable: %v", err)
 }
 
 type countingReader struct {
@@ -424,13 +385,13 @@ func (c *countingBody) Read(b []byte) (int, error) {
 	}
 	n, err := c.ReadCloser.Read(b)
 	if n > 0 && c.x.usage != nil {
-		if c.x.usage.sse && c.x.p.opts.Admission != nil {
+		if c.x.usage.sse && c.x.p.core.Admission() != nil {
 			n = c.feedSSE(b[:n])
 		} else {
 			_, _ = c.x.usage.Write(b[:n])
 		}
 	}
-	c.x.out.Add(int64(n))
+	c.x.c.BytesOut.Add(int64(n))
 	if c.ended {
 		return n, io.EOF
 	}
@@ -458,7 +419,7 @@ func (c *countingBody) feedSSE(p []byte) int {
 		c.lineEmpty = true
 		if blank && c.x.spent != "" {
 			c.ended = true
-			c.x.ev.Outcome.Error = c.x.spent
+			c.x.ev().Outcome.Error = c.x.spent
 			return off
 		}
 		if !blank && c.x.spent == "" {
@@ -476,7 +437,7 @@ func (x *exchange) chargeTokens() {
 	if total <= x.charged {
 		return
 	}
-	v := x.p.opts.Admission.AddTokens(context.Background(), x.ev.Identity, total-x.charged)
+	v := x.p.core.Admission().AddTokens(context.Background(), x.ev().Identity, total-x.charged)
 	x.charged = total
 	if !v.Allowed && x.spent == "" {
 		x.spent = string(v.Code)

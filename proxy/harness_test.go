@@ -222,7 +222,7 @@ func newHarnessWith(t testing.TB, with func(*Options), opts ...harnessOption) *h
 		require.NoError(t, err)
 		return c, k, nil
 	}()
-	cred := &config.ProxyCredential{Name: "anthropic", Header: "x-api-key", Format: "{value}"}
+	cred := &config.CredentialRef{Name: "anthropic", Header: "x-api-key", Format: "{value}"}
 	cfg, err := config.Parse([]byte(`
 credentials: [{name: anthropic, env: X}]
 proxy:

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sandgate/sandgate/internal/call"
 )
 
 // headGuard wraps a client connection and follows the HTTP/1.1 framing of the requests that
@@ -18,7 +20,7 @@ import (
 type headGuard struct {
 	net.Conn
 	maxHead int
-	onHard  func(refusal) // called once when a head grows past what net/http will read
+	onHard  func(*call.Refusal) // called once when a head grows past what net/http will read
 
 	mu    sync.Mutex
 	st    int
@@ -33,7 +35,7 @@ type headGuard struct {
 	upg   bool
 	rem   int64
 	bad   int // 1-based index of the first refused head, 0 if none
-	why   refusal
+	why   *call.Refusal
 
 	served atomic.Int64 // requests the handler has seen on this connection
 }
@@ -51,7 +53,7 @@ const (
 
 const keepLine = 256
 
-func newHeadGuard(c net.Conn, maxHead int, onHard func(refusal)) *headGuard {
+func newHeadGuard(c net.Conn, maxHead int, onHard func(*call.Refusal)) *headGuard {
 	return &headGuard{Conn: c, maxHead: maxHead, onHard: onHard, first: true}
 }
 
@@ -67,24 +69,17 @@ func (g *headGuard) Read(p []byte) (int, error) {
 
 // next is called by the handler once per request; it returns the refusal for this request,
 // if its head was flagged.
-func (g *headGuard) next() (refusal, bool) {
+func (g *headGuard) next() (*call.Refusal, bool) {
 	i := int(g.served.Add(1))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.bad != 0 && i >= g.bad {
 		return g.why, true
 	}
-	return refusal{}, false
+	return nil, false
 }
 
-// hijacked stops inspection: the connection now carries a tunnel.
-func (g *headGuard) passthrough() {
-	g.mu.Lock()
-	g.st = gsPass
-	g.mu.Unlock()
-}
-
-func (g *headGuard) flag(r refusal) {
+func (g *headGuard) flag(r *call.Refusal) {
 	if g.bad == 0 {
 		g.bad, g.why = g.heads+1, r
 	}
@@ -130,7 +125,7 @@ func (g *headGuard) scan(p []byte) {
 			if g.st == gsHead {
 				g.head += len(seg) + 1
 				if g.head > g.maxHead && g.bad == 0 {
-					g.flag(refusal{Status: 431, Code: "header_too_large", Reason: "request head exceeds " + strconv.Itoa(g.maxHead) + " bytes", Close: true})
+					g.flag(&call.Refusal{Code: call.CodeHeaderTooLarge, Reason: "request head exceeds " + strconv.Itoa(g.maxHead) + " bytes", Close: true})
 					g.st = gsOversize
 					continue
 				}
@@ -167,7 +162,7 @@ func (g *headGuard) endLine(l []byte, n int) {
 			return
 		}
 		if l[0] == ' ' || l[0] == '\t' {
-			g.flag(refusal{Status: 400, Code: "malformed_request", Reason: "obsolete header line folding", Close: true})
+			g.flag(&call.Refusal{Code: call.CodeMalformedRequest, Reason: "obsolete header line folding", Close: true})
 			return
 		}
 		name, _, _ := bytes.Cut(l, []byte(":"))
@@ -210,7 +205,7 @@ func (g *headGuard) endHead() {
 	switch {
 	case g.te && g.cl > 0:
 		g.heads--
-		g.flag(refusal{Status: 400, Code: "request_smuggling", Reason: "request has both Content-Length and Transfer-Encoding", Close: true})
+		g.flag(&call.Refusal{Code: call.CodeRequestSmuggling, Reason: "request has both Content-Length and Transfer-Encoding", Close: true})
 		return
 	case g.meth == "CONNECT" || g.upg:
 		g.st = gsPass
@@ -227,7 +222,7 @@ func (g *headGuard) endHead() {
 type guardListener struct {
 	net.Listener
 	maxHead int
-	onHard  func(net.Conn, refusal)
+	onHard  func(net.Conn, *call.Refusal)
 }
 
 func (l *guardListener) Accept() (net.Conn, error) {
@@ -236,6 +231,6 @@ func (l *guardListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	var g *headGuard
-	g = newHeadGuard(c, l.maxHead, func(r refusal) { l.onHard(g, r) })
+	g = newHeadGuard(c, l.maxHead, func(r *call.Refusal) { l.onHard(g, r) })
 	return g, nil
 }

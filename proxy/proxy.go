@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -25,24 +26,21 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/admission"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/identity"
-	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )
 
-// Decider is the policy engine as the proxy uses it; *policy.Engine implements it.
-type Decider interface {
-	Decide(ctx context.Context, in *policy.Input) policy.Decision
-	Revision() string
-}
-
 // Options configure a Proxy. Config, Identity, Policy, Audit and Credentials are required.
 type Options struct {
-	Config      config.Proxy
-	Identity    identity.Resolver
-	Policy      Decider
+	Config   config.Proxy
+	Identity identity.Resolver
+	// Core is the request path shared with the gateway. nil builds one from Policy, Audit,
+	// Admission, Meters, Tracer and Log (tests and embedded use).
+	Core        *call.Core
+	Policy      call.Decider
 	Audit       audit.Recorder
 	Credentials *credential.Store
 	Meters      metric.MeterProvider // nil: no metrics
@@ -102,6 +100,7 @@ type Options struct {
 //     the checked address dialed.
 type Proxy struct {
 	opts   Options
+	core   *call.Core
 	cfg    config.Proxy
 	log    *slog.Logger
 	guard  *DialGuard
@@ -128,8 +127,8 @@ type hostEntry struct {
 // New builds a Proxy. It loads the CA when a host is intercepted and fails if that cannot be
 // done, so a misconfiguration is found at start, not at the first CONNECT.
 func New(o Options) (*Proxy, error) {
-	if o.Identity == nil || o.Policy == nil || o.Audit == nil || o.Credentials == nil {
-		return nil, errors.New("proxy: Identity, Policy, Audit and Credentials are required")
+	if o.Identity == nil || o.Credentials == nil || (o.Core == nil && (o.Policy == nil || o.Audit == nil)) {
+		return nil, errors.New("proxy: Identity, Credentials and Core (or Policy and Audit) are required")
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -159,7 +158,13 @@ func New(o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{opts: o, cfg: cfg, log: o.Log, m: m, tracer: o.Tracer.Tracer("github.com/sandgate/sandgate/proxy"), routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
+	if o.Core == nil {
+		if o.Core, err = call.New(call.Options{Policy: o.Policy, Audit: o.Audit, Admission: o.Admission,
+			Meters: o.Meters, Tracer: o.Tracer, Log: o.Log}); err != nil {
+			return nil, err
+		}
+	}
+	p := &Proxy{opts: o, core: o.Core, cfg: cfg, log: o.Log, m: m, tracer: o.Tracer.Tracer("github.com/sandgate/sandgate/proxy"), routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
 		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}}
 	p.guard = &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied}
 	for _, s := range cfg.DeniedCIDRs {
@@ -206,18 +211,14 @@ func New(o Options) (*Proxy, error) {
 		Transport:      exchangeTransport{},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.upstreamError,
-		ErrorLog:       log.New(discardWriter{}, "", 0),
+		ErrorLog:       log.New(io.Discard, "", 0),
 		BufferPool:     &copyBuffers,
 	}
 	p.gp = goproxy.NewProxyHttpServer()
-	p.gp.Logger = log.New(discardWriter{}, "", 0)
+	p.gp.Logger = log.New(io.Discard, "", 0)
 	p.gp.OnRequest().HandleConnectFunc(p.handleConnect)
 	return p, nil
 }
-
-type discardWriter struct{}
-
-func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 
 func defaultPort(scheme string) int {
 	if scheme == "http" {
@@ -237,10 +238,12 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		// net/http stops reading at twice our limit; heads between the two are refused (and
 		// audited) by the handler, larger ones by net/http with a 431 the headGuard audits.
 		MaxHeaderBytes: 2 * l.MaxHeaderBytes,
+		// "OPTIONS *" reaches ServeHTTP (and its audit event) instead of net/http's own 200.
+		DisableGeneralOptionsHandler: true,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},
-		ErrorLog: log.New(discardWriter{}, "", 0),
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	gl := &guardListener{Listener: ln, maxHead: l.MaxHeaderBytes, onHard: p.refuseConn}
 	errc := make(chan error, 1)
@@ -297,10 +300,7 @@ type connKey struct{}
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g, ok := r.Context().Value(connKey{}).(*headGuard); ok {
 		if rf, bad := g.next(); bad {
-			x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
-			if r.Method == http.MethodConnect {
-				x.ev.Kind = audit.KindHTTPConnect
-			}
+			x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRejected)
 			x.refuse(w, rf)
 			return
 		}
@@ -314,19 +314,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveRoute(w, r)
 	default:
 		x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
-		x.refuse(w, refusal{Status: http.StatusNotFound, Code: "no_route", Reason: "not a proxy request and no /routes/NAME/ prefix"})
+		x.refuse(w, call.Refuse(call.CodeNoRoute, "not a proxy request and no /routes/NAME/ prefix"))
 	}
 }
 
 // refuseConn audits a connection net/http refuses before any handler runs (a head larger than
 // net/http reads).
-func (p *Proxy) refuseConn(c net.Conn, rf refusal) {
-	x := p.newExchange(&http.Request{Method: "", URL: &url.URL{}, RemoteAddr: c.RemoteAddr().String(), Header: http.Header{}},
-		identity.FromRemoteAddr(p.opts.Identity, c.RemoteAddr().String()), audit.KindHTTPRequest)
-	x.status = rf.Status
-	x.ev.Decision.Reason = rf.Reason
-	x.ev.Outcome.Error = rf.Code
-	x.finish()
+func (p *Proxy) refuseConn(c net.Conn, rf *call.Refusal) {
+	p.core.Reject(context.Background(), audit.KindHTTPRejected, identity.FromRemoteAddr(p.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
 }
 
 func (p *Proxy) track(c net.Conn) bool {

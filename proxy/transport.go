@@ -23,7 +23,7 @@ type upstream struct {
 	basePath     string // escaped, without trailing slash
 	route        string
 	api          string
-	cred         *config.ProxyCredential
+	cred         *config.CredentialRef
 	allowPrivate bool
 	tr           *http.Transport
 }
@@ -32,7 +32,7 @@ type upstream struct {
 // sharing one upstream, HTTP/2 where the upstream offers it, every connection through the
 // dial guard, and bounded dial, TLS, response-header and idle times. Redirects are never
 // followed (a Transport does not follow them).
-func (p *Proxy) newUpstream(scheme string, addr hostport.Addr, basePath, route, api string, cred *config.ProxyCredential, allowPrivate bool) *upstream {
+func (p *Proxy) newUpstream(scheme string, addr hostport.Addr, basePath, route, api string, cred *config.CredentialRef, allowPrivate bool) *upstream {
 	l := p.cfg.Limits
 	tr := &http.Transport{
 		Proxy:                  nil,

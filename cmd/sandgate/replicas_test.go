@@ -340,7 +340,7 @@ func TestReplicasShareState(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), n, "replica %s mirrors under its own source", r.name)
 		}
-		code, out, stderr := auditCLI(t, "query", "--redis", srv.Addr, "--sandbox", "triage-1", "--limit", "100", "-o", "json")
+		code, out, stderr := auditCLI(t, "query", "--redis", srv.Addr, "--sandbox", "triage-1", "--kind", "mcp.tools_call", "--limit", "100", "-o", "json")
 		require.Equal(t, 0, code, stderr)
 		assert.Equal(t, 4, strings.Count(out, "\n"), "the four calls of triage-1 on both replicas: %s", out)
 	})
@@ -440,8 +440,9 @@ func TestReplicasShareState(t *testing.T) {
 			`sandgate_policy_decisions_total{`,
 			`code="tool_allowed"`,
 			`sandgate_limits_denied_total{code="rate_limited",kind="mcp.tools_call"}`,
-			`sandgate_gateway_call_duration_seconds_bucket{`,
-			`sandgate_proxy_request_duration_seconds_bucket{`,
+			`sandgate_call_duration_seconds_bucket{allow="true",code="ok",kind="mcp.tools_call"`,
+			`sandgate_call_duration_seconds_bucket{allow="false",code="token_budget_spent",kind="http.request"`,
+			`sandgate_calls_total{allow="false",code="rate_limited",kind="mcp.tools_call"}`,
 			`sandgate_audit_queue_depth `,
 			`sandgate_audit_queue_capacity `,
 			`sandgate_gateway_sessions `,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/admission"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/grants"
@@ -46,6 +47,8 @@ type serveDeps struct {
 	admission *admission.Admission
 	sessions  mcpsessions.Store // nil: MCP sessions stay on their replica
 	tracer    trace.TracerProvider
+	// core is the one request path both halves call (internal/call).
+	core *call.Core
 }
 
 // component is one listener (admin, MCP, proxy) or background loop. Serve runs until ctx ends,
@@ -160,9 +163,14 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if d.admission, err = shared.admission(d); err != nil {
 		return err
 	}
+	if d.core, err = call.New(call.Options{Policy: engine, Audit: writer, Admission: d.admission,
+		Meters: d.meters, Tracer: d.tracer, Log: log.With("component", "call")}); err != nil {
+		return err
+	}
 
 	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
 	comps = append(comps, shared.components()...)
+	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
 	if cfg.Policy.WatchEnabled() {
 		comps = append(comps, componentFunc(engine.Watch))
 	}
@@ -183,7 +191,9 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	}
 	runErr := g.Wait()
 
-	// Listeners have drained: every call they accepted has recorded its event. Flush them.
+	// Listeners have drained: every call they accepted has recorded its event, and the counts of
+	// suppressed rejection events are written now. Flush them.
+	d.core.FlushRejections(context.Background(), true)
 	flushCtx, cancel := context.WithTimeout(context.Background(), auditFlushBound)
 	defer cancel()
 	if err := writer.Close(flushCtx); err != nil {
@@ -337,4 +347,19 @@ func runChecks(checks []namedCheck) (failures map[string]string) {
 		}
 	}
 	return failures
+}
+
+// flushRejections writes the counts of suppressed rejection events every few seconds, so that
+// a source that stopped sending garbage still has its count in the log soon after.
+func flushRejections(ctx context.Context, core *call.Core) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			core.FlushRejections(ctx, false)
+		}
+	}
 }

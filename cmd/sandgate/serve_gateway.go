@@ -13,11 +13,9 @@ func newGatewayComponent(d *serveDeps) (component, error) {
 	g, err := gateway.New(gateway.Options{
 		Config:      d.cfg.Gateway,
 		Identity:    d.identity,
-		Policy:      d.policy,
-		Audit:       d.audit,
+		Core:        d.core,
 		Credentials: d.creds,
 		Meters:      d.meters,
-		Admission:   d.admission,
 		Tracer:      d.tracer,
 		Sessions:    d.sessions,
 		Log:         d.log.With("component", "gateway"),

@@ -11,11 +11,9 @@ func newProxyComponent(d *serveDeps) (component, error) {
 	p, err := proxy.New(proxy.Options{
 		Config:      d.cfg.Proxy,
 		Identity:    d.identity,
-		Policy:      d.policy,
-		Audit:       d.audit,
+		Core:        d.core,
 		Credentials: d.creds,
 		Meters:      d.meters,
-		Admission:   d.admission,
 		Tracer:      d.tracer,
 		Log:         d.log.With("component", "proxy"),
 	})

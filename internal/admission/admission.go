@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/grants"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/limits"
@@ -47,14 +49,24 @@ func New(l *limits.Limiter, g grants.Store, log *slog.Logger, mp metric.MeterPro
 	return &Admission{limits: l, grants: g, log: log, denied: denied, errors: errs}, nil
 }
 
+// Refusal is a call a limit refused, or that could not be counted because the limits store is
+// unreachable and the failure mode is fail_closed. Code is the limit's bounded code
+// (limits.CodeRateLimited, limits.CodeStoreUnavailable …).
+type Refusal struct {
+	Code   limits.Code
+	Reason string
+	// RetryAfter is how long the caller should wait before trying again, when the limit says.
+	RetryAfter time.Duration
+}
+
 // Admit counts one call of in.Identity (limits.Limiter.Take) and sets in.Usage and in.Grants.
-// It returns the denial to act on when a limit refuses the call, or when the limits store cannot
+// It returns the refusal to act on when a limit refuses the call, or when the limits store cannot
 // be reached and the failure mode is fail_closed; nil otherwise. Grants that cannot be read are
 // left out (logged and counted): whatever needs a grant is then denied by policy.
 //
 // Callers the identity source does not know are neither counted nor given grants: policy
 // refuses them by identity.
-func (a *Admission) Admit(ctx context.Context, in *policy.Input) *policy.Decision {
+func (a *Admission) Admit(ctx context.Context, in *policy.Input) *Refusal {
 	if a == nil || !in.Identity.Known {
 		return nil
 	}
@@ -82,7 +94,7 @@ func (a *Admission) Admit(ctx context.Context, in *policy.Input) *policy.Decisio
 // AcquireToolCall takes one of the caller's concurrent tool call slots. release is never nil and
 // must be called when the call ends; deny is the refusal to act on when no slot is free (or the
 // store cannot be reached and the mode is fail_closed).
-func (a *Admission) AcquireToolCall(ctx context.Context, id identity.Identity) (release func(), deny *policy.Decision) {
+func (a *Admission) AcquireToolCall(ctx context.Context, id identity.Identity) (release func(), deny *Refusal) {
 	if a == nil || a.limits == nil || !id.Known {
 		return func() {}, nil
 	}
@@ -92,7 +104,7 @@ func (a *Admission) AcquireToolCall(ctx context.Context, id identity.Identity) (
 	}
 	if !v.Allowed {
 		release()
-		return func() {}, a.deny(ctx, policy.KindToolsCall, v)
+		return func() {}, a.deny(ctx, audit.KindToolsCall, v)
 	}
 	return release, nil
 }
@@ -109,14 +121,14 @@ func (a *Admission) AddTokens(ctx context.Context, id identity.Identity, n int64
 		a.storeError(ctx, "limits", id, err)
 	}
 	if !v.Allowed {
-		a.denied.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", policy.KindHTTPRequest), attribute.String("code", string(v.Code))))
+		a.denied.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(audit.KindHTTPRequest)), attribute.String("code", string(v.Code))))
 	}
 	return v
 }
 
-func (a *Admission) deny(ctx context.Context, kind string, v limits.Verdict) *policy.Decision {
-	a.denied.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("code", string(v.Code))))
-	return &policy.Decision{Reason: v.Reason, Code: string(v.Code)}
+func (a *Admission) deny(ctx context.Context, kind audit.Kind, v limits.Verdict) *Refusal {
+	a.denied.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(kind)), attribute.String("code", string(v.Code))))
+	return &Refusal{Code: v.Code, Reason: v.Reason, RetryAfter: v.RetryAfter}
 }
 
 func (a *Admission) storeError(ctx context.Context, store string, id identity.Identity, err error) {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/grants"
 	"github.com/sandgate/sandgate/internal/identity"
@@ -40,12 +41,11 @@ func TestAdmit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := &policy.Input{Kind: policy.KindToolsCall, Identity: tt.id}
+			in := &policy.Input{Kind: audit.KindToolsCall, Identity: tt.id}
 			deny := tt.adm.Admit(context.Background(), in)
 			if tt.wantDeny != "" {
 				require.NotNil(t, deny)
-				assert.Equal(t, tt.wantDeny, deny.Code)
-				assert.False(t, deny.Allow)
+				assert.Equal(t, tt.wantDeny, string(deny.Code))
 				assert.Contains(t, deny.Reason, "agents/coder-1")
 				return
 			}
@@ -60,7 +60,7 @@ func TestAdmit(t *testing.T) {
 		require.Nil(t, deny)
 		_, deny = a.AcquireToolCall(context.Background(), coder)
 		require.NotNil(t, deny)
-		assert.Equal(t, string(limits.CodeConcurrency), deny.Code)
+		assert.Equal(t, limits.CodeConcurrency, deny.Code)
 		release()
 		release2, deny := a.AcquireToolCall(context.Background(), coder)
 		assert.Nil(t, deny)

@@ -39,6 +39,11 @@ type Gateway struct {
 	// SessionIdleTimeout ends a sandbox session (and its upstream sessions) after this long
 	// without a request. Default 30m.
 	SessionIdleTimeout Duration `json:"session_idle_timeout"`
+	// MaxSessionsPerSandbox caps the live MCP sessions one sandbox (source address) holds on a
+	// replica (default 64); an initialize over it is refused with 429 and audited.
+	MaxSessionsPerSandbox int `json:"max_sessions_per_sandbox"`
+	// MaxSessions caps the live MCP sessions of a replica (default 50000).
+	MaxSessions int `json:"max_sessions"`
 	// Upstreams are the MCP servers whose tools, resources and prompts are aggregated.
 	Upstreams []Upstream `json:"upstreams"`
 }
@@ -65,24 +70,13 @@ type Upstream struct {
 	// Prefix is always, never or on-conflict (default).
 	Prefix string `json:"prefix"`
 	// Credential is injected into every HTTP request to the upstream.
-	Credential *UpstreamCredential `json:"credential"`
+	Credential *CredentialRef `json:"credential"`
 	// CredentialEnv maps environment variable names of a stdio server to credential names.
 	CredentialEnv map[string]string `json:"credential_env"`
 	// CallTimeout bounds one forwarded request. Default 60s.
 	CallTimeout Duration `json:"call_timeout"`
 	// ConnectTimeout bounds connecting and initializing. Default 10s.
 	ConnectTimeout Duration `json:"connect_timeout"`
-}
-
-// UpstreamCredential says which credential goes into which header, and how it is written.
-type UpstreamCredential struct {
-	// Name of the credential in credentials.
-	Name string `json:"name"`
-	// Header to set. Default Authorization.
-	Header string `json:"header"`
-	// Format of the header value, with {value} standing for the credential. Default
-	// "Bearer {value}" for Authorization, "{value}" otherwise.
-	Format string `json:"format"`
 }
 
 // IsStdio reports whether the upstream is a command Sandgate starts.
@@ -94,6 +88,12 @@ func (x *Gateway) applyDefaults(c *Config) {
 	}
 	if x.MaxBodyBytes == 0 {
 		x.MaxBodyBytes = 4 << 20
+	}
+	if x.MaxSessionsPerSandbox == 0 {
+		x.MaxSessionsPerSandbox = 64
+	}
+	if x.MaxSessions == 0 {
+		x.MaxSessions = 50000
 	}
 	if x.SessionIdleTimeout == 0 {
 		x.SessionIdleTimeout = Duration(30 * time.Minute)
@@ -109,18 +109,7 @@ func (x *Gateway) applyDefaults(c *Config) {
 		if u.ConnectTimeout == 0 {
 			u.ConnectTimeout = Duration(10 * time.Second)
 		}
-		if u.Credential != nil {
-			if u.Credential.Header == "" {
-				u.Credential.Header = "Authorization"
-			}
-			if u.Credential.Format == "" {
-				if strings.EqualFold(u.Credential.Header, "Authorization") {
-					u.Credential.Format = "Bearer {value}"
-				} else {
-					u.Credential.Format = "{value}"
-				}
-			}
-		}
+		u.Credential.applyDefaults()
 		if u.Command != "" && strings.ContainsRune(u.Command, '/') {
 			u.Command = c.Path(u.Command)
 		}
@@ -128,6 +117,12 @@ func (x *Gateway) applyDefaults(c *Config) {
 }
 
 func (x *Gateway) validate(c *Config, errs *fieldErrors) {
+	if x.MaxSessionsPerSandbox < 0 {
+		errs.add("gateway.max_sessions_per_sandbox", "must not be negative, got %d", x.MaxSessionsPerSandbox)
+	}
+	if x.MaxSessions < 0 {
+		errs.add("gateway.max_sessions", "must not be negative, got %d", x.MaxSessions)
+	}
 	if x.MaxBodyBytes < 1024 {
 		errs.add("gateway.max_body_bytes", "must be at least 1024, got %d", x.MaxBodyBytes)
 	}
@@ -182,19 +177,7 @@ func (x *Gateway) validate(c *Config, errs *fieldErrors) {
 		default:
 			errs.add(f+".prefix", "%q is not one of always, never, on-conflict", u.Prefix)
 		}
-		if cr := u.Credential; cr != nil {
-			if cr.Name == "" {
-				errs.add(f+".credential.name", "must not be empty")
-			} else if !c.HasCredential(cr.Name) {
-				errs.add(f+".credential.name", "no credential named %q in credentials", cr.Name)
-			}
-			if !strings.Contains(cr.Format, "{value}") {
-				errs.add(f+".credential.format", "%q must contain {value}", cr.Format)
-			}
-			if !gatewayHeaderName(cr.Header) {
-				errs.add(f+".credential.header", "%q is not an HTTP header name", cr.Header)
-			}
-		}
+		u.Credential.validate(c, f+".credential", errs)
 		for env, cred := range u.CredentialEnv {
 			if !c.HasCredential(cred) {
 				errs.add(f+".credential_env."+env, "no credential named %q in credentials", cred)
@@ -216,13 +199,4 @@ func validUpstreamName(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-func gatewayHeaderName(s string) bool {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
-			return false
-		}
-	}
-	return s != "" && !strings.EqualFold(s, "Host")
 }

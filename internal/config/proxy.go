@@ -41,16 +41,6 @@ type ProxyCA struct {
 	Key  string `json:"key"`
 }
 
-// ProxyCredential says which credential to inject and how.
-type ProxyCredential struct {
-	// Name is a credential defined in credentials.
-	Name string `json:"name"`
-	// Header is the request header that carries it (default Authorization).
-	Header string `json:"header"`
-	// Format is the header value with {value} standing for the secret (default "Bearer {value}").
-	Format string `json:"format"`
-}
-
 // API kinds: what the proxy parses in request and response bodies.
 const (
 	APIAnthropic = "anthropic"
@@ -65,8 +55,8 @@ type ProxyRoute struct {
 	// Upstream is the base URL requests are forwarded to (https://api.anthropic.com).
 	Upstream string `json:"upstream"`
 	// API is anthropic, openai or none (default none): which model API the bodies speak.
-	API        string           `json:"api"`
-	Credential *ProxyCredential `json:"credential"`
+	API        string         `json:"api"`
+	Credential *CredentialRef `json:"credential"`
 	// AllowPrivate lets the dial guard reach the upstream at a loopback, private or link-local
 	// address (an in-cluster model server). Metadata addresses stay denied.
 	AllowPrivate bool `json:"allow_private"`
@@ -79,10 +69,10 @@ type ProxyHost struct {
 	Port int `json:"port"`
 	// Mode is intercept (TLS terminated with Sandgate's CA, each request decided and a
 	// credential injected) or tunnel (bytes relayed after the dial guard).
-	Mode         string           `json:"mode"`
-	API          string           `json:"api"`
-	Credential   *ProxyCredential `json:"credential"`
-	AllowPrivate bool             `json:"allow_private"`
+	Mode         string         `json:"mode"`
+	API          string         `json:"api"`
+	Credential   *CredentialRef `json:"credential"`
+	AllowPrivate bool           `json:"allow_private"`
 }
 
 // Host modes.
@@ -156,18 +146,6 @@ func (x *Proxy) applyDefaults(c *Config) {
 func proxyDefault[T int | int64 | Duration](v *T, def T) {
 	if *v == 0 {
 		*v = def
-	}
-}
-
-func (pc *ProxyCredential) applyDefaults() {
-	if pc == nil {
-		return
-	}
-	if pc.Header == "" {
-		pc.Header = "Authorization"
-	}
-	if pc.Format == "" {
-		pc.Format = "Bearer {value}"
 	}
 }
 
@@ -262,37 +240,4 @@ func proxyValidateAPI(field, api string, errs *fieldErrors) {
 	default:
 		errs.add(field, "%q is not one of anthropic, openai, none", api)
 	}
-}
-
-func (pc *ProxyCredential) validate(c *Config, field string, errs *fieldErrors) {
-	if pc == nil {
-		return
-	}
-	if pc.Name == "" {
-		errs.add(field+".name", "must not be empty")
-	} else if !c.HasCredential(pc.Name) {
-		errs.add(field+".name", "no credential named %q in credentials", pc.Name)
-	}
-	if !proxyHeaderName(pc.Header) {
-		errs.add(field+".header", "%q is not a header name", pc.Header)
-	}
-	switch strings.ToLower(pc.Header) {
-	case "host", "content-length", "transfer-encoding", "connection", "cookie":
-		errs.add(field+".header", "%q cannot carry a credential", pc.Header)
-	}
-	if strings.Count(pc.Format, "{value}") != 1 {
-		errs.add(field+".format", "%q must contain {value} exactly once", pc.Format)
-	}
-	if strings.ContainsAny(pc.Format, "\r\n") {
-		errs.add(field+".format", "must not contain a line break")
-	}
-}
-
-func proxyHeaderName(s string) bool {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return s != ""
 }

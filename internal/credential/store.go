@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -130,4 +131,11 @@ func (s *Store) Watch(ctx context.Context, interval time.Duration) {
 			s.Refresh()
 		}
 	}
+}
+
+// Inject writes the credential value v into h as ref says, replacing whatever h carried under
+// that header (a sandbox's own value never travels on next to Sandgate's).
+func Inject(h http.Header, ref *config.CredentialRef, v string) {
+	h.Del(ref.Header)
+	h.Set(ref.Header, ref.Render(v))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/policy"
@@ -43,7 +44,7 @@ func TestKubeResolver(t *testing.T) {
 	engine, err := policy.New(ctx, "../../policies")
 	require.NoError(t, err)
 	toolCall := func(id identity.Identity) policy.Decision {
-		return engine.Decide(ctx, &policy.Input{Kind: policy.KindToolsCall, Identity: id, MCP: &policy.MCP{Upstream: "everything", Tool: "echo"}})
+		return engine.Decide(ctx, &policy.Input{Kind: audit.KindToolsCall, Identity: id, MCP: &policy.MCP{Upstream: "everything", Tool: "echo"}})
 	}
 
 	ipA := netip.MustParseAddr("10.1.0.5")

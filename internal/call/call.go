@@ -1,0 +1,243 @@
+package call
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/admission"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// Decider is what the request path needs of the policy engine (*policy.Engine).
+type Decider interface {
+	Decide(ctx context.Context, in *policy.Input) policy.Decision
+	// Revision is the serving policy revision, for events of calls no decision was made for.
+	Revision() string
+}
+
+// Options are the Core's dependencies. Policy and Audit are required.
+type Options struct {
+	Policy Decider
+	Audit  audit.Recorder
+	// Admission counts calls against budgets and adds usage and grants to the input; nil
+	// counts nothing.
+	Admission *admission.Admission
+	Meters    metric.MeterProvider
+	Tracer    trace.TracerProvider
+	Log       *slog.Logger
+	// Rejections bounds the events of protocol-level rejections per source address.
+	Rejections RejectionLimit
+}
+
+// Core is the request path both halves share. It is safe for concurrent use.
+type Core struct {
+	opts    Options
+	log     *slog.Logger
+	tracer  trace.Tracer
+	metrics *metrics
+	rejects *rejections
+}
+
+// New builds the Core.
+func New(opts Options) (*Core, error) {
+	if opts.Policy == nil || opts.Audit == nil {
+		return nil, errors.New("call: Options.Policy and Options.Audit are required")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Meters == nil {
+		opts.Meters = noop.NewMeterProvider()
+	}
+	if opts.Tracer == nil {
+		opts.Tracer = tracenoop.NewTracerProvider()
+	}
+	m, err := newMetrics(opts.Meters)
+	if err != nil {
+		return nil, err
+	}
+	c := &Core{opts: opts, log: opts.Log, metrics: m, tracer: opts.Tracer.Tracer("github.com/sandgate/sandgate")}
+	c.rejects = newRejections(opts.Rejections.withDefaults())
+	return c, nil
+}
+
+// Admission is the Core's admission step (nil when nothing is counted), for the steps that
+// happen after the decision (concurrency slots, token charges).
+func (c *Core) Admission() *admission.Admission { return c.opts.Admission }
+
+// Decide asks policy alone, for what is not a call of its own (whether a list entry is
+// visible). Nothing is counted and no event is written: the list call has its own.
+func (c *Core) Decide(ctx context.Context, in *policy.Input) policy.Decision {
+	if c.opts.Audit.Healthy() != nil {
+		return policy.Decision{Reason: "audit log unavailable", Code: CodeAuditUnavailable, Revision: c.opts.Policy.Revision()}
+	}
+	return c.opts.Policy.Decide(ctx, in)
+}
+
+// Call is one sandbox-facing request on its way to exactly one audit event. The half that
+// began it fills Event.Target (and Event.Credential when it injects one) and ends it with
+// Finish or Refuse; later ends do nothing.
+type Call struct {
+	core  *Core
+	start time.Time
+	span  trace.Span
+	ctx   context.Context
+	// Event is the call's audit event; Finish completes and writes it.
+	Event audit.Event
+	// BytesIn and BytesOut count the request and response body bytes.
+	BytesIn, BytesOut atomic.Int64
+	// TokensIn and TokensOut are the model tokens the response reported.
+	TokensIn, TokensOut int64
+	decided             bool
+	done                atomic.Bool
+}
+
+type callKey struct{}
+
+// From returns the call ctx carries, or nil.
+func From(ctx context.Context) *Call {
+	c, _ := ctx.Value(callKey{}).(*Call)
+	return c
+}
+
+// Begin starts a call of kind by id and returns a context that carries it (and its span).
+func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity) (context.Context, *Call) {
+	cl := &Call{core: c, start: time.Now()}
+	ctx, cl.span = c.tracer.Start(ctx, string(kind), trace.WithSpanKind(trace.SpanKindServer))
+	cl.Event = audit.Event{Kind: kind, Identity: id}
+	ctx = context.WithValue(ctx, callKey{}, cl)
+	cl.ctx = ctx
+	return ctx, cl
+}
+
+// Start is when the call began.
+func (cl *Call) Start() time.Time { return cl.start }
+
+// Span is the call's span (a no-op span when tracing is off).
+func (cl *Call) Span() trace.Span { return cl.span }
+
+// Authorize is the decision step: the audit log must be able to record the call (fail
+// closed), admission counts it when admit is set (and adds usage and grants to in), and
+// policy decides. The decision is recorded on the event. A nil refusal means the call may go
+// on; otherwise the half answers with the refusal and ends the call with Refuse.
+func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (policy.Decision, *Refusal) {
+	core := cl.core
+	cl.decided = true
+	if err := core.opts.Audit.Healthy(); err != nil {
+		return policy.Decision{}, Refuse(CodeAuditUnavailable, "audit log unavailable")
+	}
+	if !in.Identity.Known {
+		// Unknown callers are still decided by policy (it may choose to say why), but are
+		// neither counted nor given grants.
+		admit = false
+	}
+	if admit && core.opts.Admission != nil {
+		if r := core.opts.Admission.Admit(ctx, in); r != nil {
+			return policy.Decision{}, &Refusal{Code: string(r.Code), Reason: r.Reason, RetryAfter: r.RetryAfter}
+		}
+	}
+	d := core.opts.Policy.Decide(ctx, in)
+	cl.Event.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
+	cl.span.SetAttributes(attribute.Bool("sandgate.decision.allow", d.Allow), attribute.String("sandgate.decision.code", d.Code))
+	if !d.Allow {
+		code := d.Code
+		if code == "" {
+			code = "deny"
+		}
+		return d, &Refusal{Code: code, Reason: d.Reason}
+	}
+	return d, nil
+}
+
+// Refuse ends the call as refused by r: the event says deny with r's reason and code and the
+// refusal's status. It returns r's status for the half's answer.
+func (cl *Call) Refuse(r *Refusal) int {
+	cl.Event.Decision.Allow = false
+	cl.Event.Decision.Reason = r.Reason
+	cl.Event.Outcome.Error = r.Code
+	status := r.Status()
+	cl.Event.Outcome.Status = status
+	cl.Finish()
+	return status
+}
+
+// Fail ends an allowed call whose action failed (an upstream error): the decision stands, the
+// outcome says what went wrong.
+func (cl *Call) Fail(r *Refusal) int {
+	cl.Event.Outcome.Error = r.Code
+	status := r.Status()
+	cl.Event.Outcome.Status = status
+	cl.Finish()
+	return status
+}
+
+// Finish writes the call's one audit event and its metrics and ends its span. The event gets
+// the serving revision when no decision named one, the duration, bytes and tokens.
+func (cl *Call) Finish() {
+	if cl.done.Swap(true) {
+		return
+	}
+	core := cl.core
+	elapsed := time.Since(cl.start)
+	ev := &cl.Event
+	ev.Time = cl.start.UTC()
+	ev.Outcome.DurationMS = float64(elapsed.Microseconds()) / 1000
+	ev.Outcome.BytesIn, ev.Outcome.BytesOut = cl.BytesIn.Load(), cl.BytesOut.Load()
+	ev.Outcome.TokensIn, ev.Outcome.TokensOut = cl.TokensIn, cl.TokensOut
+	if ev.Decision.PolicyRevision == "" {
+		ev.Decision.PolicyRevision = core.opts.Policy.Revision()
+	}
+	if !cl.decided && ev.Outcome.Error == "" && ev.Decision.Reason == "" {
+		// A request no policy decides (ping, initialize …) that Sandgate served.
+		ev.Decision.Allow, ev.Decision.Reason = true, "served"
+	}
+	code := ev.Outcome.Error
+	if code == "" {
+		code = "ok"
+	}
+	core.metrics.call(cl.ctx, ev, code, elapsed)
+	if sc := cl.span.SpanContext(); sc.IsValid() {
+		ev.TraceID = sc.TraceID().String()
+		cl.span.SetAttributes(
+			attribute.String("sandgate.identity.namespace", ev.Identity.Namespace),
+			attribute.String("sandgate.identity.sandbox", ev.Identity.Sandbox),
+			attribute.String("sandgate.identity.template", ev.Identity.Template),
+			attribute.Bool("sandgate.decision.allow", ev.Decision.Allow),
+			attribute.String("sandgate.decision.code", code),
+			attribute.String("sandgate.upstream", firstNonEmpty(ev.Target.Upstream, ev.Target.Host)),
+			attribute.String("sandgate.tool", ev.Target.Tool),
+			attribute.String("sandgate.route", ev.Target.Route),
+			attribute.Int("http.response.status_code", ev.Outcome.Status),
+		)
+	}
+	cl.span.End()
+	core.record(cl.ctx, ev)
+}
+
+// record writes ev. A write error after the call happened cannot undo it: it is logged and
+// counted, and the next calls are refused while the recorder reports unhealthy.
+func (c *Core) record(ctx context.Context, ev *audit.Event) {
+	if err := c.opts.Audit.Record(ev); err != nil {
+		c.metrics.auditErrors.Add(ctx, 1)
+		c.log.Error("audit event not recorded", "kind", ev.Kind, "sandbox", ev.Identity.Key(),
+			"allow", ev.Decision.Allow, "code", ev.Outcome.Error, "err", err)
+	}
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

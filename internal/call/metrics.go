@@ -1,0 +1,73 @@
+package call
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/telemetry"
+)
+
+// metrics are the request path's: one set for both halves, labelled by kind, allow and code.
+type metrics struct {
+	calls       metric.Int64Counter
+	duration    metric.Float64Histogram
+	tokens      metric.Int64Counter
+	auditErrors metric.Int64Counter
+	suppressed  metric.Int64Counter
+	attrs       *telemetry.AttrSets[callAttrs]
+	tokensIn    telemetry.Measurement
+	tokensOut   telemetry.Measurement
+}
+
+type callAttrs struct {
+	kind  audit.Kind
+	code  string
+	allow bool
+}
+
+func newMetrics(mp metric.MeterProvider) (*metrics, error) {
+	m := mp.Meter("github.com/sandgate/sandgate/internal/call")
+	x := &metrics{
+		attrs: telemetry.NewAttrSets(func(k callAttrs) metric.MeasurementOption {
+			return metric.WithAttributes(attribute.String("kind", string(k.kind)), attribute.Bool("allow", k.allow), attribute.String("code", k.code))
+		}),
+		tokensIn:  metric.WithAttributes(attribute.String("direction", "in")),
+		tokensOut: metric.WithAttributes(attribute.String("direction", "out")),
+	}
+	var err error
+	if x.calls, err = m.Int64Counter("sandgate.calls",
+		metric.WithDescription("Sandbox-facing requests (MCP and proxy), each one audit event, by kind, allow and code")); err != nil {
+		return nil, fmt.Errorf("call metrics: %w", err)
+	}
+	if x.duration, err = m.Float64Histogram("sandgate.call.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from a request's arrival to its audit event, by kind, allow and code")); err != nil {
+		return nil, fmt.Errorf("call metrics: %w", err)
+	}
+	if x.tokens, err = m.Int64Counter("sandgate.tokens", metric.WithDescription("Model tokens by direction")); err != nil {
+		return nil, fmt.Errorf("call metrics: %w", err)
+	}
+	if x.auditErrors, err = m.Int64Counter("sandgate.audit.write_errors",
+		metric.WithDescription("Audit events of answered requests that could not be recorded")); err != nil {
+		return nil, fmt.Errorf("call metrics: %w", err)
+	}
+	if x.suppressed, err = m.Int64Counter("sandgate.rejections.suppressed",
+		metric.WithDescription("Protocol-level rejections whose events were folded into a counted suppressed event")); err != nil {
+		return nil, fmt.Errorf("call metrics: %w", err)
+	}
+	return x, nil
+}
+
+func (m *metrics) call(ctx context.Context, ev *audit.Event, code string, elapsed time.Duration) {
+	attrs := m.attrs.Get(callAttrs{kind: ev.Kind, code: code, allow: ev.Decision.Allow})
+	m.calls.Add(ctx, 1, attrs)
+	m.duration.Record(ctx, elapsed.Seconds(), attrs)
+	if ev.Outcome.TokensIn+ev.Outcome.TokensOut > 0 {
+		m.tokens.Add(ctx, ev.Outcome.TokensIn, m.tokensIn)
+		m.tokens.Add(ctx, ev.Outcome.TokensOut, m.tokensOut)
+	}
+}

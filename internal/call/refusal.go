@@ -1,0 +1,185 @@
+package call
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/limits"
+)
+
+// Class is what kind of refusal a code is. It decides the HTTP status, the provider error type
+// and the JSON-RPC answer: the same on both halves for the same code.
+type Class int
+
+// Classes of refusals.
+const (
+	// ClassPolicy is a denial by policy (or by a check that stands for policy: an unknown
+	// caller, a destination the dial guard refuses, a credential policy may not choose).
+	ClassPolicy Class = iota
+	// ClassLimit is a budget, rate limit or cap that a later call may pass.
+	ClassLimit
+	// ClassUnavailable is Sandgate itself unable to decide or record safely (audit log down,
+	// limits store down with fail_closed, shutting down, an upstream circuit open).
+	ClassUnavailable
+	// ClassNotFound is something that does not exist for this caller.
+	ClassNotFound
+	// ClassBadRequest is a request Sandgate cannot read as a call.
+	ClassBadRequest
+	// ClassTooLarge is a body over its limit.
+	ClassTooLarge
+	// ClassHeaderTooLarge is a request head over its limit.
+	ClassHeaderTooLarge
+	// ClassMisdirected is a request sent on a connection for another host.
+	ClassMisdirected
+	// ClassMediaType is a body of a type the endpoint does not take.
+	ClassMediaType
+	// ClassTimeout is a client too slow to send its request.
+	ClassTimeout
+	// ClassUpstream is an upstream that failed or could not be reached.
+	ClassUpstream
+	// ClassUpstreamTimeout is an upstream that did not answer in time.
+	ClassUpstreamTimeout
+)
+
+// classInfo is one row of the refusal table.
+type classInfo struct {
+	status        int
+	anthropicType string // Anthropic's error.type for this status
+	openAIType    string // OpenAI's error.type
+}
+
+// classes is the one table from refusal class to HTTP status and provider error types
+// (docs/policies.md, "Refusals", prints it). Anthropic's SDK picks its exception class from the
+// status and type; OpenAI's from the status.
+var classes = map[Class]classInfo{
+	ClassPolicy:          {http.StatusForbidden, "permission_error", "permission_error"},
+	ClassLimit:           {http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded"},
+	ClassUnavailable:     {http.StatusServiceUnavailable, "api_error", "server_error"},
+	ClassNotFound:        {http.StatusNotFound, "not_found_error", "not_found_error"},
+	ClassBadRequest:      {http.StatusBadRequest, "invalid_request_error", "invalid_request_error"},
+	ClassTooLarge:        {http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error"},
+	ClassHeaderTooLarge:  {http.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "invalid_request_error"},
+	ClassMisdirected:     {http.StatusMisdirectedRequest, "invalid_request_error", "invalid_request_error"},
+	ClassMediaType:       {http.StatusUnsupportedMediaType, "invalid_request_error", "invalid_request_error"},
+	ClassTimeout:         {http.StatusRequestTimeout, "invalid_request_error", "invalid_request_error"},
+	ClassUpstream:        {http.StatusBadGateway, "api_error", "server_error"},
+	ClassUpstreamTimeout: {http.StatusGatewayTimeout, "api_error", "server_error"},
+}
+
+// Codes Sandgate itself refuses with. A policy's own codes (the decision's `code`) are
+// ClassPolicy; limit codes come from package limits.
+const (
+	CodeAuditUnavailable        = "audit_unavailable"
+	CodeUnknownCaller           = "unknown_caller"
+	CodeShuttingDown            = "shutting_down"
+	CodeNotFound                = "not_found"
+	CodeNoRoute                 = "no_route"
+	CodeSessionNotOwned         = "session_not_owned"
+	CodeSessionRequired         = "session_required"
+	CodeSessionLimit            = "session_limit"
+	CodeBatchRefused            = "batch_refused"
+	CodeBadOrigin               = "bad_origin"
+	CodeBadHost                 = "bad_host"
+	CodeUnsupportedMediaType    = "unsupported_media_type"
+	CodeBodyTooLarge            = "body_too_large"
+	CodeHeaderTooLarge          = "header_too_large"
+	CodeMalformedRequest        = "malformed_request"
+	CodeHeaderTimeout           = "header_timeout"
+	CodeBodyTimeout             = "body_timeout"
+	CodeBadPath                 = "bad_path"
+	CodeBadScheme               = "bad_scheme"
+	CodeBadModelRequest         = "bad_model_request"
+	CodeBodyReadFailed          = "body_read_failed"
+	CodeHostMismatch            = "host_mismatch"
+	CodeHostNotConfigured       = "host_not_configured"
+	CodeAbsoluteURIInTunnel     = "absolute_uri_in_tunnel"
+	CodeRequestSmuggling        = "request_smuggling"
+	CodeTooManyTunnels          = "too_many_tunnels"
+	CodeTooManyConnections      = "too_many_connections"
+	CodeCredentialNotConfigured = "credential_not_configured"
+	CodeCredentialUnavailable   = "credential_unavailable"
+	CodeUpstreamError           = "upstream_error"
+	CodeUpstreamTimeout         = "upstream_timeout"
+	CodeUpstreamUnavailable     = "upstream_unavailable"
+	CodeResolveFailed           = "resolve_failed"
+	CodeNoAddress               = "no_address"
+)
+
+// codes gives the class of every code Sandgate makes. A code not listed is a policy's own.
+var codes = map[string]Class{
+	CodeAuditUnavailable:                ClassUnavailable,
+	CodeUnknownCaller:                   ClassPolicy,
+	CodeShuttingDown:                    ClassUnavailable,
+	CodeNotFound:                        ClassNotFound,
+	CodeNoRoute:                         ClassNotFound,
+	CodeSessionNotOwned:                 ClassNotFound, // as the MCP spec answers an unknown session: nothing tells it exists
+	CodeSessionRequired:                 ClassBadRequest,
+	CodeSessionLimit:                    ClassLimit,
+	CodeBatchRefused:                    ClassBadRequest,
+	CodeBadOrigin:                       ClassPolicy,
+	CodeBadHost:                         ClassPolicy,
+	CodeUnsupportedMediaType:            ClassMediaType,
+	CodeBodyTooLarge:                    ClassTooLarge,
+	CodeHeaderTooLarge:                  ClassHeaderTooLarge,
+	CodeMalformedRequest:                ClassBadRequest,
+	CodeHeaderTimeout:                   ClassTimeout,
+	CodeBodyTimeout:                     ClassTimeout,
+	CodeBadPath:                         ClassBadRequest,
+	CodeBadScheme:                       ClassBadRequest,
+	CodeBadModelRequest:                 ClassBadRequest,
+	CodeBodyReadFailed:                  ClassBadRequest,
+	CodeHostMismatch:                    ClassMisdirected,
+	CodeHostNotConfigured:               ClassPolicy,
+	CodeAbsoluteURIInTunnel:             ClassBadRequest,
+	CodeRequestSmuggling:                ClassBadRequest,
+	CodeTooManyTunnels:                  ClassLimit,
+	CodeTooManyConnections:              ClassLimit,
+	CodeCredentialNotConfigured:         ClassPolicy,
+	CodeCredentialUnavailable:           ClassUpstream,
+	CodeUpstreamError:                   ClassUpstream,
+	CodeUpstreamTimeout:                 ClassUpstreamTimeout,
+	CodeUpstreamUnavailable:             ClassUnavailable,
+	CodeResolveFailed:                   ClassUpstream,
+	CodeNoAddress:                       ClassUpstream,
+	string(limits.CodeRateLimited):      ClassLimit,
+	string(limits.CodeTokenBudgetSpent): ClassLimit,
+	string(limits.CodeConcurrency):      ClassLimit,
+	string(limits.CodeStoreUnavailable): ClassUnavailable,
+}
+
+// Refusal is a request Sandgate answers itself. Code is bounded: it is the audit event's
+// outcome error and a metric label.
+type Refusal struct {
+	Code   string
+	Reason string
+	// RetryAfter, when set, is sent as Retry-After (limits).
+	RetryAfter time.Duration
+	// Close asks the half to close the connection after answering (the rest of a body unread).
+	Close bool
+}
+
+// Refuse is the refusal for one of Sandgate's own codes.
+func Refuse(code, format string, args ...any) *Refusal {
+	return &Refusal{Code: code, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Class is the refusal's class: Sandgate's own codes from the table, any other code a policy's.
+func (r *Refusal) Class() Class {
+	if c, ok := codes[r.Code]; ok {
+		return c
+	}
+	return ClassPolicy
+}
+
+// Status is the HTTP status of the refusal, the same on both halves.
+func (r *Refusal) Status() int { return classes[r.Class()].status }
+
+// ErrorType is the provider's error type for the refusal: Anthropic's, or OpenAI's when
+// openAI is set.
+func (r *Refusal) ErrorType(openAI bool) string {
+	if openAI {
+		return classes[r.Class()].openAIType
+	}
+	return classes[r.Class()].anthropicType
+}
