@@ -66,18 +66,6 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
-func TestVersionAndUsage(t *testing.T) {
-	code, out, _ := runCLI(t, nil, "version")
-	assert.Equal(t, 0, code)
-	assert.Contains(t, out, "sandgate ")
-	code, _, errOut := runCLI(t, nil, "frobnicate")
-	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, `unknown command "frobnicate"`)
-	code, _, errOut = runCLI(t, nil, "policy", "nope")
-	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, `unknown subcommand "nope"`)
-}
-
 func TestCheckConfig(t *testing.T) {
 	dir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", fmt.Sprintf("policy:\n  dir: %s\ncredentials:\n  - name: key\n    env: TEST_KEY\n", repoPath(t, "policies")))

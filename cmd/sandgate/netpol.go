@@ -35,7 +35,7 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	path := *cfgPath
 	if path == "" {
@@ -56,7 +56,7 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	if *rbac {
 		ns, name, ok := strings.Cut(*serviceAccount, "/")
 		if !ok || ns == "" || name == "" {
-			return fmt.Errorf("%w: --service-account wants NS/NAME, got %q", errUsage, *serviceAccount)
+			return usagef("--service-account wants NS/NAME, got %q", *serviceAccount)
 		}
 		k.Controller.Enabled = true // print what serve with the controller needs
 		objs := kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name})
@@ -64,10 +64,10 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	}
 
 	if *management != "" && *management != kube.Managed && *management != kube.Unmanaged {
-		return fmt.Errorf("%w: --management wants Managed or Unmanaged, got %q", errUsage, *management)
+		return usagef("--management wants Managed or Unmanaged, got %q", *management)
 	}
 	if *management != "" && *template == "" {
-		return fmt.Errorf("%w: --management needs --template", errUsage)
+		return usagef("--management needs --template")
 	}
 	offline := *management != "" && !*apply
 	var templates []kube.Template
