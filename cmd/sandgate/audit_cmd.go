@@ -15,7 +15,6 @@ import (
 	"github.com/sandgate/sandgate/internal/config"
 )
 
-
 // auditDirFlags registers --config and --dir and returns a function that resolves the log folder.
 func auditDirFlags(fs *flag.FlagSet) func() (string, error) {
 	cfgPath := fs.String("config", "", "read audit.file.dir from this config `file`")
