@@ -22,7 +22,7 @@ import (
 //	sandgate netpol --apply                               server-side apply with field manager "sandgate"
 //	sandgate netpol --rbac [--service-account NS/NAME]    the Roles and RoleBindings Sandgate needs
 func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "netpol", "netpol [--config FILE] [--template [NS/]NAME [--management Managed|Unmanaged]] [-o yaml|json] [--apply] [--kubeconfig FILE] | netpol --rbac [--service-account NS/NAME]")
+	fs := newFlags(env, "netpol", "netpol [--config FILE] [--template [NS/]NAME [--management Managed|Unmanaged]] [-o yaml|json] [--apply] [--kubeconfig FILE]\n       sandgate netpol --rbac [--service-account NS/NAME]")
 	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
 	template := fs.String("template", "", "render only this SandboxTemplate ([NS/]NAME; NS defaults to the first of kubernetes.namespaces)")
 	management := fs.String("management", "", "with --template: Managed or Unmanaged, rendering offline instead of reading the template")
