@@ -15,16 +15,6 @@ import (
 	"github.com/sandgate/sandgate/internal/config"
 )
 
-// exitBroken is the exit code of "audit verify" when the chain is broken.
-const exitBroken = 3
-
-func runAudit(ctx context.Context, env *cliEnv, args []string) error {
-	return subcommand(ctx, env, "audit", args, map[string]func(context.Context, *cliEnv, []string) error{
-		"query":  runAuditQuery,
-		"verify": runAuditVerify,
-	})
-}
-
 // auditDirFlags registers --config and --dir and returns a function that resolves the log folder.
 func auditDirFlags(fs *flag.FlagSet) func() (string, error) {
 	cfgPath := fs.String("config", "", "read audit.file.dir from this config `file`")
@@ -32,7 +22,7 @@ func auditDirFlags(fs *flag.FlagSet) func() (string, error) {
 	return func() (string, error) {
 		switch {
 		case *dir != "" && *cfgPath != "":
-			return "", fmt.Errorf("%w: give --config or --dir, not both", errUsage)
+			return "", usagef("give --config or --dir, not both")
 		case *dir != "":
 			return *dir, nil
 		case *cfgPath != "":
@@ -42,7 +32,7 @@ func auditDirFlags(fs *flag.FlagSet) func() (string, error) {
 			}
 			return c.Audit.File.Dir, nil
 		}
-		return "", fmt.Errorf("%w: give the audit log with --config FILE or --dir DIR", errUsage)
+		return "", usagef("give the audit log with --config FILE or --dir DIR")
 	}
 }
 
@@ -66,21 +56,21 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if *output != "table" && *output != "json" {
-		return fmt.Errorf("%w: -o %q: want table or json", errUsage, *output)
+		return usagef("-o %q: want table or json", *output)
 	}
 	if f.Limit == 0 {
-		return fmt.Errorf("%w: --limit 0 shows nothing; give N > 0, or -1 for all", errUsage)
+		return usagef("--limit 0 shows nothing; give N > 0, or -1 for all")
 	}
 	now := time.Now()
 	var err error
 	if f.Since, err = audit.ParseTimeFlag(*since, now); err != nil {
-		return fmt.Errorf("%w: --since: %v", errUsage, err)
+		return usagef("--since: %v", err)
 	}
 	if f.Until, err = audit.ParseTimeFlag(*until, now); err != nil {
-		return fmt.Errorf("%w: --until: %v", errUsage, err)
+		return usagef("--until: %v", err)
 	}
 	res, err := queryRedis(ctx, f)
 	if errors.Is(err, errNoRedis) {
@@ -114,7 +104,7 @@ func runAuditVerify(_ context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	dir, err := resolveDir()
 	if err != nil {

@@ -8,13 +8,6 @@ import (
 	"github.com/sandgate/sandgate/proxy"
 )
 
-// runCA handles `sandgate ca init`.
-func runCA(ctx context.Context, env *cliEnv, args []string) error {
-	return subcommand(ctx, env, "ca", args, map[string]func(context.Context, *cliEnv, []string) error{
-		"init": runCAInit,
-	})
-}
-
 func runCAInit(_ context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "ca init", "ca init --dir DIR [--force]")
 	dir := fs.String("dir", "", "folder for ca.crt and ca.key (created with mode 0700)")
@@ -22,8 +15,11 @@ func runCAInit(_ context.Context, env *cliEnv, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
 	if *dir == "" {
-		return fmt.Errorf("%w: --dir is required", errUsage)
+		return usagef("--dir is required")
 	}
 	cert, key, err := proxy.InitCA(*dir, *force, time.Now())
 	if err != nil {

@@ -9,7 +9,10 @@
 //	sandgate audit verify check the audit log's hash chain
 //	sandgate ca init      write the CA for TLS interception
 //	sandgate netpol       print or apply the NetworkPolicies that confine sandboxes
-//	sandgate version      print the version
+//	sandgate version      print the version (also: sandgate --version)
+//	sandgate help CMD     print a command's usage (also: sandgate CMD --help)
+//
+// Exit codes: 0 success, 1 failure, 2 usage error, 3 audit verify found a mismatch.
 package main
 
 import (
@@ -20,7 +23,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 )
@@ -28,10 +30,21 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-// command is one subcommand. run gets the arguments after the command's name.
+// Exit codes. The top-level usage and README.md list them; keep the three in step.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+	exitBroken  = 3 // audit verify: the log was edited, truncated or reordered
+)
+
+// command is a leaf (run set) or a group of subcommands ("audit query", "audit verify").
+// run gets the arguments after the command's name.
 type command struct {
+	name    string
 	summary string
 	run     func(ctx context.Context, env *cliEnv, args []string) error
+	subs    []*command
 }
 
 // cliEnv is what a command may touch of the outside world, so tests can run commands in-process.
@@ -40,17 +53,22 @@ type cliEnv struct {
 	getenv         func(string) string
 }
 
-// errUsage marks an error whose message is a usage text; the exit code is 2.
-var errUsage = errors.New("usage")
-
-func commands() map[string]command {
-	return map[string]command{
-		"serve":   {"run the gateway: admin, MCP and proxy listeners", runServe},
-		"policy":  {"test or evaluate Rego policies (policy test DIR, policy eval --input FILE)", runPolicy},
-		"audit":   {"query or verify the audit log (audit query, audit verify)", runAudit},
-		"ca":      {"manage the CA that signs intercepted TLS (ca init --dir DIR)", runCA},
-		"netpol":  {"print or apply the NetworkPolicies that confine sandboxes (--apply, --rbac)", runNetpol},
-		"version": {"print the version", runVersion},
+func commands() []*command {
+	return []*command{
+		{name: "serve", summary: "run the gateway: admin, MCP and proxy listeners", run: runServe},
+		{name: "policy", summary: "test or evaluate Rego policies", subs: []*command{
+			{name: "test", summary: "run the Rego tests of policy folders (like opa test)", run: runPolicyTest},
+			{name: "eval", summary: "print the decision for one input document", run: runPolicyEval},
+		}},
+		{name: "audit", summary: "query or verify the audit log", subs: []*command{
+			{name: "query", summary: "print audit events, filtered", run: runAuditQuery},
+			{name: "verify", summary: "check the hash chain and checkpoints of the audit log", run: runAuditVerify},
+		}},
+		{name: "ca", summary: "manage the CA that signs intercepted TLS", subs: []*command{
+			{name: "init", summary: "write ca.crt and ca.key for TLS interception", run: runCAInit},
+		}},
+		{name: "netpol", summary: "print or apply the NetworkPolicies that confine sandboxes", run: runNetpol},
+		{name: "version", summary: "print the version", run: runVersion},
 	}
 }
 
@@ -61,42 +79,114 @@ func main() {
 	os.Exit(code)
 }
 
-// run executes one command line and returns the process exit code.
+// run executes one command line and returns the process exit code. Asked-for usage goes to
+// stdout with exit 0; an error goes to stderr, printed once, here and nowhere else.
 func run(ctx context.Context, env *cliEnv, args []string) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(env.stderr, cmds)
-		if len(args) == 0 {
-			return 2
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(env.stdout, cmds)
+		return exitOK
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
+	case "help":
+		if len(args) == 1 {
+			usage(env.stdout, cmds)
+			return exitOK
 		}
-		return 0
+		// "help audit query" is "audit query --help".
+		args = append(append([]string(nil), args[1:]...), "--help")
 	}
-	c, ok := cmds[args[0]]
-	if !ok {
-		fmt.Fprintf(env.stderr, "sandgate: unknown command %q\n\n", args[0])
-		usage(env.stderr, cmds)
-		return 2
+	c, name, rest, err := resolve(cmds, args)
+	if err == nil && c.run == nil {
+		groupUsage(env.stdout, name, c)
+		return exitOK
 	}
-	err := c.run(ctx, env, args[1:])
+	if err == nil {
+		err = c.run(ctx, env, rest)
+	}
+	return report(env.stderr, name, err)
+}
+
+// resolve finds the command args name. It returns the command, its full name ("sandgate audit
+// query") and the arguments after it. A group comes back alone only when help was asked for.
+func resolve(cmds []*command, args []string) (c *command, name string, rest []string, err error) {
+	name = "sandgate"
+	c = find(cmds, args[0])
+	if c == nil {
+		return nil, name, nil, usagef("unknown command %q (want one of %s)", args[0], names(cmds))
+	}
+	name += " " + c.name
+	rest = args[1:]
+	if c.subs == nil {
+		return c, name, rest, nil
+	}
+	if len(rest) == 0 {
+		return nil, name, nil, usagef("name a subcommand: %s", names(c.subs))
+	}
+	switch rest[0] {
+	case "-h", "-help", "--help", "help":
+		return c, name, nil, nil
+	}
+	sub := find(c.subs, rest[0])
+	if sub == nil {
+		return nil, name, nil, usagef("unknown subcommand %q (want one of %s)", rest[0], names(c.subs))
+	}
+	return sub, name + " " + sub.name, rest[1:], nil
+}
+
+func find(cmds []*command, name string) *command {
+	for _, c := range cmds {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func names(cmds []*command) string {
+	out := make([]string, len(cmds))
+	for i, c := range cmds {
+		out[i] = c.name
+	}
+	return strings.Join(out, ", ")
+}
+
+// report prints err once, prefixed with the command's name, and returns the exit code.
+func report(stderr io.Writer, name string, err error) int {
+	var ec exitCoder
 	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(env.stderr, "sandgate %s: %v\n", args[0], err)
-		return 2
-	default:
-		var ec exitCoder
-		if errors.As(err, &ec) {
-			if msg := err.Error(); msg != "" {
-				fmt.Fprintf(env.stderr, "sandgate %s: %s\n", args[0], msg)
-			}
-			return ec.ExitCode()
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
+		return exitUsage
+	case errors.As(err, &ec):
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintf(stderr, "%s: %s\n", name, msg)
 		}
-		fmt.Fprintf(env.stderr, "sandgate %s: %v\n", args[0], err)
-		return 1
+		return ec.ExitCode()
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return exitFailure
 	}
+}
+
+// errUsage matches every usage error (errors.Is): a mistake in the command line; exit code 2.
+var errUsage = errors.New("usage error")
+
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string        { return e.msg }
+func (e *usageError) Is(target error) bool { return target == errUsage }
+
+// usagef returns a usage error: the command line is wrong, not the world.
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
 }
 
 // exitCoder is an error that chooses the exit code (for example "verify found a break": 3).
@@ -113,62 +203,103 @@ type exitError struct {
 func (e exitError) Error() string { return e.msg }
 func (e exitError) ExitCode() int { return e.code }
 
-func usage(w io.Writer, cmds map[string]command) {
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
+func usage(w io.Writer, cmds []*command) {
+	fmt.Fprintln(w, "usage: sandgate COMMAND [SUBCOMMAND] [flags]\n\ncommands:")
+	row := func(name, summary string) { fmt.Fprintf(w, "  %-14s %s\n", name, summary) }
+	for _, c := range cmds {
+		if c.subs == nil {
+			row(c.name, c.summary)
+		}
+		for _, s := range c.subs {
+			row(c.name+" "+s.name, s.summary)
+		}
 	}
-	sort.Strings(names)
-	fmt.Fprintln(w, "usage: sandgate COMMAND [flags]\n\ncommands:")
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, cmds[n].summary)
-	}
-	fmt.Fprintln(w, "\nRun 'sandgate COMMAND -h' for a command's flags.")
+	row("help COMMAND", "print a command's usage (same as COMMAND --help)")
+	fmt.Fprintf(w, `
+flags:
+  -h, --help     print this usage
+  --version      print the version
+
+exit codes:
+  %d  success
+  %d  failure (an invalid config, a failed policy test, a file that cannot be read, …)
+  %d  usage error (unknown command or flag, missing or extra argument)
+  %d  audit verify: the log was edited, truncated or reordered
+
+Run 'sandgate COMMAND --help' for a command's flags.
+`, exitOK, exitFailure, exitUsage, exitBroken)
 }
 
-// newFlags returns a FlagSet that reports errors instead of exiting, writing usage to stderr.
+func groupUsage(w io.Writer, name string, c *command) {
+	fmt.Fprintf(w, "usage: %s SUBCOMMAND [flags]\n\n%s\n\nsubcommands:\n", name, c.summary)
+	for _, s := range c.subs {
+		fmt.Fprintf(w, "  %-8s %s\n", s.name, s.summary)
+	}
+	fmt.Fprintf(w, "\nRun '%s SUBCOMMAND --help' for its flags.\n", name)
+}
+
+// newFlags returns a FlagSet that reports errors instead of exiting or printing: parseFlags
+// prints the usage to stdout for -h/--help, and run prints a flag error once, to stderr.
+// name is the command's name after "sandgate" ("audit query"); synopsis its usage line.
 func newFlags(env *cliEnv, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(env.stderr, "usage: sandgate %s\n\nflags:\n", synopsis)
-		fs.PrintDefaults()
+		fmt.Fprintf(env.stdout, "usage: sandgate %s\n", synopsis)
+		if s := summary(name); s != "" {
+			fmt.Fprintf(env.stdout, "\n%s\n", s)
+		}
+		var flags bool
+		fs.VisitAll(func(*flag.Flag) { flags = true })
+		if flags {
+			fmt.Fprintln(env.stdout, "\nflags:")
+			fs.SetOutput(env.stdout)
+			fs.PrintDefaults()
+			fs.SetOutput(io.Discard)
+		}
 	}
 	return fs
 }
 
-// parseFlags parses args and turns a flag error into a usage error.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+// summary is the one-line description of the command named "audit query".
+func summary(name string) string {
+	cmds := commands()
+	var c *command
+	for _, part := range strings.Fields(name) {
+		if c = find(cmds, part); c == nil {
+			return ""
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		cmds = c.subs
 	}
-	return nil
+	return c.summary
 }
 
-// subcommand dispatches "policy test" style second-level commands.
-func subcommand(ctx context.Context, env *cliEnv, group string, args []string, subs map[string]func(context.Context, *cliEnv, []string) error) error {
-	names := make([]string, 0, len(subs))
-	for n := range subs {
-		names = append(names, n)
+// parseFlags parses args. -h/--help prints the usage and returns flag.ErrHelp (exit 0); a flag
+// mistake becomes a usage error, which run prints.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	// The flag package calls Usage on errors too; print it only when it was asked for.
+	show := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = show
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		show()
+		return err
+	default:
+		return usagef("%v", err)
 	}
-	sort.Strings(names)
-	if len(args) == 0 {
-		return fmt.Errorf("%w: sandgate %s %s", errUsage, group, strings.Join(names, "|"))
-	}
-	f, ok := subs[args[0]]
-	if !ok {
-		return fmt.Errorf("%w: unknown subcommand %q (want one of %s)", errUsage, args[0], strings.Join(names, ", "))
-	}
-	return f(ctx, env, args[1:])
 }
 
 func runVersion(_ context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "version", "version")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	fmt.Fprintf(env.stdout, "sandgate %s\n", version)
 	return nil

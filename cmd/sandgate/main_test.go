@@ -66,18 +66,6 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
-func TestVersionAndUsage(t *testing.T) {
-	code, out, _ := runCLI(t, nil, "version")
-	assert.Equal(t, 0, code)
-	assert.Contains(t, out, "sandgate ")
-	code, _, errOut := runCLI(t, nil, "frobnicate")
-	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, `unknown command "frobnicate"`)
-	code, _, errOut = runCLI(t, nil, "policy", "nope")
-	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, `unknown subcommand "nope"`)
-}
-
 func TestCheckConfig(t *testing.T) {
 	dir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", fmt.Sprintf("policy:\n  dir: %s\ncredentials:\n  - name: key\n    env: TEST_KEY\n", repoPath(t, "policies")))
@@ -94,6 +82,26 @@ func TestCheckConfig(t *testing.T) {
 		{"policy that does not compile is reported with its file", []string{"--config", writeFile(t, dir, "badpol.yaml", "policy:\n  dir: "+brokenPolicyDir(t)+"\n")}, nil, 1, "broken.rego:3"},
 		{"missing config file", []string{"--config", filepath.Join(dir, "none.yaml")}, nil, 1, "read config"},
 		{"example config is valid once make run has written its CA and key", []string{"--config", exampleTree(t)}, nil, 0, "is valid"},
+		{"listen port out of range names the field", []string{"--config", writeFile(t, dir, "port.yaml", "listen:\n  mcp: 127.0.0.1:80800\n")}, nil, 1, "listen.mcp: port 80800 out of range 1-65535"},
+		{"duration without unit names the field", []string{"--config", writeFile(t, dir, "dur.yaml", "gateway:\n  upstreams:\n    - {name: a, url: http://a, connect_timeout: 5}\n")}, nil, 1,
+			`gateway.upstreams[0].connect_timeout: want a duration with a unit such as "500ms" or "5s", got 5`},
+		{"missing credential file names the field", []string{"--config", podConfig(t, dir, "cred.yaml", "credentials:\n  - {name: k, file: /nonexistent/k}\n")}, nil, 1,
+			"credentials[0].file: /nonexistent/k: no such file or directory"},
+		{"CA that does not parse is refused", []string{"--config", podConfig(t, dir, "ca.yaml", fmt.Sprintf("proxy:\n  ca: {cert: %s, key: %s}\n",
+			writeFile(t, dir, "ca.crt", "not a certificate"), writeFile(t, dir, "ca.key", "not a key")))}, nil, 1, "proxy.ca: load CA"},
+		{"audit folder that is a file is refused", []string{"--config", podConfig(t, dir, "auditfile.yaml", "audit:\n  file:\n    dir: "+writeFile(t, dir, "afile", "")+"\n")}, nil, 1,
+			"audit.file.dir: " + filepath.Join(dir, "afile") + " is a file, not a folder"},
+		{"audit folder under a file cannot be created", []string{"--config", podConfig(t, dir, "auditunder.yaml", "audit:\n  file:\n    dir: "+filepath.Join(dir, "afile", "audit")+"\n")}, nil, 1,
+			"audit.file.dir: cannot create " + filepath.Join(dir, "afile", "audit") + ": " + filepath.Join(dir, "afile") + " is a file"},
+		{"missing policy folder names the field", []string{"--config", writeFile(t, dir, "nopol.yaml", "policy:\n  dir: /nonexistent/policies\n")}, nil, 1,
+			"policy.dir: /nonexistent/policies: no such file or directory"},
+		{"missing stdio command names the field", []string{"--config", podConfig(t, dir, "cmd.yaml", "gateway:\n  upstreams:\n    - {name: a, command: ./no-such-server}\n")}, nil, 1,
+			"gateway.upstreams[0].command: " + filepath.Join(dir, "no-such-server") + ": no such file or directory"},
+		{"offline skips what only the pod has", []string{"--offline", "--config", writeFile(t, dir, "pod.yaml", "policy:\n  dir: /nonexistent/policies\n"+
+			"credentials:\n  - {name: k, file: /nonexistent/k}\n  - {name: e, env: UNSET_IN_TEST}\nproxy:\n  ca: {cert: /nonexistent/ca.crt, key: /nonexistent/ca.key}\n"+
+			"gateway:\n  upstreams:\n    - {name: a, command: /nonexistent/server}\n")}, nil, 0, "is valid (offline: credentials, CA and policies not checked)"},
+		{"offline still checks the fields", []string{"--offline", "--config", writeFile(t, dir, "podport.yaml", "listen:\n  proxy: :99999\n")}, nil, 1, "listen.proxy: port 99999 out of range 1-65535"},
+		{"offline still checks the audit folder", []string{"--offline", "--config", writeFile(t, dir, "podaudit.yaml", "audit:\n  file:\n    dir: "+writeFile(t, dir, "bfile", "")+"\n")}, nil, 1, "is a file, not a folder"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,8 +113,20 @@ func TestCheckConfig(t *testing.T) {
 	}
 }
 
-// exampleTree lays out what `make run` has before it serves examples/sandgate.yaml (the CA and
-// the placeholder model-API key under var/) in a temporary copy, and returns the config's path.
+// podConfig writes a config whose policy folder is the shipped one, followed by rest.
+func podConfig(t *testing.T, dir, name, rest string) string {
+	t.Helper()
+	return writeFile(t, dir, name, "policy:\n  dir: "+repoPath(t, "policies")+"\n"+rest)
+}
+
+func TestOfflineNeedsCheckConfig(t *testing.T) {
+	code, _, errOut := runCLI(t, nil, "serve", "--offline")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--offline applies to --check-config only")
+}
+
+// exampleTree lays out what `make run` has before it serves examples/sandgate.yaml (the CA,
+// the placeholder model-API key under var/ and bin/mcp-upstream) in a temporary copy, and returns the config's path.
 func exampleTree(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -117,6 +137,8 @@ func exampleTree(t *testing.T) string {
 	require.NoError(t, err)
 	cfg := writeFile(t, filepath.Join(root, "examples"), "sandgate.yaml", string(example))
 	writeFile(t, filepath.Join(root, "var", "secrets"), "anthropic", "sk-ant-placeholder")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "bin"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "bin", "mcp-upstream"), []byte("#!/bin/sh\n"), 0o755))
 	code, _, errOut := runCLI(t, nil, "ca", "init", "--dir", filepath.Join(root, "var", "ca"))
 	require.Equal(t, 0, code, errOut)
 	return cfg

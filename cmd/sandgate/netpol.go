@@ -22,7 +22,7 @@ import (
 //	sandgate netpol --apply                               server-side apply with field manager "sandgate"
 //	sandgate netpol --rbac [--service-account NS/NAME]    the Roles and RoleBindings Sandgate needs
 func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "netpol", "netpol [--config FILE] [--template [NS/]NAME [--management Managed|Unmanaged]] [-o yaml|json] [--apply] [--kubeconfig FILE] | netpol --rbac [--service-account NS/NAME]")
+	fs := newFlags(env, "netpol", "netpol [--config FILE] [--template [NS/]NAME [--management Managed|Unmanaged]] [-o yaml|json] [--apply] [--kubeconfig FILE]\n       sandgate netpol --rbac [--service-account NS/NAME]")
 	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
 	template := fs.String("template", "", "render only this SandboxTemplate ([NS/]NAME; NS defaults to the first of kubernetes.namespaces)")
 	management := fs.String("management", "", "with --template: Managed or Unmanaged, rendering offline instead of reading the template")
@@ -35,7 +35,7 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	path := *cfgPath
 	if path == "" {
@@ -56,7 +56,7 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	if *rbac {
 		ns, name, ok := strings.Cut(*serviceAccount, "/")
 		if !ok || ns == "" || name == "" {
-			return fmt.Errorf("%w: --service-account wants NS/NAME, got %q", errUsage, *serviceAccount)
+			return usagef("--service-account wants NS/NAME, got %q", *serviceAccount)
 		}
 		k.Controller.Enabled = true // print what serve with the controller needs
 		objs := kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name})
@@ -64,10 +64,10 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	}
 
 	if *management != "" && *management != kube.Managed && *management != kube.Unmanaged {
-		return fmt.Errorf("%w: --management wants Managed or Unmanaged, got %q", errUsage, *management)
+		return usagef("--management wants Managed or Unmanaged, got %q", *management)
 	}
 	if *management != "" && *template == "" {
-		return fmt.Errorf("%w: --management needs --template", errUsage)
+		return usagef("--management needs --template")
 	}
 	offline := *management != "" && !*apply
 	var templates []kube.Template

@@ -13,13 +13,6 @@ import (
 	"github.com/sandgate/sandgate/policy"
 )
 
-func runPolicy(ctx context.Context, env *cliEnv, args []string) error {
-	return subcommand(ctx, env, "policy", args, map[string]func(context.Context, *cliEnv, []string) error{
-		"test": runPolicyTest,
-		"eval": runPolicyEval,
-	})
-}
-
 // runPolicyTest runs the Rego tests of the folders, like `opa test`.
 func runPolicyTest(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "policy test", "policy test [-v] DIR...")
@@ -29,7 +22,7 @@ func runPolicyTest(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	dirs := fs.Args()
 	if len(dirs) == 0 {
-		return fmt.Errorf("%w: name the policy folder, e.g. sandgate policy test policies/", errUsage)
+		return usagef("name the policy folder, e.g. sandgate policy test policies/")
 	}
 	sum, err := policy.RunTests(ctx, env.stdout, *verbose, dirs...)
 	if err != nil {
@@ -37,9 +30,9 @@ func runPolicyTest(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if !sum.OK() {
 		if sum.Passed+sum.Failed+sum.Errored == 0 {
-			return exitError{code: 1, msg: "no tests found (test rules are named test_* in *_test.rego files)"}
+			return exitError{code: exitFailure, msg: "no tests found (test rules are named test_* in *_test.rego files)"}
 		}
-		return exitError{code: 1, msg: fmt.Sprintf("%d failed, %d errors", sum.Failed, sum.Errored)}
+		return exitError{code: exitFailure, msg: fmt.Sprintf("%d failed, %d errors", sum.Failed, sum.Errored)}
 	}
 	return nil
 }
@@ -53,8 +46,11 @@ func runPolicyEval(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
 	if *input == "" {
-		return fmt.Errorf("%w: --input is required", errUsage)
+		return usagef("--input is required")
 	}
 	policyDir := *dir
 	if policyDir == "" && *cfgPath != "" {

@@ -71,11 +71,18 @@ const (
 )
 
 func runServe(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "serve", "serve [--config FILE] [--check-config]")
+	fs := newFlags(env, "serve", "serve [--config FILE] [--check-config [--offline]]")
 	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
-	check := fs.Bool("check-config", false, "validate the config, read the credentials, compile the policies, then exit")
+	check := fs.Bool("check-config", false, "validate the config and the files it names, read the credentials, load the CA, compile the policies, then exit")
+	offline := fs.Bool("offline", false, "with --check-config: a config rendered for a pod, checked elsewhere; skip the credentials, CA and policy folder only the pod has")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *offline && !*check {
+		return usagef("--offline applies to --check-config only")
 	}
 	path := *cfgPath
 	if path == "" {
@@ -88,6 +95,9 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *check {
+		return checkConfig(ctx, env, path, cfg, *offline)
+	}
 	log := newLogger(env, cfg.Log)
 	creds, err := credential.NewStore(cfg.Credentials, env.getenv, log)
 	if err != nil {
@@ -96,13 +106,6 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	memLimit, err := memoryLimitFromEnv(env.getenv)
 	if err != nil {
 		return err
-	}
-	if *check {
-		if _, err := policy.New(ctx, cfg.Policy.Dir); err != nil {
-			return err
-		}
-		fmt.Fprintf(env.stdout, "config %s is valid\n", path)
-		return nil
 	}
 	if memLimit > 0 {
 		debug.SetMemoryLimit(memLimit)

@@ -2,13 +2,17 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"sigs.k8s.io/yaml"
 
@@ -135,21 +139,37 @@ type Log struct {
 // Duration is a time.Duration written as "250ms", "5s" or "1m" in YAML.
 type Duration time.Duration
 
-// UnmarshalJSON accepts a Go duration string.
+// UnmarshalJSON accepts a Go duration string; null leaves the duration unset (its default).
+// A bad value is a *json.UnmarshalTypeError whose Value is the JSON literal as written: the
+// decoder fills in the field's path only on that type, and decodeError says what is wrong
+// with the literal (parseDuration) under that path.
 func (d *Duration) UnmarshalJSON(b []byte) error {
-	s := strings.Trim(string(b), `"`)
-	if len(b) < 2 || b[0] != '"' {
-		return fmt.Errorf("want a duration string such as \"500ms\" or \"5s\", got %s", b)
+	if string(b) == "null" {
+		return nil
+	}
+	v, err := parseDuration(b)
+	if err != nil {
+		return &json.UnmarshalTypeError{Value: string(b), Type: reflect.TypeFor[Duration]()}
+	}
+	*d = v
+	return nil
+}
+
+// parseDuration reads a JSON string such as "500ms" or "5s"; a number, a negative duration or
+// a string that does not parse is an error that says so.
+func parseDuration(b []byte) (Duration, error) {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return 0, fmt.Errorf("want a duration with a unit such as \"500ms\" or \"5s\", got %s", b)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("want a duration such as \"500ms\" or \"5s\", got %q", s)
+		return 0, fmt.Errorf("want a duration such as \"500ms\" or \"5s\", got %q", s)
 	}
 	if v < 0 {
-		return fmt.Errorf("duration %q is negative", s)
+		return 0, fmt.Errorf("duration %q is negative", s)
 	}
-	*d = Duration(v)
-	return nil
+	return Duration(v), nil
 }
 
 // MarshalJSON writes the duration as a string.
@@ -183,13 +203,13 @@ func Parse(doc []byte, dir string) (*Config, error) {
 	if len(bytes.TrimSpace(doc)) > 0 {
 		var generic any
 		if err := yaml.Unmarshal(doc, &generic); err != nil {
-			return nil, decodeError(err)
+			return nil, decodeError(err, nil)
 		}
 		if errs := unknownFields(generic); len(errs) > 0 {
 			return nil, errors.Join(errs...)
 		}
 		if err := yaml.UnmarshalStrict(doc, c); err != nil {
-			return nil, decodeError(err)
+			return nil, decodeError(err, generic)
 		}
 	}
 	c.Dir = dir
@@ -200,31 +220,68 @@ func Parse(doc []byte, dir string) (*Config, error) {
 	return c, nil
 }
 
-// decodeError turns the decoder's wording into one that says which field is wrong.
-func decodeError(err error) error {
+// decodeError says which field the decoder refused and why. A value of the wrong type (and a
+// duration that does not parse) is a *json.UnmarshalTypeError carrying the field's path;
+// generic, the document as decoded without types, supplies the list positions that path lacks.
+func decodeError(err error, generic any) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		field := fieldPath(generic, te)
+		if te.Type == reflect.TypeFor[Duration]() {
+			if _, perr := parseDuration([]byte(te.Value)); perr != nil {
+				return fmt.Errorf("%s: %w", field, perr)
+			}
+		}
+		return fmt.Errorf("%s: want %s, got %s", field, te.Type, te.Value)
+	}
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
 	msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
-	if i := strings.Index(msg, "json: unknown field "); i >= 0 {
-		return fmt.Errorf("unknown field %s (check the spelling; see examples/sandgate.yaml)", msg[i+len("json: unknown field "):])
+	return fmt.Errorf("decode: %s", msg)
+}
+
+// fieldPath is te's field as a YAML path. The decoder names struct fields but not list
+// positions ("gateway.upstreams.connect_timeout"); the position is that of the first value
+// along the path in generic that does not decode into te.Type, the one the decoder stopped at
+// ("gateway.upstreams[1].connect_timeout").
+func fieldPath(generic any, te *json.UnmarshalTypeError) string {
+	refused := func(v any) bool {
+		b, err := json.Marshal(v)
+		return err == nil && json.Unmarshal(b, reflect.New(te.Type).Interface()) != nil
 	}
-	if i := strings.Index(msg, "json: cannot unmarshal "); i >= 0 {
-		// "json: cannot unmarshal string into Go struct field Config.listen.mcp of type int"
-		rest := msg[i+len("json: cannot unmarshal "):]
-		if j := strings.Index(rest, " into Go struct field "); j >= 0 {
-			got := rest[:j]
-			field := rest[j+len(" into Go struct field "):]
-			want := ""
-			if k := strings.Index(field, " of type "); k >= 0 {
-				field, want = field[:k], field[k+len(" of type "):]
+	if p, ok := findPath(generic, strings.Split(te.Field, "."), "", refused); ok {
+		return p
+	}
+	return te.Field
+}
+
+func findPath(doc any, fields []string, path string, refused func(any) bool) (string, bool) {
+	if len(fields) == 0 {
+		return path, refused(doc)
+	}
+	switch v := doc.(type) {
+	case []any:
+		for i, e := range v {
+			if p, ok := findPath(e, fields, fmt.Sprintf("%s[%d]", path, i), refused); ok {
+				return p, true
 			}
-			if k := strings.Index(field, "."); k >= 0 {
-				field = field[k+1:]
+		}
+	case map[string]any:
+		if e, ok := v[fields[0]]; ok {
+			return findPath(e, fields[1:], join(path, fields[0]), refused)
+		}
+		if unicode.IsUpper([]rune(fields[0])[0]) {
+			// An inline struct's Go name (TemplateLimits.LimitSet): keys are lowercase.
+			return findPath(v, fields[1:], path, refused)
+		}
+		// A map (limits.templates): the decoder's path has no key for its entries.
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if p, ok := findPath(v[k], fields, join(path, k), refused); ok {
+				return p, true
 			}
-			return fmt.Errorf("%s: want %s, got %s", field, want, got)
 		}
 	}
-	return fmt.Errorf("decode: %s", msg)
+	return "", false
 }
 
 func (c *Config) applyDefaults() {
@@ -282,12 +339,11 @@ func (f fieldErrors) err() error { return errors.Join(f...) }
 
 func (c *Config) validate() error {
 	var errs fieldErrors
-	for field, addr := range map[string]string{"listen.mcp": c.Listen.MCP, "listen.proxy": c.Listen.Proxy, "listen.admin": c.Listen.Admin} {
-		if addr == "" {
-			continue
-		}
-		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			errs.add(field, "%q is not host:port (for example 127.0.0.1:8080 or :8080)", addr)
+	for _, l := range []struct{ field, addr string }{
+		{"listen.mcp", c.Listen.MCP}, {"listen.proxy", c.Listen.Proxy}, {"listen.admin", c.Listen.Admin},
+	} {
+		if l.addr != "" {
+			validateHostPort(&errs, l.field, l.addr, "127.0.0.1:8080 or :8080")
 		}
 	}
 	switch c.Audit.File.Fsync {

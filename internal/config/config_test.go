@@ -34,6 +34,19 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"admin token names a missing credential", "admin:\n  token_credential: nope\n", `admin.token_credential: no credential named "nope"`},
 		{"static identity with a bad address", "identity:\n  static:\n    - sandbox: a\n      addresses: [nope]\n", `identity.static[0].addresses[0]: "nope" is neither an IP address nor a CIDR prefix`},
 		{"static identity address claimed twice", "identity:\n  static:\n    - sandbox: a\n      addresses: [127.0.0.2]\n    - sandbox: b\n      addresses: [127.0.0.2]\n", "identity.static[1].addresses[0]: 127.0.0.2/32 is already given to identity.static[0]"},
+		{"listen port out of range", "listen:\n  mcp: 127.0.0.1:80800\n", "listen.mcp: port 80800 out of range 1-65535"},
+		{"listen port zero", "listen:\n  admin: :0\n", "listen.admin: port 0 out of range 1-65535"},
+		{"listen port that is a name", "listen:\n  proxy: 127.0.0.1:http\n", `listen.proxy: port "http" is not a number`},
+		{"listen host that is no host name", "listen:\n  mcp: bad_host!:8080\n", `listen.mcp: host "bad_host!" is neither an IP address nor a host name`},
+		{"listen IPv6 address without brackets", "listen:\n  mcp: ::1:8080\n", `listen.mcp: "::1:8080" is not host:port`},
+		{"redis port out of range", "redis:\n  addr: redis:70000\n", "redis.addr: port 70000 out of range 1-65535"},
+		{"negative duration names its field", "audit:\n  file:\n    fsync_interval: -5s\n", `audit.file.fsync_interval: duration "-5s" is negative`},
+		{"duration without unit names its field", "gateway:\n  upstreams:\n    - {name: a, url: http://a}\n    - {name: b, url: http://b, connect_timeout: 5}\n",
+			`gateway.upstreams[1].connect_timeout: want a duration with a unit such as "500ms" or "5s", got 5`},
+		{"duration that does not parse names its field", "limits:\n  concurrency_lease: soon\n", `limits.concurrency_lease: want a duration such as "500ms" or "5s", got "soon"`},
+		{"wrong type in a list names the position", "gateway:\n  upstreams:\n    - {name: a, command: x, args: 3}\n", "gateway.upstreams[0].args: want []string, got number"},
+		{"wrong type under a map names the key", "limits:\n  templates:\n    coder:\n      total: {tokens_per_day: lots}\n", "limits.templates.coder.total.tokens_per_day: want int64, got string"},
+		{"wrong type in an inline struct names the key", "limits:\n  templates:\n    coder: {requests_per_minute: lots}\n", "limits.templates.coder.requests_per_minute: want int64, got string"},
 		{"not YAML at all", "listen: [\n", "decode:"},
 	}
 	for _, tc := range cases {
@@ -43,6 +56,19 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.wantErr)
 		})
 	}
+}
+
+func TestListenAddressesThatParse(t *testing.T) {
+	for _, addr := range []string{":8080", "127.0.0.1:1", "[::1]:65535", "localhost:9090", "sandgate.sandgate.svc:3128", "0.0.0.0:8080"} {
+		_, err := config.Parse([]byte("listen:\n  mcp: \""+addr+"\"\n"), "/")
+		assert.NoError(t, err, addr)
+	}
+}
+
+func TestDurationNullKeepsTheDefault(t *testing.T) {
+	c, err := config.Parse([]byte("audit:\n  file:\n    fsync_interval:\n"), "/")
+	require.NoError(t, err)
+	assert.Equal(t, 100*time.Millisecond, c.Audit.File.FsyncInterval.D())
 }
 
 func TestParseReportsEveryMistakeAtOnce(t *testing.T) {

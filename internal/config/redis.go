@@ -1,9 +1,6 @@
 package config
 
-import (
-	"net"
-	"time"
-)
+import "time"
 
 // RedisAuditStream is the audit log's mirror in a Redis Stream.
 type RedisAuditStream struct {
@@ -40,9 +37,7 @@ func (r *Redis) applyDefaults() {
 
 func (r *Redis) validate(errs *fieldErrors) {
 	if r.Addr != "" {
-		if _, port, err := net.SplitHostPort(r.Addr); err != nil || port == "" {
-			errs.add("redis.addr", "%q is not host:port (for example redis:6379)", r.Addr)
-		}
+		validateHostPort(errs, "redis.addr", r.Addr, "redis:6379")
 	}
 	if r.DB < 0 {
 		errs.add("redis.db", "must not be negative, got %d", r.DB)

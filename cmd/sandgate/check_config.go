@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/proxy"
+)
+
+// checkConfig is `serve --check-config`: everything serve would refuse at start, short of
+// binding the listeners and reaching Kubernetes or Redis. cfg has passed config.Load (fields,
+// addresses, durations). Then the files it names (config.CheckFiles), the credentials' values
+// (never printed), the proxy CA and the policies, compiled.
+//
+// offline checks a config rendered for a pod from outside it (docs/install.md): the credential
+// files and variables, the CA, the policy folder and the pod's environment are not there, so
+// only the fields and the audit folder are checked.
+func checkConfig(ctx context.Context, env *cliEnv, path string, cfg *config.Config, offline bool) error {
+	if err := cfg.CheckFiles(offline); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if offline {
+		fmt.Fprintf(env.stdout, "config %s is valid (offline: credentials, CA and policies not checked)\n", path)
+		return nil
+	}
+	if _, err := credential.NewStore(cfg.Credentials, env.getenv, nil); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if _, err := memoryLimitFromEnv(env.getenv); err != nil {
+		return err
+	}
+	if cfg.Proxy.CA.Cert != "" {
+		if _, err := proxy.LoadCA(cfg.Proxy.CA.Cert, cfg.Proxy.CA.Key); err != nil {
+			return fmt.Errorf("config %s: proxy.ca: %w", path, err)
+		}
+	}
+	if _, err := policy.New(ctx, cfg.Policy.Dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "config %s is valid\n", path)
+	return nil
+}
