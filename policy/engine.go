@@ -144,7 +144,8 @@ func (e *Engine) Reload(ctx context.Context) error {
 }
 
 // Decide evaluates the policy for one call. It never fails: every problem is a deny whose
-// Reason says what went wrong.
+// Reason says what went wrong. A ctx that is already done is denied with CodeEvalError before
+// the decision cache is consulted.
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	start := time.Now()
 	d := e.decide(ctx, in)
@@ -156,6 +157,11 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	rev := e.cur.Load()
 	if rev == nil {
 		return Decision{Reason: reasonNoPolicy, Code: CodeNoPolicy, Revision: noRevision}
+	}
+	// Checked before the cache: a caller that has given up gets the same answer whether or not
+	// the decision happens to be remembered.
+	if d, done := abandoned(ctx, rev); done {
+		return d
 	}
 	c := rev.cache
 	key, cached := "", false
@@ -195,6 +201,9 @@ func (e *Engine) DecideDocument(ctx context.Context, doc any) Decision {
 }
 
 func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
+	if d, done := abandoned(ctx, rev); done {
+		return d
+	}
 	txn, err := rev.store.NewTransaction(ctx)
 	if err != nil {
 		return Decision{Reason: "policy store: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}
@@ -220,6 +229,18 @@ func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
 	d := decisionFromTerm(result)
 	d.Revision = rev.id
 	return d
+}
+
+// abandoned is the deny for a context that is done before evaluation starts. The contract is
+// that such a call is always denied with CodeEvalError, never answered by the policy or the
+// decision cache: the caller has given up (a client gone, a deadline passed) and must not act on
+// an allow. A context that ends during evaluation is up to OPA, which may finish the evaluation.
+func abandoned(ctx context.Context, rev *revision) (Decision, bool) {
+	err := ctx.Err()
+	if err == nil {
+		return Decision{}, false
+	}
+	return Decision{Reason: "policy evaluation abandoned: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}, true
 }
 
 var (
