@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/policy"
 )
 
 // syncBuffer is a bytes.Buffer safe for a command writing while the test reads.
@@ -234,4 +237,28 @@ func startServe(t *testing.T, cfg string, getenv func(string) string) {
 		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: getenv}, []string{"serve", "--config", cfg})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// `policy eval` prints the revision the server writes into audit events (policy_revision),
+// however the folder is named: relative, absolute, or through a config file.
+func TestPolicyEvalRevisionIsTheServersRevision(t *testing.T) {
+	input := writeFile(t, t.TempDir(), "in.json", `{"kind": "mcp.tools_list", "identity": {"known": false}}`)
+	abs := repoPath(t, "policies")
+	served, err := policy.New(context.Background(), abs)
+	require.NoError(t, err)
+	cfg := writeFile(t, t.TempDir(), "sandgate.yaml", "policy:\n  dir: "+abs+"\n")
+
+	t.Chdir(filepath.Dir(abs))
+	for _, args := range [][]string{
+		{"--dir", "policies"},
+		{"--dir", "./policies/"},
+		{"--dir", abs},
+		{"--config", cfg},
+	} {
+		code, out, errOut := runCLI(t, nil, append([]string{"policy", "eval", "--input", input}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		var got struct{ Revision string }
+		require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+		assert.Equal(t, served.Revision(), got.Revision, "policy eval %v", args)
+	}
 }
