@@ -37,7 +37,7 @@ type revision struct {
 	store    storage.Store
 	query    ast.Body
 	files    []string
-	loadedAt time.Time
+	loadedAt time.Time      // set when Reload installs it
 	cache    *decisionCache // nil: every decision is evaluated
 }
 
@@ -77,21 +77,42 @@ type policyFiles map[string][]byte
 // readPolicyFiles reads the files of dir the engine serves (see skipFile), following symlinks
 // (a ConfigMap's files are symlinks through ..data).
 func readPolicyFiles(dir string) (policyFiles, error) {
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("policy folder: %w", err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("policy folder %s is not a folder", dir)
-	}
 	files := policyFiles{}
-	if err := files.readFolder(dir, "", 1); err != nil {
-		return nil, fmt.Errorf("read policies in %s: %w", dir, err)
+	err := walkServed(dir, func(rel, abs string, info fs.FileInfo) error {
+		if info.IsDir() {
+			return nil
+		}
+		raw, err := os.ReadFile(abs)
+		files[rel] = raw
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return files, nil
 }
 
-func (f policyFiles) readFolder(root, rel string, depth int) error {
+// walkServed visits the root folder (rel ".") and every folder and file below it that the
+// engine serves, following symlinks, the way the OPA loader walks: what is read, hashed and
+// watched is the same set.
+func walkServed(root string, visit func(rel, abs string, info fs.FileInfo) error) error {
+	st, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("policy folder: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("policy folder %s is not a folder", root)
+	}
+	if err := visit(".", root, st); err != nil {
+		return fmt.Errorf("read policies in %s: %w", root, err)
+	}
+	if err := walkFolder(root, ".", 1, visit); err != nil {
+		return fmt.Errorf("read policies in %s: %w", root, err)
+	}
+	return nil
+}
+
+func walkFolder(root, rel string, depth int, visit func(rel, abs string, info fs.FileInfo) error) error {
 	if depth > maxFolderDepth {
 		return fmt.Errorf("%s: folders nested deeper than %d (a symlink loop?)", rel, maxFolderDepth)
 	}
@@ -109,14 +130,13 @@ func (f policyFiles) readFolder(root, rel string, depth int) error {
 		if skipFile(abs, info, depth) {
 			continue
 		}
+		if err := visit(name, abs, info); err != nil {
+			return err
+		}
 		if info.IsDir() {
-			if err := f.readFolder(root, name, depth+1); err != nil {
+			if err := walkFolder(root, name, depth+1, visit); err != nil {
 				return err
 			}
-			continue
-		}
-		if f[name], err = os.ReadFile(abs); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -195,7 +215,6 @@ func compile(_ context.Context, dir string, files policyFiles, cacheEntries int)
 		store:    inmem.NewFromObjectWithOpts(res.Documents, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true)),
 		query:    query,
 		files:    names,
-		loadedAt: time.Now(),
 		cache:    newDecisionCache(compiler, cacheEntries),
 	}, nil
 }
