@@ -262,3 +262,58 @@ func TestPolicyEvalRevisionIsTheServersRevision(t *testing.T) {
 		assert.Equal(t, served.Revision(), got.Revision, "policy eval %v", args)
 	}
 }
+
+// A policy reload that fails leaves the replica ready (the last good revision serves) but says
+// so: /readyz reports "policy":"degraded" with the error, /metrics counts the failure by reason.
+// A repaired folder makes it "ok" again.
+func TestReadyzReportsAPolicyReloadFailure(t *testing.T) {
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies")
+	require.NoError(t, os.Mkdir(policies, 0o755))
+	writeFile(t, policies, "p.rego", "package sandgate\n\ndecision := {\"allow\": false, \"reason\": \"v1\"}\n")
+	admin := freeAddr(t)
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
+		admin, policies, filepath.Join(dir, "audit")))
+	startServe(t, cfg, func(string) string { return "" })
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	type readyz struct {
+		Ready          bool              `json:"ready"`
+		Policy         string            `json:"policy"`
+		PolicyRevision string            `json:"policy_revision"`
+		Degraded       map[string]string `json:"degraded"`
+	}
+	// The reload runs in the server: poll /readyz until it shows the state, with a generous bound.
+	waitReadyz := func(what string, cond func(readyz) bool) readyz {
+		t.Helper()
+		var last readyz
+		require.Eventually(t, func() bool {
+			code, body := get("/readyz")
+			last = readyz{}
+			return code == http.StatusOK && json.Unmarshal([]byte(body), &last) == nil && cond(last)
+		}, 15*time.Second, 20*time.Millisecond, "%s; last /readyz: %+v", what, last)
+		return last
+	}
+	good := waitReadyz("ready with the policy ok", func(r readyz) bool { return r.Ready && r.Policy == "ok" })
+
+	writeFile(t, policies, "p.rego", "package sandgate\n\ndecision := {\"allow\": \n")
+	r := waitReadyz("ready but degraded after a broken edit", func(r readyz) bool { return r.Ready && r.Policy == "degraded" })
+	assert.Equal(t, good.PolicyRevision, r.PolicyRevision, "the last good revision serves")
+	assert.Contains(t, r.Degraded["policy"], "p.rego:4: rego_parse_error")
+	_, metrics := get("/metrics")
+	assert.Contains(t, metrics, `sandgate_policy_reload_failures_total{reason="compile"}`)
+	assert.Contains(t, metrics, "sandgate_policy_reload_degraded 1")
+	assert.Contains(t, metrics, "sandgate_policy_revision_age_seconds ")
+
+	writeFile(t, policies, "p.rego", "package sandgate\n\ndecision := {\"allow\": false, \"reason\": \"v2\"}\n")
+	r = waitReadyz("ok again after the repair", func(r readyz) bool { return r.Ready && r.Policy == "ok" })
+	assert.NotEqual(t, good.PolicyRevision, r.PolicyRevision)
+	assert.Empty(t, r.Degraded)
+}
