@@ -311,6 +311,7 @@ func TestReadyzReportsAPolicyReloadFailure(t *testing.T) {
 	assert.Contains(t, metrics, `sandgate_policy_reload_failures_total{reason="compile"}`)
 	assert.Contains(t, metrics, "sandgate_policy_reload_degraded 1")
 	assert.Contains(t, metrics, "sandgate_policy_revision_age_seconds ")
+	assert.Contains(t, metrics, "sandgate_policy_reload_last_success_seconds ")
 
 	writeFile(t, policies, "p.rego", "package sandgate\n\ndecision := {\"allow\": false, \"reason\": \"v2\"}\n")
 	r = waitReadyz("ok again after the repair", func(r readyz) bool { return r.Ready && r.Policy == "ok" })
