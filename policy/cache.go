@@ -24,7 +24,8 @@ import (
 // The shipped policies read the template, the kind and a handful of request fields, never the
 // sandbox's name or usage, so thousands of sandboxes of a few templates share a small set of
 // keys and most decisions are a map lookup. Only decisions the policy made are cached; engine
-// denials (evaluation errors, a cancelled context) are not.
+// denials (evaluation errors, a cancelled context) are not, and a context that is already done
+// is denied before the cache is consulted (engine.go, abandoned).
 
 // DefaultCacheEntries bounds the decisions remembered per revision. When full the cache
 // starts over: a sandbox that sends ever-new inputs costs itself evaluations, not memory.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -153,5 +154,39 @@ func TestDecisionCacheStartsOverWhenFull(t *testing.T) {
 			tool = "echo"
 		}
 		assert.Equal(t, tool == "echo", e.Decide(context.Background(), callInput(tool)).Allow, tool)
+	}
+}
+
+// A context that is done before evaluation starts is denied with CodeEvalError every time: not
+// evaluated by a worker that happened to be free, and not answered from the cache either.
+func TestEngineDeniesADoneContextEveryTime(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, tc := range []struct {
+		name    string
+		entries int
+	}{
+		{"with the allow already cached", policy.DefaultCacheEntries},
+		{"with the cache off, at the hand-off to a worker", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := newEngine(t, map[string]string{"p.rego": allowEcho}, policy.WithDecisionCache(tc.entries))
+			require.True(t, e.Decide(context.Background(), callInput("echo")).Allow)
+			for i := range 2000 {
+				ctx := cancelled
+				if i%2 == 1 {
+					ctx = expired
+				}
+				d := e.Decide(ctx, callInput("echo"))
+				if d.Allow || d.Code != policy.CodeEvalError || d.Revision != e.Revision() {
+					t.Fatalf("iteration %d: done context got allow=%v code=%q revision=%q, want a %s deny of %s", i, d.Allow, d.Code, d.Revision, policy.CodeEvalError, e.Revision())
+				}
+			}
+			d := e.DecideDocument(cancelled, map[string]any{"mcp": map[string]any{"tool": "echo"}})
+			assert.Equal(t, policy.CodeEvalError, d.Code, "DecideDocument keeps the same contract")
+			assert.True(t, e.Decide(context.Background(), callInput("echo")).Allow, "a live context is still answered")
+		})
 	}
 }

@@ -60,8 +60,14 @@ type Engine struct {
 	metrics *engineMetrics
 	pool    *stackPool // evaluations run here; it lives as long as New's context
 
+	clock Clock
+	poll  time.Duration // Watch's periodic content check; 0: off
+
 	cur      atomic.Pointer[revision]
-	reloadMu sync.Mutex
+	reloadMu sync.Mutex // one reload at a time
+
+	stateMu sync.Mutex
+	state   reloadState
 }
 
 // ReloadResult reports one reload attempt to an observer (logs, metrics).
@@ -69,6 +75,7 @@ type ReloadResult struct {
 	Revision string // the revision serving after the attempt
 	Changed  bool   // a new revision was installed
 	Err      error  // the attempt failed; the previous revision keeps serving
+	Reason   string // why it failed, one of the Reload* reasons ("" when it did not)
 }
 
 // Option configures an Engine.
@@ -87,12 +94,21 @@ func WithDecisionCache(entries int) Option { return func(e *Engine) { e.cacheMax
 // WithDebounce sets how long Watch waits after a file change before reloading.
 func WithDebounce(d time.Duration) Option { return func(e *Engine) { e.debounce = d } }
 
+// WithPollInterval sets how often Watch compares the folder's contents with the last reading,
+// the backstop for a change the file watcher missed. Default DefaultPollInterval; 0 turns it off.
+func WithPollInterval(d time.Duration) Option { return func(e *Engine) { e.poll = max(d, 0) } }
+
+// WithClock replaces the time source of reload bookkeeping (revision age, last success) and of
+// Watch's periodic check; tests drive it by hand.
+func WithClock(c Clock) Option { return func(e *Engine) { e.clock = c } }
+
 // New loads the policies in dir. Evaluation workers run until ctx ends; decisions made after
 // that run on the caller's goroutine. A folder that does not compile is an error; a folder with no
 // policy files yields an engine that denies everything with reason "no policy is loaded" until
 // a reload finds some.
 func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
-	e := &Engine{dir: dir, log: slog.New(slog.DiscardHandler), debounce: defaultDebounce, cacheMax: DefaultCacheEntries}
+	e := &Engine{dir: dir, log: slog.New(slog.DiscardHandler), debounce: defaultDebounce, cacheMax: DefaultCacheEntries,
+		clock: systemClock{}, poll: DefaultPollInterval}
 	for _, o := range opts {
 		o(e)
 	}
@@ -114,37 +130,9 @@ func (e *Engine) Revision() string {
 	return noRevision
 }
 
-// Reload compiles the folder again. On failure the last good revision keeps serving and the
-// error says why; a folder emptied of policies also keeps the last revision.
-func (e *Engine) Reload(ctx context.Context) error {
-	e.reloadMu.Lock()
-	defer e.reloadMu.Unlock()
-	prev := e.cur.Load()
-	rev, err := load(ctx, e.dir, e.cacheMax)
-	res := ReloadResult{Err: err}
-	switch {
-	case err != nil:
-		res.Revision = e.Revision()
-		e.log.Error("policy reload rejected; last good revision keeps serving", "dir", e.dir, "revision", res.Revision, "err", err)
-	case prev != nil && prev.id == rev.id:
-		res.Revision = rev.id
-	default:
-		e.cur.Store(rev)
-		res.Revision, res.Changed = rev.id, true
-		old := noRevision
-		if prev != nil {
-			old = prev.id
-		}
-		e.log.Info("policy loaded", "dir", e.dir, "revision", rev.id, "previous", old, "files", len(rev.files))
-	}
-	if e.onReload != nil {
-		e.onReload(res)
-	}
-	return err
-}
-
 // Decide evaluates the policy for one call. It never fails: every problem is a deny whose
-// Reason says what went wrong.
+// Reason says what went wrong. A ctx that is already done is denied with CodeEvalError before
+// the decision cache is consulted.
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	start := time.Now()
 	d := e.decide(ctx, in)
@@ -156,6 +144,11 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	rev := e.cur.Load()
 	if rev == nil {
 		return Decision{Reason: reasonNoPolicy, Code: CodeNoPolicy, Revision: noRevision}
+	}
+	// Checked before the cache: a caller that has given up gets the same answer whether or not
+	// the decision happens to be remembered.
+	if d, done := abandoned(ctx, rev); done {
+		return d
 	}
 	c := rev.cache
 	key, cached := "", false
@@ -195,6 +188,9 @@ func (e *Engine) DecideDocument(ctx context.Context, doc any) Decision {
 }
 
 func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
+	if d, done := abandoned(ctx, rev); done {
+		return d
+	}
 	txn, err := rev.store.NewTransaction(ctx)
 	if err != nil {
 		return Decision{Reason: "policy store: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}
@@ -220,6 +216,18 @@ func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
 	d := decisionFromTerm(result)
 	d.Revision = rev.id
 	return d
+}
+
+// abandoned is the deny for a context that is done before evaluation starts. The contract is
+// that such a call is always denied with CodeEvalError, never answered by the policy or the
+// decision cache: the caller has given up (a client gone, a deadline passed) and must not act on
+// an allow. A context that ends during evaluation is up to OPA, which may finish the evaluation.
+func abandoned(ctx context.Context, rev *revision) (Decision, bool) {
+	err := ctx.Err()
+	if err == nil {
+		return Decision{}, false
+	}
+	return Decision{Reason: "policy evaluation abandoned: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}, true
 }
 
 var (

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -168,21 +167,18 @@ func TestReload(t *testing.T) {
 }
 
 func TestWatchReloadsOnChange(t *testing.T) {
-	e, dir := newEngine(t, map[string]string{"p.rego": allowEcho}, policy.WithDebounce(20*time.Millisecond))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Watch(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	first := e.Revision()
-	time.Sleep(50 * time.Millisecond) // let the watcher register
+	dir := t.TempDir()
+	writePolicy(t, dir, "p.rego", allowEcho)
+	w := startWatch(t, dir)
+	first := w.Revision()
 
 	writePolicy(t, dir, "p.rego", "package sandgate\n\ndecision := {\"allow\": 1 +\n")
-	time.Sleep(200 * time.Millisecond)
-	assert.Equal(t, first, e.Revision(), "a broken edit leaves the last good revision")
+	w.waitFor(t, "the broken edit to be rejected", func() bool { return w.Status().ReloadErr != nil })
+	assert.Equal(t, first, w.Revision(), "a broken edit leaves the last good revision")
 
 	writePolicy(t, dir, "p.rego", "package sandgate\n\ndecision := {\"allow\": false}\n")
-	require.Eventually(t, func() bool { return e.Revision() != first }, 5*time.Second, 20*time.Millisecond)
-	assert.False(t, e.Decide(ctx, callInput("echo")).Allow)
+	w.waitFor(t, "the repaired edit to be served", func() bool { return w.Revision() != first })
+	assert.False(t, w.Decide(context.Background(), callInput("echo")).Allow)
 }
 
 func TestTestFilesAreNotServed(t *testing.T) {

@@ -3,15 +3,17 @@ package policy
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing/fstest"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -35,7 +37,7 @@ type revision struct {
 	store    storage.Store
 	query    ast.Body
 	files    []string
-	loadedAt time.Time
+	loadedAt time.Time      // set when Reload installs it
 	cache    *decisionCache // nil: every decision is evaluated
 }
 
@@ -62,15 +64,125 @@ func skipFile(abspath string, info fs.FileInfo, depth int) bool {
 	return true
 }
 
-// load compiles the folder into a prepared revision. Errors name the file and line (OPA's
-// compile errors do).
-func load(ctx context.Context, dir string, cacheEntries int) (*revision, error) {
-	if st, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("policy folder: %w", err)
-	} else if !st.IsDir() {
-		return nil, fmt.Errorf("policy folder %s is not a folder", dir)
+// maxFolderDepth bounds the folders read below the policy root (a symlink loop would otherwise
+// recurse for ever).
+const maxFolderDepth = 16
+
+// policyFiles is one reading of a policy folder: every file the engine serves, by its
+// slash-separated name relative to the folder, with its contents. A revision is compiled from
+// the reading and its id is the reading's hash, so the id names exactly the bytes that were
+// compiled, whatever path spelled the folder.
+type policyFiles map[string][]byte
+
+// readPolicyFiles reads the files of dir the engine serves (see skipFile), following symlinks
+// (a ConfigMap's files are symlinks through ..data).
+func readPolicyFiles(dir string) (policyFiles, error) {
+	files := policyFiles{}
+	err := walkServed(dir, func(rel, abs string, info fs.FileInfo) error {
+		if info.IsDir() {
+			return nil
+		}
+		raw, err := os.ReadFile(abs)
+		files[rel] = raw
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	res, err := loader.NewFileLoader().WithRegoVersion(ast.RegoV1).Filtered([]string{dir}, skipFile)
+	return files, nil
+}
+
+// walkServed visits the root folder (rel ".") and every folder and file below it that the
+// engine serves, following symlinks, the way the OPA loader walks: what is read, hashed and
+// watched is the same set.
+func walkServed(root string, visit func(rel, abs string, info fs.FileInfo) error) error {
+	st, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("policy folder: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("policy folder %s is not a folder", root)
+	}
+	if err := visit(".", root, st); err != nil {
+		return fmt.Errorf("read policies in %s: %w", root, err)
+	}
+	if err := walkFolder(root, ".", 1, visit); err != nil {
+		return fmt.Errorf("read policies in %s: %w", root, err)
+	}
+	return nil
+}
+
+func walkFolder(root, rel string, depth int, visit func(rel, abs string, info fs.FileInfo) error) error {
+	if depth > maxFolderDepth {
+		return fmt.Errorf("%s: folders nested deeper than %d (a symlink loop?)", rel, maxFolderDepth)
+	}
+	entries, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(rel)))
+	if err != nil {
+		return err
+	}
+	for _, ent := range entries {
+		name := path.Join(rel, ent.Name())
+		abs := filepath.Join(root, filepath.FromSlash(name))
+		info, err := os.Stat(abs) // follows symlinks, as the OPA loader does
+		if err != nil {
+			return err
+		}
+		if skipFile(abs, info, depth) {
+			continue
+		}
+		if err := visit(name, abs, info); err != nil {
+			return err
+		}
+		if info.IsDir() {
+			if err := walkFolder(root, name, depth+1, visit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// revision is the hash of the files' names and contents, in name order, each length-prefixed
+// so that no two different readings encode alike.
+func (f policyFiles) revision() string {
+	names := make([]string, 0, len(f))
+	for name := range f {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	h.Write([]byte("sandgate policy files v1\n"))
+	var n [8]byte
+	for _, name := range names {
+		binary.BigEndian.PutUint64(n[:], uint64(len(name)))
+		h.Write(n[:])
+		h.Write([]byte(name))
+		binary.BigEndian.PutUint64(n[:], uint64(len(f[name])))
+		h.Write(n[:])
+		h.Write(f[name])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// load reads and compiles the folder into a prepared revision. Errors name the file (relative
+// to dir) and line, as OPA's compile errors do.
+func load(ctx context.Context, dir string, cacheEntries int) (*revision, error) {
+	files, err := readPolicyFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	return compile(ctx, dir, files, cacheEntries)
+}
+
+// compile builds a revision from one reading. The OPA loader reads the reading from memory
+// (an fstest.MapFS: a plain read-only map file system), so what is compiled is what is hashed,
+// and the loader still decides where data files go under data (by folder) as `opa` does.
+func compile(_ context.Context, dir string, files policyFiles, cacheEntries int) (*revision, error) {
+	fsys := make(fstest.MapFS, len(files))
+	for name, raw := range files {
+		fsys[name] = &fstest.MapFile{Data: raw, Mode: 0o444}
+	}
+	res, err := loader.NewFileLoader().WithFS(fsys).WithRegoVersion(ast.RegoV1).Filtered([]string{"."}, skipFile)
 	if err != nil {
 		return nil, fmt.Errorf("load policies from %s: %w", dir, err)
 	}
@@ -78,26 +190,12 @@ func load(ctx context.Context, dir string, cacheEntries int) (*revision, error) 
 		return nil, fmt.Errorf("%s: %w", dir, ErrNoPolicy)
 	}
 	modules := make(map[string]*ast.Module, len(res.Modules))
-	files := make([]string, 0, len(res.Modules))
-	h := sha256.New()
-	for name := range res.Modules {
-		files = append(files, name)
-	}
-	sort.Strings(files)
-	for _, name := range files {
-		m := res.Modules[name]
+	names := make([]string, 0, len(res.Modules))
+	for name, m := range res.Modules {
 		modules[name] = m.Parsed
-		rel, _ := filepath.Rel(dir, name)
-		fmt.Fprintf(h, "module %s %d\n", rel, len(m.Raw))
-		h.Write(m.Raw)
+		names = append(names, name)
 	}
-	// Data documents are hashed in their canonical JSON form (json.Marshal sorts map keys).
-	data, err := json.Marshal(res.Documents)
-	if err != nil {
-		return nil, fmt.Errorf("policy data in %s: %w", dir, err)
-	}
-	fmt.Fprintf(h, "data %d\n", len(data))
-	h.Write(data)
+	sort.Strings(names)
 
 	compiler := ast.NewCompiler().WithStrict(false)
 	compiler.Compile(modules)
@@ -112,12 +210,11 @@ func load(ctx context.Context, dir string, cacheEntries int) (*revision, error) 
 		return nil, fmt.Errorf("compile %s: %w", Query, err)
 	}
 	return &revision{
-		id:       hex.EncodeToString(h.Sum(nil))[:16],
+		id:       files.revision(),
 		compiler: compiler,
 		store:    inmem.NewFromObjectWithOpts(res.Documents, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true)),
 		query:    query,
-		files:    files,
-		loadedAt: time.Now(),
+		files:    names,
 		cache:    newDecisionCache(compiler, cacheEntries),
 	}, nil
 }

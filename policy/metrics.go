@@ -10,8 +10,8 @@ import (
 	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
-// WithMeterProvider records decisions (by kind, allow and code), evaluation time and reload
-// results.
+// WithMeterProvider records decisions (by kind, allow and code), evaluation time, reload results
+// and failures (by reason), whether hot reload is degraded, and the age of the serving revision.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(e *Engine) {
 		m := mp.Meter("github.com/sandgate/sandgate/policy")
@@ -29,26 +29,32 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 		e.metrics.cacheMiss = metric.WithAttributes(attribute.String("result", "miss"))
 		e.metrics.reloads, _ = m.Int64Counter("sandgate.policy.reloads",
 			metric.WithDescription("Policy reload attempts by result (ok, unchanged, rejected)."))
+		e.metrics.failures, _ = m.Int64Counter("sandgate.policy.reload.failures",
+			metric.WithDescription("Policy reload failures by reason (read, compile, no_policy, watch); the last good revision keeps serving."))
 		revision, _ := m.Int64ObservableGauge("sandgate.policy.revision.info",
 			metric.WithDescription("1 for the policy revision serving now."))
+		age, _ := m.Float64ObservableGauge("sandgate.policy.revision.age",
+			metric.WithUnit("s"), metric.WithDescription("Seconds since the serving policy revision was loaded."))
+		lastSuccess, _ := m.Float64ObservableGauge("sandgate.policy.reload.last_success",
+			metric.WithUnit("s"), metric.WithDescription("Unix time of the last policy reload attempt that succeeded, changed or not."))
+		degraded, _ := m.Int64ObservableGauge("sandgate.policy.reload.degraded",
+			metric.WithDescription("1 while the last policy reload or the folder watch failed (the last good revision serves)."))
 		_, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-			o.ObserveInt64(revision, 1, metric.WithAttributes(attribute.String("revision", e.Revision())))
+			s := e.Status()
+			o.ObserveInt64(revision, 1, metric.WithAttributes(attribute.String("revision", s.Revision)))
+			if !s.LoadedAt.IsZero() {
+				o.ObserveFloat64(age, e.clock.Now().Sub(s.LoadedAt).Seconds())
+			}
+			if !s.LastSuccess.IsZero() {
+				o.ObserveFloat64(lastSuccess, float64(s.LastSuccess.UnixNano())/1e9)
+			}
+			var d int64
+			if s.Degraded() {
+				d = 1
+			}
+			o.ObserveInt64(degraded, d)
 			return nil
-		}, revision)
-		prev := e.onReload
-		e.onReload = func(r ReloadResult) {
-			result := "unchanged"
-			switch {
-			case r.Err != nil:
-				result = "rejected"
-			case r.Changed:
-				result = "ok"
-			}
-			e.metrics.reloads.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
-			if prev != nil {
-				prev(r)
-			}
-		}
+		}, revision, age, lastSuccess, degraded)
 	}
 }
 
@@ -56,6 +62,7 @@ type engineMetrics struct {
 	decisions metric.Int64Counter
 	evalTime  metric.Float64Histogram
 	reloads   metric.Int64Counter
+	failures  metric.Int64Counter
 	cache     metric.Int64Counter
 	cacheHit  telemetry.Measurement
 	cacheMiss telemetry.Measurement
@@ -85,4 +92,28 @@ func (m *engineMetrics) cacheLookup(ctx context.Context, hit bool) {
 		o = m.cacheHit
 	}
 	m.cache.Add(ctx, 1, o)
+}
+
+func (m *engineMetrics) reloaded(r ReloadResult) {
+	if m == nil {
+		return
+	}
+	result := "unchanged"
+	switch {
+	case r.Err != nil:
+		result = "rejected"
+	case r.Changed:
+		result = "ok"
+	}
+	m.reloads.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
+	if r.Err != nil {
+		m.reloadFailed(r.Reason)
+	}
+}
+
+func (m *engineMetrics) reloadFailed(reason string) {
+	if m == nil {
+		return
+	}
+	m.failures.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", reason)))
 }

@@ -97,6 +97,7 @@ func (p *stackPool) decide(ctx context.Context, rev *revision, val ast.Value) De
 		return rev.decide(ctx, val)
 	case <-ctx.Done():
 		p.free.Put(j)
-		return Decision{Reason: "policy evaluation abandoned: " + ctx.Err().Error(), Code: CodeEvalError, Revision: rev.id, Err: ctx.Err()}
+		d, _ := abandoned(ctx, rev)
+		return d
 	}
 }

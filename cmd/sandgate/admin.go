@@ -14,7 +14,9 @@ import (
 )
 
 // newAdminComponent serves the admin listener: /healthz (the process answers), /readyz (every
-// readiness check passes; degraded shared state is reported but does not fail it), /metrics,
+// readiness check passes; degraded shared state is reported but does not fail it, and neither
+// does a failed policy reload or watch: the last good revision serves, "policy" says "degraded"
+// and "degraded"."policy" says why), /metrics,
 // and the grants API under /v1/grants/ (bearer token admin.token_credential, read on every
 // request so a rotated token applies at once; without admin.token_credential the API answers 404).
 // It must never be reachable from sandboxes: the generated NetworkPolicy admits only the
@@ -27,13 +29,17 @@ func newAdminComponent(d *serveDeps, metrics http.Handler) component {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		failures, degraded := d.ready.Check(), d.ready.Degraded()
+		policyState := "ok"
+		if d.policy.Status().Degraded() {
+			policyState = "degraded"
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if len(failures) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "failing": failures, "degraded": degraded})
+			_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "failing": failures, "degraded": degraded, "policy": policyState})
 			return
 		}
-		body := map[string]any{"ready": true, "policy_revision": d.policy.Revision()}
+		body := map[string]any{"ready": true, "policy_revision": d.policy.Revision(), "policy": policyState}
 		if len(degraded) > 0 {
 			body["degraded"] = degraded
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/policy"
 )
 
 // syncBuffer is a bytes.Buffer safe for a command writing while the test reads.
@@ -256,4 +259,84 @@ func startServe(t *testing.T, cfg string, getenv func(string) string) {
 		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: getenv}, []string{"serve", "--config", cfg})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// `policy eval` prints the revision the server writes into audit events (policy_revision),
+// however the folder is named: relative, absolute, or through a config file.
+func TestPolicyEvalRevisionIsTheServersRevision(t *testing.T) {
+	input := writeFile(t, t.TempDir(), "in.json", `{"kind": "mcp.tools_list", "identity": {"known": false}}`)
+	abs := repoPath(t, "policies")
+	served, err := policy.New(context.Background(), abs)
+	require.NoError(t, err)
+	cfg := writeFile(t, t.TempDir(), "sandgate.yaml", "policy:\n  dir: "+abs+"\n")
+
+	t.Chdir(filepath.Dir(abs))
+	for _, args := range [][]string{
+		{"--dir", "policies"},
+		{"--dir", "./policies/"},
+		{"--dir", abs},
+		{"--config", cfg},
+	} {
+		code, out, errOut := runCLI(t, nil, append([]string{"policy", "eval", "--input", input}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		var got struct{ Revision string }
+		require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+		assert.Equal(t, served.Revision(), got.Revision, "policy eval %v", args)
+	}
+}
+
+// A policy reload that fails leaves the replica ready (the last good revision serves) but says
+// so: /readyz reports "policy":"degraded" with the error, /metrics counts the failure by reason.
+// A repaired folder makes it "ok" again.
+func TestReadyzReportsAPolicyReloadFailure(t *testing.T) {
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies")
+	require.NoError(t, os.Mkdir(policies, 0o755))
+	writeFile(t, policies, "p.rego", "package sandgate\n\ndecision := {\"allow\": false, \"reason\": \"v1\"}\n")
+	admin := freeAddr(t)
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
+		admin, policies, filepath.Join(dir, "audit")))
+	startServe(t, cfg, func(string) string { return "" })
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	type readyz struct {
+		Ready          bool              `json:"ready"`
+		Policy         string            `json:"policy"`
+		PolicyRevision string            `json:"policy_revision"`
+		Degraded       map[string]string `json:"degraded"`
+	}
+	// The reload runs in the server: poll /readyz until it shows the state, with a generous bound.
+	waitReadyz := func(what string, cond func(readyz) bool) readyz {
+		t.Helper()
+		var last readyz
+		require.Eventually(t, func() bool {
+			code, body := get("/readyz")
+			last = readyz{}
+			return code == http.StatusOK && json.Unmarshal([]byte(body), &last) == nil && cond(last)
+		}, 15*time.Second, 20*time.Millisecond, "%s; last /readyz: %+v", what, last)
+		return last
+	}
+	good := waitReadyz("ready with the policy ok", func(r readyz) bool { return r.Ready && r.Policy == "ok" })
+
+	writeFile(t, policies, "p.rego", "package sandgate\n\ndecision := {\"allow\": \n")
+	r := waitReadyz("ready but degraded after a broken edit", func(r readyz) bool { return r.Ready && r.Policy == "degraded" })
+	assert.Equal(t, good.PolicyRevision, r.PolicyRevision, "the last good revision serves")
+	assert.Contains(t, r.Degraded["policy"], "p.rego:4: rego_parse_error")
+	_, metrics := get("/metrics")
+	assert.Contains(t, metrics, `sandgate_policy_reload_failures_total{reason="compile"}`)
+	assert.Contains(t, metrics, "sandgate_policy_reload_degraded 1")
+	assert.Contains(t, metrics, "sandgate_policy_revision_age_seconds ")
+	assert.Contains(t, metrics, "sandgate_policy_reload_last_success_seconds ")
+
+	writeFile(t, policies, "p.rego", "package sandgate\n\ndecision := {\"allow\": false, \"reason\": \"v2\"}\n")
+	r = waitReadyz("ok again after the repair", func(r readyz) bool { return r.Ready && r.Policy == "ok" })
+	assert.NotEqual(t, good.PolicyRevision, r.PolicyRevision)
+	assert.Empty(t, r.Degraded)
 }

@@ -133,13 +133,22 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	engine, err := policy.New(ctx, cfg.Policy.Dir,
 		policy.WithLogger(log.With("component", "policy")),
 		policy.WithDecisionCache(cfg.Policy.DecisionCacheEntries()),
+		policy.WithPollInterval(cfg.Policy.PollInterval.D()),
 		policy.WithMeterProvider(tel.MeterProvider()))
 	if err != nil {
 		return err
 	}
+	// Ready means able to serve: a policy is loaded. A reload or watch that fails leaves the last
+	// good revision serving, so it is reported as degraded, not as a failing check.
 	ready.Add("policy", func() error {
 		if engine.Revision() == "none" {
 			return errors.New("no policy loaded")
+		}
+		return nil
+	})
+	ready.AddDegraded("policy", func() error {
+		if s := engine.Status(); s.Degraded() {
+			return errors.New(s.Problem())
 		}
 		return nil
 	})

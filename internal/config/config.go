@@ -61,6 +61,9 @@ type Policy struct {
 	Dir string `json:"dir"`
 	// Watch reloads the policies when a file in Dir changes. Default true.
 	Watch *bool `json:"watch"`
+	// PollInterval is how often the watch also hashes Dir's contents and reloads when they
+	// changed, the backstop for a change the file watcher missed. Default 10s.
+	PollInterval Duration `json:"poll_interval"`
 	// DecisionCache bounds the decisions remembered per policy revision, keyed by the parts
 	// of input the policies read (docs/policies.md). Default 16384; 0 turns it off.
 	DecisionCache *int `json:"decision_cache"`
@@ -287,6 +290,9 @@ func findPath(doc any, fields []string, path string, refused func(any) bool) (st
 func (c *Config) applyDefaults() {
 	if c.Policy.Dir == "" {
 		c.Policy.Dir = "policies"
+	}
+	if c.Policy.PollInterval == 0 {
+		c.Policy.PollInterval = Duration(10 * time.Second)
 	}
 	if c.Audit.File.Dir == "" {
 		c.Audit.File.Dir = "var/audit"

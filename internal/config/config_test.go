@@ -89,6 +89,7 @@ func TestDefaultsAndRelativePaths(t *testing.T) {
 	assert.Equal(t, "batch", c.Audit.File.Fsync)
 	assert.Equal(t, 100*time.Millisecond, c.Audit.File.FsyncInterval.D())
 	assert.True(t, c.Policy.WatchEnabled())
+	assert.Equal(t, 10*time.Second, c.Policy.PollInterval.D())
 }
 
 func TestExampleConfigLoads(t *testing.T) {
