@@ -112,9 +112,7 @@ func (g *Gateway) readable(ctx context.Context, cl *call.Call, uri string) bool 
 	}
 	a := action{kind: audit.KindResourcesRead, upstream: u, name: uri}
 	if rf := g.authorize(ctx, cl, a); rf != nil {
-		// Hidden: the event keeps policy's reason and code, the sandbox sees "not found".
-		cl.Event.Outcome.Status = http.StatusNotFound
-		cl.Finish()
+		cl.Hide(rf) // the event keeps policy's reason and code; the sandbox sees "not found"
 		return false
 	}
 	return true
@@ -204,9 +202,9 @@ type action struct {
 	rawArgs  any // the arguments as sent, for the audit event's hash
 }
 
-// authorize is the gateway's shape of the request path's decision step for a: the target on
-// the event, call.Authorize with admission, and for tools/call a concurrency slot. On a
-// refusal the call is ended as refused; release is never nil.
+// authorize is the gateway's shape of the request path's decision step for a: the target and
+// the credential's name on the event, then call.Authorize with admission. On a refusal the
+// caller ends the call (Refuse, or Hide where a refusal must look like absence).
 func (g *Gateway) authorize(ctx context.Context, cl *call.Call, a action) *call.Refusal {
 	cl.Event.Kind = a.kind
 	cl.Event.Target.Upstream, cl.Event.Target.Tool = a.upstream.cfg.Name, a.name
@@ -216,7 +214,6 @@ func (g *Gateway) authorize(ctx context.Context, cl *call.Call, a action) *call.
 	in := &policy.Input{Kind: a.kind, Identity: cl.Event.Identity,
 		MCP: &policy.MCP{Upstream: a.upstream.cfg.Name, Tool: a.name, Arguments: a.args}}
 	if _, rf := cl.Authorize(ctx, in, true); rf != nil {
-		cl.Refuse(rf)
 		return rf
 	}
 	if c := a.upstream.cfg.Credential; c != nil {
@@ -257,6 +254,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	a := action{kind: audit.KindToolsCall, upstream: n.upstream, name: n.name, args: req.GetArguments(), rawArgs: req.Params.Arguments}
 	if rf := g.authorize(ctx, cl, a); rf != nil {
+		cl.Refuse(rf)
 		return mcp.NewToolResultError("denied by Sandgate policy: " + rf.Reason), nil
 	}
 	release, deny := g.core.Admission().AcquireToolCall(ctx, cl.Event.Identity)
@@ -296,6 +294,7 @@ func (g *Gateway) readResource(ctx context.Context, req mcp.ReadResourceRequest)
 	}
 	if cl.Event.Target.Upstream == "" { // not decided by the guard (in-process use)
 		if rf := g.authorize(ctx, cl, action{kind: audit.KindResourcesRead, upstream: u, name: uri}); rf != nil {
+			cl.Hide(rf)
 			return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)
 		}
 	}
@@ -324,6 +323,7 @@ func (g *Gateway) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp
 		args[k] = v
 	}
 	if rf := g.authorize(ctx, cl, action{kind: audit.KindPromptsGet, upstream: n.upstream, name: n.name, args: args}); rf != nil {
+		cl.Refuse(rf)
 		return nil, fmt.Errorf("prompt %q denied by Sandgate: %s", req.Params.Name, rf.Reason)
 	}
 	out := mcp.GetPromptRequest{}

@@ -172,6 +172,16 @@ func (cl *Call) Refuse(r *Refusal) int {
 	return status
 }
 
+// Hide ends the call as refused by r, answered as if what it asked for did not exist (404): a
+// hidden resource answers exactly like a missing one. The event keeps r's reason and code.
+func (cl *Call) Hide(r *Refusal) {
+	cl.Event.Decision.Allow = false
+	cl.Event.Decision.Reason = r.Reason
+	cl.Event.Outcome.Error = r.Code
+	cl.Event.Outcome.Status = classes[ClassNotFound].status
+	cl.Finish()
+}
+
 // Fail ends an allowed call whose action failed (an upstream error): the decision stands, the
 // outcome says what went wrong.
 func (cl *Call) Fail(r *Refusal) int {
