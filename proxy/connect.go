@@ -250,6 +250,7 @@ func (p *Proxy) innerHandler(id identity.Identity, dest hostport.Addr, he *hostE
 		x.ev().Target.Host = auditHost(dest, "https")
 		x.up = he.up
 		if g, ok := r.Context().Value(connKey{}).(*headGuard); ok {
+			defer g.done()
 			if rf, bad := g.next(); bad {
 				x.refuse(w, rf)
 				return

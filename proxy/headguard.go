@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
@@ -37,7 +38,10 @@ type headGuard struct {
 	bad   int // 1-based index of the first refused head, 0 if none
 	why   *call.Refusal
 
-	served atomic.Int64 // requests the handler has seen on this connection
+	served   atomic.Int64 // requests the handler has seen on this connection
+	finished atomic.Int64 // requests the handler has returned from
+	started  int          // request heads whose first byte was read
+	reported int          // the last head whose refusal by net/http itself was audited
 }
 
 const (
@@ -59,12 +63,81 @@ func newHeadGuard(c net.Conn, maxHead int, onHard func(*call.Refusal)) *headGuar
 
 func (g *headGuard) Read(p []byte) (int, error) {
 	n, err := g.Conn.Read(p)
+	var rf *call.Refusal
+	g.mu.Lock()
 	if n > 0 {
-		g.mu.Lock()
 		g.scan(p[:n])
-		g.mu.Unlock()
+	}
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() && g.unservedLocked() {
+		// net/http closes a connection whose head did not arrive within ReadHeaderTimeout
+		// without an answer and without calling the handler.
+		g.reported = g.started
+		rf = &call.Refusal{Code: call.CodeHeaderTimeout, Reason: "request head not received in time"}
+	}
+	g.mu.Unlock()
+	if rf != nil && g.onHard != nil {
+		g.onHard(rf)
 	}
 	return n, err
+}
+
+// Write passes the server's bytes on. An error status line written while a request head has
+// been read that no handler has seen is net/http answering by itself (a malformed request
+// line, Transfer-Encoding or Content-Length, a bad Host, HTTP/0.9 …): it is audited here, since
+// no handler will.
+func (g *headGuard) Write(p []byte) (int, error) {
+	var rf *call.Refusal
+	g.mu.Lock()
+	if g.unservedLocked() {
+		if status := errorStatusLine(p); status != 0 {
+			g.reported = g.started
+			code := call.CodeMalformedRequest
+			if status == 431 {
+				code = call.CodeHeaderTooLarge
+			}
+			rf = &call.Refusal{Code: code, Reason: "net/http refused the request: " + firstLine(p, 120)}
+		}
+	}
+	g.mu.Unlock()
+	if rf != nil && g.onHard != nil {
+		g.onHard(rf)
+	}
+	return g.Conn.Write(p)
+}
+
+// unservedLocked reports a request head that began, that no handler has seen, while no handler
+// runs, and that was not audited yet. After a CONNECT or Upgrade (gsPass) the bytes are a
+// tunnel's and are not inspected.
+func (g *headGuard) unservedLocked() bool {
+	served := g.served.Load()
+	return g.st != gsPass && g.started > int(served) && g.finished.Load() == served && g.reported < g.started
+}
+
+// done is called by the handler when it returns.
+func (g *headGuard) done() { g.finished.Add(1) }
+
+// errorStatusLine is the status of an HTTP/1.x response line with a 4xx or 5xx status at the
+// start of p, else 0.
+func errorStatusLine(p []byte) int {
+	if len(p) < 12 || !bytes.HasPrefix(p, []byte("HTTP/1.")) || p[8] != ' ' {
+		return 0
+	}
+	st, err := strconv.Atoi(string(p[9:12]))
+	if err != nil || st < 400 || st > 599 {
+		return 0
+	}
+	return st
+}
+
+func firstLine(p []byte, n int) string {
+	if i := bytes.IndexByte(p, '\r'); i >= 0 {
+		p = p[:i]
+	}
+	if len(p) > n {
+		p = p[:n]
+	}
+	return string(p)
 }
 
 // next is called by the handler once per request; it returns the refusal for this request,
@@ -97,6 +170,7 @@ func (g *headGuard) scan(p []byte) {
 			// never calls the handler: audit that refusal here.
 			if g.head > 2*g.maxHead && g.served.Load() < int64(g.bad) {
 				g.st = gsPass
+				g.reported = g.started
 				if g.onHard != nil {
 					g.onHard(g.why)
 				}
@@ -123,6 +197,9 @@ func (g *headGuard) scan(p []byte) {
 				seg = p[:i]
 			}
 			if g.st == gsHead {
+				if g.head == 0 && len(bytes.TrimSpace(seg)) > 0 {
+					g.started++
+				}
 				g.head += len(seg) + 1
 				if g.head > g.maxHead && g.bad == 0 {
 					g.flag(&call.Refusal{Code: call.CodeHeaderTooLarge, Reason: "request head exceeds " + strconv.Itoa(g.maxHead) + " bytes", Close: true})

@@ -299,6 +299,7 @@ type connKey struct{}
 // absolute-URI http:// requests to plain forwarding; anything else is 404.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g, ok := r.Context().Value(connKey{}).(*headGuard); ok {
+		defer g.done()
 		if rf, bad := g.next(); bad {
 			x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRejected)
 			x.refuse(w, rf)
