@@ -44,6 +44,7 @@ request_decision := {
 	m := template.models[provider]
 	input.http.model in m.allow
 	input.http.max_tokens <= m.max_tokens
+	not max_tokens_missing
 } else := {"allow": true, "reason": "host allowed for template", "code": "host_allowed"} if {
 	not provider
 	host_allowed
@@ -63,6 +64,18 @@ request_denial := {
 	not models
 } else := {
 	"allow": false,
+	"reason": sprintf("the request to provider %q names no model: only model requests (a JSON body with \"model\" and \"max_tokens\") are allowed", [provider]),
+	"code": "model_missing",
+} if {
+	input.http.model == ""
+} else := {
+	"allow": false,
+	"reason": sprintf("the request to provider %q has no max_tokens; the provider requires it and template %q caps it at %d", [provider, input.identity.template, models.max_tokens]),
+	"code": "max_tokens_missing",
+} if {
+	max_tokens_missing
+} else := {
+	"allow": false,
 	"reason": sprintf("model %q is not allowed for template %q (allowed: %s)", [input.http.model, input.identity.template, concat(", ", models.allow)]),
 	"code": "model_not_allowed",
 } if {
@@ -71,4 +84,12 @@ request_denial := {
 	"allow": false,
 	"reason": sprintf("max_tokens %d exceeds the cap of %d for template %q", [input.http.max_tokens, models.max_tokens, input.identity.template]),
 	"code": "max_tokens_exceeded",
+}
+
+# A provider whose API requires max_tokens (requires_max_tokens in data) gets none: Sandgate
+# reads -1 for a missing or null max_tokens, which would pass any cap. Where the API makes it
+# optional (OpenAI), a request without it is allowed and the provider's default applies.
+max_tokens_missing if {
+	input.http.max_tokens < 0
+	data.providers[provider].requires_max_tokens
 }

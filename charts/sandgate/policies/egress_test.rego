@@ -65,3 +65,20 @@ test_plain_request_to_listed_host_is_allowed_without_credential if {
 }
 
 test_request_to_unlisted_host_is_denied if not request(coder, {"method": "GET", "host": "example.org"}).allow
+
+test_a_request_without_a_model_says_so if {
+	d := request(coder, {"route": "anthropic", "method": "GET", "host": "api.anthropic.com", "path": "/v1/models"})
+	not d.allow
+	d.code == "model_missing"
+}
+
+test_a_messages_request_without_max_tokens_is_refused if {
+	d := request(coder, {"route": "anthropic", "host": "api.anthropic.com", "path": "/v1/messages", "model": "claude-haiku-4-5", "max_tokens": -1})
+	not d.allow
+	d.code == "max_tokens_missing"
+}
+
+test_max_tokens_is_optional_where_the_api_says_so if {
+	d := request(coder, {"route": "openai", "host": "api.openai.com", "path": "/v1/chat/completions", "model": "gpt-5", "max_tokens": -1}) with data.templates["coding-agent"].models.openai as {"allow": ["gpt-5"], "max_tokens": 1000}
+	d.allow
+}
