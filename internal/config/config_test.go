@@ -34,6 +34,11 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"admin token names a missing credential", "admin:\n  token_credential: nope\n", `admin.token_credential: no credential named "nope"`},
 		{"static identity with a bad address", "identity:\n  static:\n    - sandbox: a\n      addresses: [nope]\n", `identity.static[0].addresses[0]: "nope" is neither an IP address nor a CIDR prefix`},
 		{"static identity address claimed twice", "identity:\n  static:\n    - sandbox: a\n      addresses: [127.0.0.2]\n    - sandbox: b\n      addresses: [127.0.0.2]\n", "identity.static[1].addresses[0]: 127.0.0.2/32 is already given to identity.static[0]"},
+		{"audit chain key names a missing credential", "audit:\n  chain_key_credential: nope\n", `audit.chain_key_credential: no credential named "nope"`},
+		{"checkpoint signing key names a missing credential", "audit:\n  checkpoint:\n    signing_key_credential: nope\n", `audit.checkpoint.signing_key_credential: no credential named "nope"`},
+		{"negative checkpoint interval in events", "credentials:\n  - name: k\n    env: K\naudit:\n  checkpoint:\n    signing_key_credential: k\n    every_events: -1\n", "audit.checkpoint.every_events: must be a positive number"},
+		{"checkpoint interval that does not parse", "audit:\n  checkpoint:\n    every: often\n", `want a duration such as "500ms" or "5s", got "often"`},
+		{"misspelt checkpoint field", "audit:\n  checkpoint:\n    every_event: 5\n", `unknown field "audit.checkpoint.every_event"`},
 		{"not YAML at all", "listen: [\n", "decode:"},
 	}
 	for _, tc := range cases {
@@ -62,6 +67,8 @@ func TestDefaultsAndRelativePaths(t *testing.T) {
 	assert.Equal(t, 64, c.Audit.File.MaxSizeMB)
 	assert.Equal(t, "batch", c.Audit.File.Fsync)
 	assert.Equal(t, 100*time.Millisecond, c.Audit.File.FsyncInterval.D())
+	assert.Equal(t, 1000, c.Audit.Checkpoint.EveryEvents)
+	assert.Equal(t, time.Minute, c.Audit.Checkpoint.Every.D())
 	assert.True(t, c.Policy.WatchEnabled())
 }
 
