@@ -6,7 +6,8 @@
 //	sandgate policy test  run the Rego tests of a policy folder
 //	sandgate policy eval  print the decision for one input
 //	sandgate audit query  read the audit log with filters
-//	sandgate audit verify check the audit log's hash chain
+//	sandgate audit verify check the audit log's hash chain and checkpoints
+//	sandgate audit keygen write the keys that key the chain and sign checkpoints
 //	sandgate ca init      write the CA for TLS interception
 //	sandgate netpol       print or apply the NetworkPolicies that confine sandboxes
 //	sandgate version      print the version
@@ -36,6 +37,7 @@ type command struct {
 
 // cliEnv is what a command may touch of the outside world, so tests can run commands in-process.
 type cliEnv struct {
+	stdin          io.Reader // nil reads nothing
 	stdout, stderr io.Writer
 	getenv         func(string) string
 }
@@ -47,7 +49,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"serve":   {"run the gateway: admin, MCP and proxy listeners", runServe},
 		"policy":  {"test or evaluate Rego policies (policy test DIR, policy eval --input FILE)", runPolicy},
-		"audit":   {"query or verify the audit log (audit query, audit verify)", runAudit},
+		"audit":   {"query or verify the audit log, make its keys (audit query, verify, keygen)", runAudit},
 		"ca":      {"manage the CA that signs intercepted TLS (ca init --dir DIR)", runCA},
 		"netpol":  {"print or apply the NetworkPolicies that confine sandboxes (--apply, --rbac)", runNetpol},
 		"version": {"print the version", runVersion},
@@ -56,7 +58,7 @@ func commands() map[string]command {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
