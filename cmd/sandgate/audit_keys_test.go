@@ -165,3 +165,14 @@ func TestAuditWriterOptionsNameTheField(t *testing.T) {
 		})
 	}
 }
+
+func TestServeCheckConfigReadsTheAuditKeys(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "bad.key", "not a PEM key\n")
+	cfg := writeFile(t, dir, "sandgate.yaml", "policy:\n  dir: "+repoPath(t, "policies")+"\n"+
+		"audit:\n  file:\n    dir: "+filepath.Join(dir, "audit")+"\n  checkpoint:\n    signing_key_credential: signing\n"+
+		"credentials:\n  - name: signing\n    file: "+filepath.Join(dir, "bad.key")+"\n")
+	code, _, errOut := runCLI(t, nil, "serve", "--config", cfg, "--check-config")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "audit.checkpoint.signing_key_credential: checkpoint signing key: want a PEM")
+}

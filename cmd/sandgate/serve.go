@@ -71,7 +71,7 @@ const (
 func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "serve", "serve [--config FILE] [--check-config]")
 	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
-	check := fs.Bool("check-config", false, "validate the config, read the credentials, compile the policies, then exit")
+	check := fs.Bool("check-config", false, "validate the config, read the credentials and audit keys, compile the policies, then exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -97,6 +97,9 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if *check {
 		if _, err := policy.New(ctx, cfg.Policy.Dir); err != nil {
+			return err
+		}
+		if _, err := auditWriterOptions(cfg, creds, slog.New(slog.DiscardHandler)); err != nil {
 			return err
 		}
 		fmt.Fprintf(env.stdout, "config %s is valid\n", path)
