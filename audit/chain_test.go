@@ -566,3 +566,31 @@ func TestGeneratedKeysSignAndVerify(t *testing.T) {
 	_, err = GenerateKeys(dir, false)
 	assert.ErrorContains(t, err, "exists (pass --force", "existing keys are not replaced by accident")
 }
+
+func TestCheckpointCountsSpanRotatedFilesAndRestarts(t *testing.T) {
+	dir := t.TempDir()
+	cfg := FileConfig{Dir: dir, MaxSize: 2 << 10}
+	var first, second, third published
+	writeLog(t, cfg, 9, append(checkpointOpts(4, newFakeClock(), &first), WithMaxBatch(1))...)
+	// A writer without checkpoints in between: its lines still count for the next one.
+	writeLog(t, cfg, 3)
+	writeLog(t, cfg, 5, append(checkpointOpts(4, newFakeClock(), &second), WithMaxBatch(1))...)
+	require.Greater(t, len(listFiles(t, dir)), 3, "the log rotated")
+	// Lines: 9 events and 3 checkpoints (12), 3 plain events (15), then the second writer's 4
+	// events, a checkpoint, 1 event and the checkpoint on Close (22).
+	assert.Equal(t, []uint64{4, 9, 11}, counts(first.list))
+	assert.Equal(t, []uint64{19, 21}, counts(second.list))
+
+	// A crash leaves no checkpoint at the end: the next start counts on from the last one.
+	active := filepath.Join(dir, ActiveFile)
+	lines := readLines(t, active)
+	writeLines(t, active, lines[:len(lines)-1])
+	writeLog(t, cfg, 1, checkpointOpts(4, newFakeClock(), &third)...)
+	assert.Equal(t, []uint64{22}, counts(third.list))
+
+	report, err := VerifyWith(dir, VerifyOptions{PublicKey: testPublicKey, External: third.list})
+	require.NoError(t, err)
+	assert.True(t, report.Complete(), "%s", report)
+	assert.Equal(t, 9+3+5+1, report.Events)
+	assert.Equal(t, 5, report.Checkpoints)
+}
