@@ -24,7 +24,7 @@ import (
 // --public-key).
 const (
 	exitBroken  = 3
-	exitUnkeyed = 4
+	exitUnprotected = 4
 )
 
 func runAudit(ctx context.Context, env *cliEnv, args []string) error {
@@ -156,7 +156,7 @@ func runAuditVerify(_ context.Context, env *cliEnv, args []string) error {
 	case !report.OK():
 		return exitError{code: exitBroken, msg: report.String()}
 	case !report.Complete():
-		return exitError{code: exitUnkeyed, msg: report.String()}
+		return exitError{code: exitUnprotected, msg: report.String()}
 	}
 	fmt.Fprintln(env.stdout, report)
 	return nil
