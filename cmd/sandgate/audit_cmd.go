@@ -23,7 +23,7 @@ import (
 // the protection the given keys call for (not keyed under --key-file, no checkpoint under
 // --public-key).
 const (
-	exitBroken  = 3
+	exitBroken      = 3
 	exitUnprotected = 4
 )
 
