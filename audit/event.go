@@ -58,9 +58,9 @@ type Event struct {
 	Credential string            `json:"credential,omitempty"`
 	Outcome    Outcome           `json:"outcome"`
 	TraceID    string            `json:"trace_id,omitempty"`
-	// PrevHash is the Hash of the event before this one in the log (empty for the first), and
-	// Hash is the SHA-256 over this event with Hash itself empty: together a chain that reveals an
-	// edited, removed or reordered event.
+	// PrevHash is the Hash of the line before this one in the log (empty for the first), and
+	// Hash is the SHA-256 (HMAC-SHA-256 under the chain key, when keyed) over this event's line
+	// with Hash itself empty: together a chain that reveals an edited, removed or reordered event.
 	PrevHash string `json:"prev_hash"`
 	Hash     string `json:"hash"`
 }

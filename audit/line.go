@@ -3,7 +3,6 @@ package audit
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,20 +36,6 @@ func ParseLine(line []byte) (Event, error) {
 	return ev, nil
 }
 
-// lineHash returns the hash stored at the end of line and the hash recomputed from its canonical
-// form. The line is not modified.
-func lineHash(line []byte) (stored, computed string, err error) {
-	stored, err = storedHash(line)
-	if err != nil {
-		return "", "", err
-	}
-	prefix := line[:len(line)-len(hashKey)-hashHexLen-2]
-	h := sha256.New()
-	h.Write(prefix)
-	h.Write([]byte(emptyHashSuffix))
-	return stored, hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // prevHashKey starts the member before "hash" in the writer's form.
 const prevHashKey = `,"prev_hash":"`
 
@@ -58,27 +43,27 @@ const prevHashKey = `,"prev_hash":"`
 //
 //	,"prev_hash":"<64 hex digits or nothing>","hash":"<64 hex digits>"}
 //
-// It returns the prev_hash, the stored hash and the hash recomputed from the canonical form.
-// Reading bytes rather than decoding keeps Verify fast and independent of the other fields.
-func linkedHashes(line []byte) (prev, stored, computed string, err error) {
-	stored, computed, err = lineHash(line)
+// It returns the prev_hash and the stored hash; chainHash.matches recomputes the hash. Reading
+// bytes rather than decoding keeps Verify fast and independent of the other fields.
+func linkedHashes(line []byte) (prev, stored string, err error) {
+	stored, err = storedHash(line)
 	if err != nil {
-		return "", "", "", err
+		return "", "", err
 	}
 	rest := line[:len(line)-len(hashKey)-hashHexLen-2] // up to the closing quote of prev_hash
 	if len(rest) == 0 || rest[len(rest)-1] != '"' {
-		return "", "", "", errors.New(`"prev_hash" does not come right before "hash"`)
+		return "", "", errors.New(`"prev_hash" does not come right before "hash"`)
 	}
 	rest = rest[:len(rest)-1]
 	switch {
 	case bytes.HasSuffix(rest, []byte(prevHashKey)):
-		return "", stored, computed, nil
+		return "", stored, nil
 	case len(rest) >= hashHexLen+len(prevHashKey) &&
 		bytes.Equal(rest[len(rest)-hashHexLen-len(prevHashKey):len(rest)-hashHexLen], []byte(prevHashKey)) &&
 		isLowerHex(rest[len(rest)-hashHexLen:]):
-		return string(rest[len(rest)-hashHexLen:]), stored, computed, nil
+		return string(rest[len(rest)-hashHexLen:]), stored, nil
 	}
-	return "", "", "", errors.New(`"prev_hash" does not come right before "hash" with 64 hex digits or none`)
+	return "", "", errors.New(`"prev_hash" does not come right before "hash" with 64 hex digits or none`)
 }
 
 // storedHash returns the hex digits of the line's trailing "hash" member.
@@ -110,22 +95,4 @@ func isLowerHex(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// sealLine turns the canonical form at the end of buf (from start, ending with emptyHashSuffix
-// and no newline) into the final line by filling in its hash, and returns the grown buffer and
-// the hash.
-func sealLine(buf []byte, start int) ([]byte, string, error) {
-	canonical := buf[start:]
-	if !bytes.HasSuffix(canonical, []byte(emptyHashSuffix)) {
-		// Event gained a field after Hash, or Hash gained omitempty: the chain format would break.
-		return buf, "", errors.New(`encoded event does not end with an empty "hash" member`)
-	}
-	sum := sha256.Sum256(canonical)
-	var digits [hashHexLen]byte
-	hex.Encode(digits[:], sum[:])
-	buf = buf[:len(buf)-2] // drop `"}`, keep the opening quote of the value
-	buf = append(buf, digits[:]...)
-	buf = append(buf, '"', '}')
-	return buf, string(digits[:]), nil
 }

@@ -94,23 +94,20 @@ func FuzzParseLine(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, line []byte) {
 		ev, perr := ParseLine(line)
-		stored, computed, herr := lineHash(line)
+		stored, herr := storedHash(line)
 		if perr != nil {
 			return
 		}
 		if herr != nil {
-			t.Fatalf("ParseLine accepted a line lineHash refuses: %v", herr)
+			t.Fatalf("ParseLine accepted a line storedHash refuses: %v", herr)
 		}
 		if ev.Hash != stored {
 			t.Fatalf("ParseLine hash %q, stored %q", ev.Hash, stored)
 		}
-		if len(computed) != 64 {
-			t.Fatalf("computed hash %q", computed)
-		}
-		prev, stored2, computed2, lerr := linkedHashes(line)
-		if lerr == nil && (prev != ev.PrevHash || stored2 != stored || computed2 != computed) {
+		_ = plainChain.matches(line, stored)
+		prev, stored2, lerr := linkedHashes(line)
+		if lerr == nil && (prev != ev.PrevHash || stored2 != stored) {
 			t.Fatalf("linkedHashes disagrees with ParseLine: prev %q vs %q", prev, ev.PrevHash)
 		}
-		_ = checkLine(line, nil, ev.PrevHash, false)
 	})
 }

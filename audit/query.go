@@ -101,7 +101,7 @@ type QueryResult struct {
 
 // Query reads the log in dir oldest to newest and returns the newest matches of f. It streams:
 // memory holds at most Limit events, whatever the size of the log. Lines are parsed, not verified;
-// run Verify to trust them.
+// run Verify to trust them. The writer's own records (KindChain, KindCheckpoint) are skipped.
 func Query(ctx context.Context, dir string, f Filter) (*QueryResult, error) {
 	if err := f.Validate(); err != nil {
 		return nil, fmt.Errorf("query audit log: %w", err)
@@ -131,6 +131,9 @@ func Query(ctx context.Context, dir string, f Filter) (*QueryResult, error) {
 			if err != nil {
 				res.Malformed++
 				return nil
+			}
+			if isRecordKind(ev.Kind) {
+				return nil // the writer's own records (chain, checkpoints) are not calls
 			}
 			if f.Match(&ev) {
 				res.Matched++

@@ -40,6 +40,9 @@ func QueryRedis(ctx context.Context, client redis.UniversalClient, stream string
 				res.Malformed++
 				continue
 			}
+			if isRecordKind(ev.Kind) {
+				continue // mirrored checkpoints and chain records are not calls
+			}
 			if _, dup := seen[ev.ID]; dup {
 				continue
 			}

@@ -322,3 +322,12 @@ func (s *mirroredSink) WriteBatch(b *Batch) error {
 	s.mirror.Notify()
 	return nil
 }
+
+// CountLines passes the file sink's count through (see LineCounter).
+func (s *mirroredSink) CountLines() (uint64, error) {
+	c, ok := s.Sink.(LineCounter)
+	if !ok {
+		return 0, fmt.Errorf("the sink (%T) cannot count its lines", s.Sink)
+	}
+	return c.CountLines()
+}

@@ -28,7 +28,7 @@ type mirrorRig struct {
 	next   int
 }
 
-func newMirrorRig(t *testing.T, srv *redistest.Server, cfg FileConfig, scfg StreamConfig) *mirrorRig {
+func newMirrorRig(t *testing.T, srv *redistest.Server, cfg FileConfig, scfg StreamConfig, opts ...Option) *mirrorRig {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
@@ -44,7 +44,7 @@ func newMirrorRig(t *testing.T, srv *redistest.Server, cfg FileConfig, scfg Stre
 	require.NoError(t, err)
 	fs, err := OpenFileSink(cfg)
 	require.NoError(t, err)
-	w := NewWriter(MirroredSink(fs, m))
+	w := NewWriter(MirroredSink(fs, m), opts...)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -273,4 +273,34 @@ func TestStreamMirrorCopiesABrokenChainAsItIs(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Sync(ctxTimeout(t, 10*time.Second)), "an edited line does not make the mirror search forever")
 	assert.Len(t, streamIDs(t, srv.Client(t)), 6)
+}
+
+func TestStreamMirrorCarriesCheckpointsThatQuerySkips(t *testing.T) {
+	srv := redistest.Start(t)
+	var pub published
+	opts := append(checkpointOpts(3, newFakeClock(), &pub), WithChainKey(testChainKey))
+	r := newMirrorRig(t, srv, FileConfig{}, StreamConfig{}, opts...)
+	r.write(t, 7)
+	require.NoError(t, r.w.Close(context.Background()))
+	require.NoError(t, r.mirror.Sync(ctxTimeout(t, 10*time.Second)))
+	require.Equal(t, []uint64{4, 8, 10}, counts(pub.list), "after a chain record and 3 events, 3 more, and on Close")
+
+	res, err := QueryRedis(context.Background(), r.client, testStream, Filter{Limit: -1})
+	require.NoError(t, err)
+	assert.Equal(t, 7, res.Matched, "checkpoints and the chain record are not calls")
+
+	// The stream is a copy of the checkpoints outside the audit volume: it verifies the file.
+	msgs, err := r.client.XRange(context.Background(), testStream, "-", "+").Result()
+	require.NoError(t, err)
+	var lines strings.Builder
+	for _, m := range msgs {
+		line, _ := m.Values[StreamFieldLine].(string)
+		lines.WriteString(line + "\n")
+	}
+	external, err := ParseCheckpoints(strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	require.Len(t, external, 3)
+	report, err := VerifyWith(r.dir, VerifyOptions{ChainKey: testChainKey, PublicKey: testPublicKey, External: external})
+	require.NoError(t, err)
+	assert.True(t, report.Complete(), "%s", report)
 }

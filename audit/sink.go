@@ -17,12 +17,14 @@ type Sink interface {
 	Close() error
 }
 
-// Batch is a run of consecutive sealed events. It and everything it refers to are valid only
+// Batch is a run of consecutive sealed lines. It and everything it refers to are valid only
 // during the WriteBatch call: the Writer reuses the memory for the next batch.
 type Batch struct {
-	// Events are the events with ID, Time, PrevHash and Hash filled in.
+	// Events are the batch's call events with ID, Time, PrevHash and Hash filled in.
 	Events []Event
-	// Lines[i] is Events[i] in its final encoding: one JSON object, no trailing newline. A sink that
-	// stores text must store these bytes unchanged, since the hash covers them.
+	// Lines are the lines to store, in order, each one JSON object without a trailing newline: the
+	// call events in their final encoding and, between them, the writer's own records (KindChain,
+	// KindCheckpoint), which have no entry in Events. A sink that stores text must store these
+	// bytes unchanged, since the hash covers them.
 	Lines [][]byte
 }

@@ -1,7 +1,9 @@
 package audit
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"math"
@@ -31,6 +33,11 @@ type Writer struct {
 	enqueueTimeout time.Duration
 	maxBatch       int
 	retryMax       time.Duration
+	clock          Clock
+
+	// chainKey keys the chain (nil: plain SHA-256); checkpoints is nil when none are written.
+	chainKey    []byte
+	checkpoints *CheckpointConfig
 
 	// mu orders Record's send against Close's close(queue): Record holds it shared while sending.
 	mu     sync.RWMutex
@@ -98,6 +105,73 @@ func WithRetryBackoff(d time.Duration) Option {
 	}
 }
 
+// WithChainKey keys the chain: each line's hash is the HMAC-SHA-256 of its canonical form under
+// key instead of its SHA-256, so that only a holder of the key can recompute it. The writer starts
+// its part of the log with a KindChain record naming the algorithm and ChainKeyID(key). A key
+// shorter than MinChainKeyLen makes the writer refuse every event.
+func WithChainKey(key []byte) Option {
+	return func(w *Writer) { w.chainKey = bytes.Clone(key) }
+}
+
+// CheckpointConfig configures signed checkpoints (see Checkpoint).
+type CheckpointConfig struct {
+	// Key signs the checkpoints.
+	Key ed25519.PrivateKey
+	// EveryEvents writes a checkpoint after this many call events since the last one (default 1000).
+	EveryEvents int
+	// Every writes a checkpoint this often when events were written since the last one (default 1m).
+	Every time.Duration
+	// Published, if set, is called with each checkpoint once the sink has stored it, from the
+	// writer's goroutine: keep a copy out of reach of whoever can write the log. It must not block.
+	Published func(Checkpoint)
+}
+
+// WithCheckpoints makes the writer append a signed checkpoint every c.EveryEvents call events,
+// every c.Every when events were written since the last one, and on Close. The sink must
+// implement LineCounter, since a checkpoint counts the lines from the start of the log.
+func WithCheckpoints(c CheckpointConfig) Option {
+	return func(w *Writer) {
+		if c.EveryEvents <= 0 {
+			c.EveryEvents = 1000
+		}
+		if c.Every <= 0 {
+			c.Every = time.Minute
+		}
+		w.checkpoints = &c
+	}
+}
+
+// Clock is the writer's source of time for checkpoints; tests replace it.
+type Clock interface {
+	Now() time.Time
+	// Every returns a channel that delivers a tick every d, and a function that stops it.
+	Every(d time.Duration) (ticks <-chan time.Time, stop func())
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) Every(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// WithClock replaces the system clock for checkpoint times and the checkpoint interval.
+func WithClock(c Clock) Option {
+	return func(w *Writer) {
+		if c != nil {
+			w.clock = c
+		}
+	}
+}
+
+// LineCounter is implemented by sinks that can count the lines they hold from the start of the
+// log, which a writer with checkpoints needs to continue counting after a restart.
+type LineCounter interface {
+	CountLines() (uint64, error)
+}
+
 // NewWriter starts a Writer on sink; Close stops it and closes the sink. If the sink cannot tell
 // its last hash the writer starts unhealthy and refuses every event, since a chain continued from
 // a guess would not verify.
@@ -107,6 +181,7 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 		enqueueTimeout: time.Second,
 		maxBatch:       512,
 		retryMax:       time.Second,
+		clock:          systemClock{},
 		abort:          make(chan struct{}),
 		done:           make(chan struct{}),
 	}
@@ -116,14 +191,14 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 	if w.queue == nil {
 		w.queue = make(chan Event, 4096)
 	}
-	prev, err := sink.LastHash()
+	s, err := w.newSequencer()
 	if err != nil {
-		w.fatal = fmt.Errorf("%w: read the last hash to continue the chain: %w", ErrUnhealthy, err)
+		w.fatal = fmt.Errorf("%w: %w", ErrUnhealthy, err)
 		w.lastErr.Store(&failure{err: w.fatal, time: time.Now()})
 		close(w.done)
 		return w
 	}
-	go w.sequence(prev)
+	go w.sequence(s)
 	return w
 }
 
@@ -172,8 +247,11 @@ func (w *Writer) Record(ev *Event) error {
 }
 
 // checkEncodable rejects the few values encoding/json cannot write, so that an accepted event can
-// always be encoded by the sequencer.
+// always be encoded by the sequencer, and the kinds of the writer's own records.
 func checkEncodable(ev *Event) error {
+	if isRecordKind(ev.Kind) {
+		return fmt.Errorf("record event: kind %q is reserved for the audit log's own records", ev.Kind)
+	}
 	if d := ev.Outcome.DurationMS; math.IsNaN(d) || math.IsInf(d, 0) {
 		return errors.New("record event: outcome.duration_ms is not a finite number")
 	}
@@ -261,77 +339,8 @@ func (w *Writer) Close(ctx context.Context) error {
 	return err
 }
 
-// sequence is the writer's only goroutine: it drains the queue in batches, chains and encodes
-// them, and writes each batch until it succeeds or Close gives up.
-func (w *Writer) sequence(prev string) {
-	defer close(w.done)
-	var (
-		events = make([]Event, 0, w.maxBatch)
-		lines  = make([][]byte, 0, w.maxBatch)
-		ends   = make([]int, 0, w.maxBatch)
-		buf    []byte
-		batch  Batch
-	)
-
-	for {
-		ev, ok := <-w.queue
-		if !ok {
-			return
-		}
-		events = append(events[:0], ev)
-		open := true
-	drain:
-		for len(events) < w.maxBatch {
-			select {
-			case ev, ok := <-w.queue:
-				if !ok {
-					open = false
-					break drain
-				}
-				events = append(events, ev)
-			default:
-				break drain
-			}
-		}
-
-		buf, ends = buf[:0], ends[:0]
-		for i := range events {
-			e := &events[i]
-			e.Time = e.Time.UTC()
-			e.PrevHash, e.Hash = prev, ""
-			start := len(buf)
-			var err error
-			buf = appendEvent(buf, e)
-			if buf, e.Hash, err = sealLine(buf, start); err != nil {
-				// appendEvent always ends with the empty hash member; if it ever does not,
-				// stop for good rather than write a chain with a hole in it.
-				w.setFailure(fmt.Errorf("%w: encode event: %w", ErrUnhealthy, err))
-				w.lost.Add(uint64(len(events)))
-				return
-			}
-			prev = e.Hash
-			ends = append(ends, len(buf))
-		}
-		lines = lines[:0]
-		start := 0
-		for _, end := range ends {
-			lines = append(lines, buf[start:end:end])
-			start = end
-		}
-		batch = Batch{Events: events, Lines: lines}
-		if !w.write(&batch) {
-			w.lost.Add(uint64(len(events)))
-			return
-		}
-		clear(events) // drop references to label maps until the next batch
-		if !open {
-			return
-		}
-	}
-}
-
 // write hands b to the sink, retrying with backoff while it fails. It returns false when Close
-// gave up waiting.
+// gave up waiting; the batch's call events then count as lost.
 func (w *Writer) write(b *Batch) bool {
 	backoff := 10 * time.Millisecond
 	for {
@@ -348,6 +357,7 @@ func (w *Writer) write(b *Batch) bool {
 		case <-t.C:
 		case <-w.abort:
 			t.Stop()
+			w.lost.Add(uint64(len(b.Events)))
 			return false
 		}
 		backoff = min(2*backoff, w.retryMax)

@@ -16,7 +16,11 @@ import (
 func TestWriterConcurrentRecordsAreAllWrittenOnceAndChained(t *testing.T) {
 	const goroutines, perGoroutine = 64, 500
 	dir := t.TempDir()
-	w := openWriter(t, FileConfig{Dir: dir, Fsync: FsyncNever})
+	// 64 goroutines keep the queue full, so Record waits for room all the time. With the default
+	// 1s wait a slow machine (-race on busy cores) made Record refuse events and the test fail.
+	// Waiting an hour means only a sequencer that never drains fails here, and then go test's
+	// -timeout ends the run with every goroutine's stack, which shows where it hangs.
+	w := openWriter(t, FileConfig{Dir: dir, Fsync: FsyncNever}, WithEnqueueTimeout(time.Hour))
 
 	var wg sync.WaitGroup
 	for g := range goroutines {

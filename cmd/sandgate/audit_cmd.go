@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -13,26 +15,28 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
 )
 
-// auditDirFlags registers --config and --dir and returns a function that resolves the log folder.
-func auditDirFlags(fs *flag.FlagSet) func() (string, error) {
+// auditDirFlags registers --config and --dir and returns a function that resolves the log folder
+// and, with --config, the config.
+func auditDirFlags(fs *flag.FlagSet) func() (string, *config.Config, error) {
 	cfgPath := fs.String("config", "", "read audit.file.dir from this config `file`")
 	dir := fs.String("dir", "", "audit log `folder` (instead of --config)")
-	return func() (string, error) {
+	return func() (string, *config.Config, error) {
 		switch {
 		case *dir != "" && *cfgPath != "":
-			return "", usagef("give --config or --dir, not both")
+			return "", nil, usagef("give --config or --dir, not both")
 		case *dir != "":
-			return *dir, nil
+			return *dir, nil, nil
 		case *cfgPath != "":
 			c, err := config.Load(*cfgPath)
 			if err != nil {
-				return "", err
+				return "", nil, err
 			}
-			return c.Audit.File.Dir, nil
+			return c.Audit.File.Dir, c, nil
 		}
-		return "", usagef("give the audit log with --config FILE or --dir DIR")
+		return "", nil, usagef("give the audit log with --config FILE or --dir DIR")
 	}
 }
 
@@ -75,7 +79,7 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 	res, err := queryRedis(ctx, f)
 	if errors.Is(err, errNoRedis) {
 		var dir string
-		if dir, err = resolveDir(); err != nil {
+		if dir, _, err = resolveDir(); err != nil {
 			return err
 		}
 		res, err = audit.Query(ctx, dir, f)
@@ -98,26 +102,150 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 func runAuditVerify(_ context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "audit verify", "audit verify [--config FILE | --dir DIR]")
+	fs := newFlags(env, "audit verify", "audit verify [--config FILE | --dir DIR] [--key-file FILE] [--public-key FILE] [--checkpoint FILE|-]")
 	resolveDir := auditDirFlags(fs)
+	keyFile := fs.String("key-file", "", "chain key `file` (default with --config: audit.chain_key_credential)")
+	publicKey := fs.String("public-key", "", "check checkpoint signatures with this Ed25519 public key `file` (PEM) "+
+		"(default with --config: the key of audit.checkpoint.signing_key_credential)")
+	checkpoints := fs.String("checkpoint", "", "checkpoints kept outside the log, one JSON line each, from this `file` or - for stdin: "+
+		"the log must reach them (finds a cut-off or replaced log)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	dir, err := resolveDir()
+	dir, cfg, err := resolveDir()
 	if err != nil {
 		return err
 	}
-	report, err := audit.Verify(dir)
+	var opts audit.VerifyOptions
+	if opts.ChainKey, err = verifyChainKey(env, cfg, *keyFile); err != nil {
+		return err
+	}
+	if opts.PublicKey, err = verifyPublicKey(env, cfg, *publicKey); err != nil {
+		return err
+	}
+	if *checkpoints != "" {
+		if opts.External, err = readCheckpoints(env, *checkpoints); err != nil {
+			return err
+		}
+	}
+	report, err := audit.VerifyWith(dir, opts)
 	if err != nil {
 		return err
 	}
-	if !report.OK() {
+	switch {
+	case !report.OK():
 		return exitError{code: exitBroken, msg: report.String()}
+	case !report.Complete():
+		return exitError{code: exitUnprotected, msg: report.String()}
 	}
 	fmt.Fprintln(env.stdout, report)
+	return nil
+}
+
+// verifyChainKey reads the chain key from --key-file, else from the config's credential.
+func verifyChainKey(env *cliEnv, cfg *config.Config, keyFile string) ([]byte, error) {
+	if keyFile != "" {
+		key, err := audit.ReadKeyFile(keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--key-file: %w", err)
+		}
+		return key, nil
+	}
+	if cfg == nil || cfg.Audit.ChainKeyCredential == "" {
+		return nil, nil
+	}
+	v, err := configCredential(env, cfg, cfg.Audit.ChainKeyCredential)
+	if err != nil {
+		return nil, fmt.Errorf("audit.chain_key_credential: %w (or give --key-file)", err)
+	}
+	return []byte(v), nil
+}
+
+// verifyPublicKey reads --public-key, else derives the public key from the config's signing key.
+func verifyPublicKey(env *cliEnv, cfg *config.Config, path string) (ed25519.PublicKey, error) {
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("--public-key: %w", err)
+		}
+		pub, err := audit.ParsePublicKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("--public-key %s: %w", path, err)
+		}
+		return pub, nil
+	}
+	if cfg == nil || cfg.Audit.Checkpoint.SigningKeyCredential == "" {
+		return nil, nil
+	}
+	v, err := configCredential(env, cfg, cfg.Audit.Checkpoint.SigningKeyCredential)
+	if err == nil {
+		var key ed25519.PrivateKey
+		if key, err = audit.ParseSigningKey([]byte(v)); err == nil {
+			return key.Public().(ed25519.PublicKey), nil
+		}
+	}
+	return nil, fmt.Errorf("audit.checkpoint.signing_key_credential: %w (or give --public-key)", err)
+}
+
+// configCredential reads one credential of the config, leaving the others alone: an auditor's
+// machine need not have every secret the gateway has.
+func configCredential(env *cliEnv, cfg *config.Config, name string) (string, error) {
+	for _, c := range cfg.Credentials {
+		if c.Name == name {
+			store, err := credential.NewStore([]config.Credential{c}, env.getenv, nil)
+			if err != nil {
+				return "", err
+			}
+			v, _ := store.Get(name)
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("no credential named %q", name)
+}
+
+// readCheckpoints reads external checkpoints from a file or, for "-", from stdin.
+func readCheckpoints(env *cliEnv, path string) ([]audit.Checkpoint, error) {
+	var r io.Reader
+	if path == "-" {
+		if env.stdin == nil {
+			return nil, fmt.Errorf("%w: --checkpoint -: no standard input", errUsage)
+		}
+		r = env.stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--checkpoint: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	cps, err := audit.ParseCheckpoints(r)
+	if err != nil {
+		return nil, fmt.Errorf("--checkpoint %s: %w", path, err)
+	}
+	return cps, nil
+}
+
+func runAuditKeygen(_ context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "audit keygen", "audit keygen --dir DIR [--force]")
+	dir := fs.String("dir", "", "`folder` for checkpoint.key, checkpoint.pub and chain.key (created with mode 0700)")
+	force := fs.Bool("force", false, "replace existing keys (logs written with the old ones need the old ones to verify)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return fmt.Errorf("%w: --dir is required", errUsage)
+	}
+	paths, err := audit.GenerateKeys(*dir, *force)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "wrote %s (mode 0600: audit.checkpoint.signing_key_credential)\n", paths[0])
+	fmt.Fprintf(env.stdout, "wrote %s (give it to auditors: audit verify --public-key)\n", paths[1])
+	fmt.Fprintf(env.stdout, "wrote %s (mode 0600: audit.chain_key_credential; auditors: audit verify --key-file)\n", paths[2])
 	return nil
 }
 

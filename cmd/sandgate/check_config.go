@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
@@ -26,8 +27,12 @@ func checkConfig(ctx context.Context, env *cliEnv, path string, cfg *config.Conf
 		fmt.Fprintf(env.stdout, "config %s is valid (offline: credentials, CA and policies not checked)\n", path)
 		return nil
 	}
-	if _, err := credential.NewStore(cfg.Credentials, env.getenv, nil); err != nil {
+	creds, err := credential.NewStore(cfg.Credentials, env.getenv, nil)
+	if err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if _, err := auditWriterOptions(cfg, creds, slog.New(slog.DiscardHandler)); err != nil {
+		return err
 	}
 	if _, err := memoryLimitFromEnv(env.getenv); err != nil {
 		return err

@@ -6,13 +6,15 @@
 //	sandgate policy test  run the Rego tests of a policy folder
 //	sandgate policy eval  print the decision for one input
 //	sandgate audit query  read the audit log with filters
-//	sandgate audit verify check the audit log's hash chain
+//	sandgate audit verify check the audit log's hash chain and checkpoints
+//	sandgate audit keygen write the keys that key the chain and sign checkpoints
 //	sandgate ca init      write the CA for TLS interception
 //	sandgate netpol       print or apply the NetworkPolicies that confine sandboxes
 //	sandgate version      print the version (also: sandgate --version)
 //	sandgate help CMD     print a command's usage (also: sandgate CMD --help)
 //
-// Exit codes: 0 success, 1 failure, 2 usage error, 3 audit verify found a mismatch.
+// Exit codes: 0 success, 1 failure, 2 usage error, 3 audit verify found a mismatch, 4 audit
+// verify found the log intact but less protected than the keys given call for.
 package main
 
 import (
@@ -36,6 +38,9 @@ const (
 	exitFailure = 1
 	exitUsage   = 2
 	exitBroken  = 3 // audit verify: the log was edited, truncated or reordered
+	// exitUnprotected: audit verify found the log intact but without the protection the given
+	// keys call for (not keyed under --key-file, no checkpoint under --public-key).
+	exitUnprotected = 4
 )
 
 // command is a leaf (run set) or a group of subcommands ("audit query", "audit verify").
@@ -49,6 +54,7 @@ type command struct {
 
 // cliEnv is what a command may touch of the outside world, so tests can run commands in-process.
 type cliEnv struct {
+	stdin          io.Reader // nil reads nothing
 	stdout, stderr io.Writer
 	getenv         func(string) string
 }
@@ -63,6 +69,7 @@ func commands() []*command {
 		{name: "audit", summary: "query or verify the audit log", subs: []*command{
 			{name: "query", summary: "print audit events, filtered", run: runAuditQuery},
 			{name: "verify", summary: "check the hash chain and checkpoints of the audit log", run: runAuditVerify},
+			{name: "keygen", summary: "write the audit chain key and the checkpoint signing key pair", run: runAuditKeygen},
 		}},
 		{name: "ca", summary: "manage the CA that signs intercepted TLS", subs: []*command{
 			{name: "init", summary: "write ca.crt and ca.key for TLS interception", run: runCAInit},
@@ -74,7 +81,7 @@ func commands() []*command {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	code := run(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -225,9 +232,10 @@ exit codes:
   %d  failure (an invalid config, a failed policy test, a file that cannot be read, …)
   %d  usage error (unknown command or flag, missing or extra argument)
   %d  audit verify: the log was edited, truncated or reordered
+  %d  audit verify: intact, but not keyed (--key-file) or without a checkpoint (--public-key)
 
 Run 'sandgate COMMAND --help' for a command's flags.
-`, exitOK, exitFailure, exitUsage, exitBroken)
+`, exitOK, exitFailure, exitUsage, exitBroken, exitUnprotected)
 }
 
 func groupUsage(w io.Writer, name string, c *command) {

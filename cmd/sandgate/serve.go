@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,7 +74,7 @@ const (
 func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "serve", "serve [--config FILE] [--check-config [--offline]]")
 	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
-	check := fs.Bool("check-config", false, "validate the config and the files it names, read the credentials, load the CA, compile the policies, then exit")
+	check := fs.Bool("check-config", false, "validate the config and the files it names, read the credentials and audit keys, load the CA, compile the policies, then exit")
 	offline := fs.Bool("offline", false, "with --check-config: a config rendered for a pod, checked elsewhere; skip the credentials, CA and policy folder only the pod has")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -157,11 +158,15 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer shared.close()
+	writerOpts, err := auditWriterOptions(cfg, creds, log)
+	if err != nil {
+		return err
+	}
 	sink, err := openAuditSink(cfg)
 	if err != nil {
 		return err
 	}
-	writer := audit.NewWriter(shared.wrapSink(sink))
+	writer := audit.NewWriter(shared.wrapSink(sink), writerOpts...)
 	ready.Add("audit", writer.Healthy)
 	if err := observeAudit(tel.MeterProvider(), writer); err != nil {
 		return err
@@ -239,6 +244,44 @@ func observeAudit(mp metric.MeterProvider, w *audit.Writer) error {
 		return fmt.Errorf("audit metrics: %w", err)
 	}
 	return nil
+}
+
+// auditWriterOptions keys the chain and turns on signed checkpoints as audit.* says. The keys are
+// read once, at start. Each checkpoint is also written to the process log, so that a log system
+// outside the pod holds a copy that reveals an audit log cut off or replaced later
+// (sandgate audit verify --checkpoint).
+func auditWriterOptions(cfg *config.Config, creds *credential.Store, log *slog.Logger) ([]audit.Option, error) {
+	var opts []audit.Option
+	if name := cfg.Audit.ChainKeyCredential; name != "" {
+		v, ok := creds.Get(name)
+		if !ok {
+			return nil, fmt.Errorf("audit.chain_key_credential: credential %q is not available", name)
+		}
+		if len(v) < audit.MinChainKeyLen {
+			return nil, fmt.Errorf("audit.chain_key_credential: credential %q has %d bytes, want at least %d "+
+				"(sandgate audit keygen writes one)", name, len(v), audit.MinChainKeyLen)
+		}
+		opts = append(opts, audit.WithChainKey([]byte(v)))
+		log.Info("audit chain keyed", "alg", audit.ChainHMACSHA256, "key_id", audit.ChainKeyID([]byte(v)))
+	}
+	if cp := cfg.Audit.Checkpoint; cp.SigningKeyCredential != "" {
+		v, ok := creds.Get(cp.SigningKeyCredential)
+		if !ok {
+			return nil, fmt.Errorf("audit.checkpoint.signing_key_credential: credential %q is not available", cp.SigningKeyCredential)
+		}
+		key, err := audit.ParseSigningKey([]byte(v))
+		if err != nil {
+			return nil, fmt.Errorf("audit.checkpoint.signing_key_credential: %w", err)
+		}
+		cpLog := log.With("component", "audit")
+		opts = append(opts, audit.WithCheckpoints(audit.CheckpointConfig{
+			Key: key, EveryEvents: cp.EveryEvents, Every: cp.Every.D(),
+			Published: func(c audit.Checkpoint) { cpLog.Info("audit checkpoint", "checkpoint", c) },
+		}))
+		log.Info("audit checkpoints signed", "key_id", audit.PublicKeyID(key.Public().(ed25519.PublicKey)),
+			"every_events", cp.EveryEvents, "every", cp.Every.D().String())
+	}
+	return opts, nil
 }
 
 func openAuditSink(cfg *config.Config) (audit.Sink, error) {

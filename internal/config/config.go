@@ -86,6 +86,24 @@ func (p Policy) WatchEnabled() bool { return p.Watch == nil || *p.Watch }
 // Audit configures the audit log.
 type Audit struct {
 	File AuditFile `json:"file"`
+	// ChainKeyCredential names the credential whose value keys the hash chain: each line's hash
+	// is then an HMAC-SHA-256 under it, which someone who can write the files cannot recompute
+	// (docs/audit.md). At least 32 bytes. Empty: plain SHA-256.
+	ChainKeyCredential string `json:"chain_key_credential"`
+	// Checkpoint adds signed checkpoints to the log (off unless signing_key_credential is set).
+	Checkpoint AuditCheckpoint `json:"checkpoint"`
+}
+
+// AuditCheckpoint configures signed checkpoints: statements of the log's line count and head
+// hash, signed with Ed25519, written into the log and into Sandgate's own log.
+type AuditCheckpoint struct {
+	// SigningKeyCredential names the credential holding the Ed25519 private key, PEM PKCS #8
+	// ("sandgate audit keygen" writes one).
+	SigningKeyCredential string `json:"signing_key_credential"`
+	// EveryEvents writes a checkpoint after this many events. Default 1000.
+	EveryEvents int `json:"every_events"`
+	// Every writes a checkpoint this often when events were written since the last one. Default 1m.
+	Every Duration `json:"every"`
 }
 
 // AuditFile is the JSON-lines file sink.
@@ -306,6 +324,12 @@ func (c *Config) applyDefaults() {
 	if c.Audit.File.FsyncInterval == 0 {
 		c.Audit.File.FsyncInterval = Duration(100 * time.Millisecond)
 	}
+	if c.Audit.Checkpoint.EveryEvents == 0 {
+		c.Audit.Checkpoint.EveryEvents = 1000
+	}
+	if c.Audit.Checkpoint.Every == 0 {
+		c.Audit.Checkpoint.Every = Duration(time.Minute)
+	}
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
@@ -397,6 +421,17 @@ func (c *Config) validate() error {
 		if _, ok := names[c.Admin.TokenCredential]; !ok {
 			errs.add("admin.token_credential", "no credential named %q in credentials", c.Admin.TokenCredential)
 		}
+	}
+	for field, name := range map[string]string{
+		"audit.chain_key_credential":              c.Audit.ChainKeyCredential,
+		"audit.checkpoint.signing_key_credential": c.Audit.Checkpoint.SigningKeyCredential,
+	} {
+		if _, ok := names[name]; name != "" && !ok {
+			errs.add(field, "no credential named %q in credentials", name)
+		}
+	}
+	if c.Audit.Checkpoint.EveryEvents < 0 {
+		errs.add("audit.checkpoint.every_events", "must be a positive number of events, got %d", c.Audit.Checkpoint.EveryEvents)
 	}
 	if c.Redis.PasswordCredential != "" {
 		if _, ok := names[c.Redis.PasswordCredential]; !ok {

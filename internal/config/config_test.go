@@ -47,6 +47,11 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"wrong type in a list names the position", "gateway:\n  upstreams:\n    - {name: a, command: x, args: 3}\n", "gateway.upstreams[0].args: want []string, got number"},
 		{"wrong type under a map names the key", "limits:\n  templates:\n    coder:\n      total: {tokens_per_day: lots}\n", "limits.templates.coder.total.tokens_per_day: want int64, got string"},
 		{"wrong type in an inline struct names the key", "limits:\n  templates:\n    coder: {requests_per_minute: lots}\n", "limits.templates.coder.requests_per_minute: want int64, got string"},
+		{"audit chain key names a missing credential", "audit:\n  chain_key_credential: nope\n", `audit.chain_key_credential: no credential named "nope"`},
+		{"checkpoint signing key names a missing credential", "audit:\n  checkpoint:\n    signing_key_credential: nope\n", `audit.checkpoint.signing_key_credential: no credential named "nope"`},
+		{"negative checkpoint interval in events", "credentials:\n  - name: k\n    env: K\naudit:\n  checkpoint:\n    signing_key_credential: k\n    every_events: -1\n", "audit.checkpoint.every_events: must be a positive number"},
+		{"checkpoint interval that does not parse", "audit:\n  checkpoint:\n    every: often\n", `want a duration such as "500ms" or "5s", got "often"`},
+		{"misspelt checkpoint field", "audit:\n  checkpoint:\n    every_event: 5\n", `unknown field "audit.checkpoint.every_event"`},
 		{"not YAML at all", "listen: [\n", "decode:"},
 	}
 	for _, tc := range cases {
@@ -88,6 +93,8 @@ func TestDefaultsAndRelativePaths(t *testing.T) {
 	assert.Equal(t, 64, c.Audit.File.MaxSizeMB)
 	assert.Equal(t, "batch", c.Audit.File.Fsync)
 	assert.Equal(t, 100*time.Millisecond, c.Audit.File.FsyncInterval.D())
+	assert.Equal(t, 1000, c.Audit.Checkpoint.EveryEvents)
+	assert.Equal(t, time.Minute, c.Audit.Checkpoint.Every.D())
 	assert.True(t, c.Policy.WatchEnabled())
 	assert.Equal(t, 10*time.Second, c.Policy.PollInterval.D())
 }

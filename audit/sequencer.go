@@ -1,0 +1,241 @@
+package audit
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// sequencer is the state of the writer's one goroutine: the head of the chain, the line count
+// for checkpoints, and buffers reused from batch to batch.
+type sequencer struct {
+	w     *Writer
+	chain *chainHash
+	prev  string // hash of the last line
+	// lines counts the lines of the log, from its start (kept only with checkpoints).
+	lines uint64
+	// sinceCheckpoint counts call events written since the last checkpoint.
+	sinceCheckpoint int
+	// marked is set once a keyed writer has started its part of the log with a KindChain record.
+	marked bool
+
+	events    []Event
+	out       [][]byte
+	ends      []int
+	buf       []byte
+	published []Checkpoint
+}
+
+// newSequencer reads where the sink's chain ends and checks the keys.
+func (w *Writer) newSequencer() (*sequencer, error) {
+	s := &sequencer{
+		w:      w,
+		chain:  &chainHash{alg: ChainSHA256},
+		events: make([]Event, 0, w.maxBatch),
+		out:    make([][]byte, 0, w.maxBatch+2),
+		ends:   make([]int, 0, w.maxBatch+2),
+	}
+	if w.chainKey != nil {
+		if err := checkChainKey(w.chainKey); err != nil {
+			return nil, err
+		}
+		s.chain = newKeyedChain(w.chainKey)
+	}
+	var err error
+	if s.prev, err = w.sink.LastHash(); err != nil {
+		return nil, fmt.Errorf("read the last hash to continue the chain: %w", err)
+	}
+	if c := w.checkpoints; c != nil {
+		if len(c.Key) != ed25519.PrivateKeySize {
+			return nil, errors.New("checkpoints: no Ed25519 signing key")
+		}
+		counter, ok := w.sink.(LineCounter)
+		if !ok {
+			return nil, fmt.Errorf("checkpoints: the sink (%T) cannot count its lines", w.sink)
+		}
+		if s.lines, err = counter.CountLines(); err != nil {
+			return nil, fmt.Errorf("checkpoints: count the lines of the log: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// sequence is the writer's only goroutine: it drains the queue in batches, chains and encodes
+// them, adds the writer's own records (chain marker, checkpoints), and writes each batch until it
+// succeeds or Close gives up.
+func (w *Writer) sequence(s *sequencer) {
+	defer close(w.done)
+	var tick <-chan time.Time
+	if w.checkpoints != nil {
+		var stop func()
+		tick, stop = w.clock.Every(w.checkpoints.Every)
+		defer stop()
+	}
+	for {
+		select {
+		case ev, ok := <-w.queue:
+			if !ok {
+				s.closing()
+				return
+			}
+			if ok, open := s.batch(ev); !ok {
+				return
+			} else if !open {
+				s.closing()
+				return
+			}
+		case <-tick:
+			// Whatever was accepted before the tick goes first, so the checkpoint covers it.
+			for drained := false; !drained; {
+				select {
+				case ev, ok := <-w.queue:
+					if !ok {
+						s.closing()
+						return
+					}
+					if ok, open := s.batch(ev); !ok {
+						return
+					} else if !open {
+						s.closing()
+						return
+					}
+				default:
+					drained = true
+				}
+			}
+			if s.sinceCheckpoint > 0 && !s.checkpointOnly() {
+				return
+			}
+		}
+	}
+}
+
+// closing writes the last checkpoint when events were written since the one before.
+func (s *sequencer) closing() {
+	if s.w.checkpoints != nil && s.sinceCheckpoint > 0 {
+		s.checkpointOnly()
+	}
+}
+
+// batch writes first and whatever else is queued, up to maxBatch events. ok is false when the
+// writer must stop (Close gave up, or a line could not be sealed); open is false when the queue
+// was found closed.
+func (s *sequencer) batch(first Event) (ok, open bool) {
+	w := s.w
+	s.events = append(s.events[:0], first)
+	open = true
+drain:
+	for len(s.events) < w.maxBatch {
+		select {
+		case ev, more := <-w.queue:
+			if !more {
+				open = false
+				break drain
+			}
+			s.events = append(s.events, ev)
+		default:
+			break drain
+		}
+	}
+
+	s.buf, s.ends = s.buf[:0], s.ends[:0]
+	if s.chain.mac != nil && !s.marked {
+		start, now := len(s.buf), w.clock.Now()
+		s.buf = appendChainLine(s.buf, newID(now), now, s.chain, s.prev)
+		if !s.seal(start) {
+			w.lost.Add(uint64(len(s.events)))
+			return false, open
+		}
+		s.marked = true
+	}
+	every := 0
+	if w.checkpoints != nil {
+		every = w.checkpoints.EveryEvents
+	}
+	for i := range s.events {
+		e := &s.events[i]
+		e.Time = e.Time.UTC()
+		e.PrevHash, e.Hash = s.prev, ""
+		start := len(s.buf)
+		s.buf = appendEvent(s.buf, e)
+		if !s.seal(start) {
+			w.lost.Add(uint64(len(s.events)))
+			return false, open
+		}
+		e.Hash = s.prev
+		s.sinceCheckpoint++
+		if every > 0 && s.sinceCheckpoint >= every && !s.appendCheckpoint() {
+			w.lost.Add(uint64(len(s.events)))
+			return false, open
+		}
+	}
+	if !s.flush(s.events) {
+		return false, open
+	}
+	clear(s.events) // drop references to label maps until the next batch
+	return true, open
+}
+
+// checkpointOnly writes a batch holding just a checkpoint.
+func (s *sequencer) checkpointOnly() bool {
+	s.buf, s.ends = s.buf[:0], s.ends[:0]
+	if !s.appendCheckpoint() {
+		return false
+	}
+	return s.flush(nil)
+}
+
+// seal fills in the hash of the line that starts at start in buf and moves the chain on. On
+// failure the writer stops for good rather than write a chain with a hole in it.
+func (s *sequencer) seal(start int) bool {
+	var (
+		h   string
+		err error
+	)
+	if s.buf, h, err = s.chain.seal(s.buf, start); err != nil {
+		s.w.setFailure(fmt.Errorf("%w: encode line: %w", ErrUnhealthy, err))
+		return false
+	}
+	s.prev = h
+	s.lines++
+	s.ends = append(s.ends, len(s.buf))
+	return true
+}
+
+// appendCheckpoint signs the chain's current head and appends the checkpoint line.
+func (s *sequencer) appendCheckpoint() bool {
+	now := s.w.clock.Now().UTC()
+	c := Checkpoint{Chain: s.chain.alg, Count: s.lines, LastHash: s.prev, Time: now}
+	signCheckpoint(&c, s.w.checkpoints.Key)
+	start := len(s.buf)
+	s.buf = appendCheckpointLine(s.buf, newID(now), &c, s.prev)
+	if !s.seal(start) {
+		return false
+	}
+	s.sinceCheckpoint = 0
+	s.published = append(s.published, c)
+	return true
+}
+
+// flush cuts buf into lines and writes them with the batch's call events, then publishes the
+// checkpoints among them.
+func (s *sequencer) flush(events []Event) bool {
+	s.out = s.out[:0]
+	start := 0
+	for _, end := range s.ends {
+		s.out = append(s.out, s.buf[start:end:end])
+		start = end
+	}
+	b := Batch{Events: events, Lines: s.out}
+	if !s.w.write(&b) {
+		return false
+	}
+	if pub := s.w.checkpoints; pub != nil && pub.Published != nil {
+		for _, c := range s.published {
+			pub.Published(c)
+		}
+	}
+	s.published = s.published[:0]
+	return true
+}
