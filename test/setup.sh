@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Installs everything Sandgate's tests need, idempotently, into .tools/ (ignored by git).
+# Installs everything Sandgate's tests need, idempotently, into a per-machine cache that .tools/
+# (ignored by git) links to.
 # Safe to run again: each step checks whether its result is already there.
 #   apt:  redis-server, etcd-server, curl, iproute2 (netns attack tests)
-#   Go:   opa (policy tests), helm (chart tests), everything-server (MCP conformance upstream),
+#   Go:   opa (policy tests), helm (chart tests), staticcheck (make lint), everything-server (MCP
+#         conformance upstream),
 #         kube-apiserver (built from test/kube-apiserver)
 #   npm:  node@22, @modelcontextprotocol/conformance, @anthropic-ai/sdk (test/node)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# The built tools live in a cache outside the clone, once per machine, and .tools in the clone
+# links to it: a fresh clone (CI's) reuses them. Each tool carries its own version stamp below;
+# the cache's name changes only if its layout does.
+cache=${SANDGATE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sandgate/tools-v1}
+mkdir -p "$cache/bin"
+if [ -d "$root/.tools" ] && [ ! -L "$root/.tools" ]; then
+  # A .tools folder from before the cache: keep what it built.
+  cp -an "$root/.tools/." "$cache/" && mv "$root/.tools" "$root/.tools.old" && rm -rf "$root/.tools.old"
+fi
+[ -L "$root/.tools" ] || ln -s "$cache" "$root/.tools"
 tools="$root/.tools"
 bin="$tools/bin"
-mkdir -p "$bin"
 log() { printf 'setup: %s\n' "$*" >&2; }
 
 apt_pkgs=(redis-server etcd-server curl iproute2)
@@ -32,6 +43,7 @@ go_tool() { # name version-marker install-args...
   touch "$bin/.$name.$marker"
 }
 go_tool opa v1.22.3 github.com/open-policy-agent/opa@v1.22.3
+go_tool staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck@v0.8.2
 go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
 if [ "${SANDGATE_SETUP_HELM:-1}" = 1 ]; then
   go_tool helm v3.22.0 helm.sh/helm/v3/cmd/helm@v3.22.0
