@@ -76,11 +76,6 @@ const (
 	sessionNotOwned              // live, but created by another source address: a hijack attempt
 )
 
-// valid reports whether id is live and was created by peer.
-func (s *sessionStore) valid(ctx context.Context, id string, peer netip.Addr) bool {
-	return s.check(ctx, id, peer) == sessionLive
-}
-
 // check says whether id is live and was created by peer; it refreshes its idle timer. An ID
 // unknown here is looked up in the shared store and adopted when peer created it.
 func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) sessionState {

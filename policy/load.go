@@ -164,16 +164,6 @@ func (f policyFiles) revision() string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// load reads and compiles the folder into a prepared revision. Errors name the file (relative
-// to dir) and line, as OPA's compile errors do.
-func load(ctx context.Context, dir string, cacheEntries int) (*revision, error) {
-	files, err := readPolicyFiles(dir)
-	if err != nil {
-		return nil, err
-	}
-	return compile(ctx, dir, files, cacheEntries)
-}
-
 // compile builds a revision from one reading. The OPA loader reads the reading from memory
 // (an fstest.MapFS: a plain read-only map file system), so what is compiled is what is hashed,
 // and the loader still decides where data files go under data (by folder) as `opa` does.

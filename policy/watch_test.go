@@ -334,7 +334,7 @@ func collect(t testing.TB, reader sdkmetric.Reader) metricValues {
 	v := metricValues{counter: map[string]int64{}, gauge: map[string]float64{}}
 	key := func(name string, attrs attribute.Set) string {
 		if kv, ok := attrs.Get(0); ok && attrs.Len() == 1 {
-			return name + "/" + string(kv.Key) + "=" + kv.Value.Emit()
+			return name + "/" + string(kv.Key) + "=" + kv.Value.String()
 		}
 		return name
 	}

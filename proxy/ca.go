@@ -179,7 +179,11 @@ func (ca *CA) Leaf(host string) (*tls.Certificate, error) {
 	if tmpl.NotAfter.After(ca.cert.NotAfter) {
 		tmpl.NotAfter = ca.cert.NotAfter
 	}
-	ski := sha256.Sum256(ca.leafKey.PublicKey.X.Bytes())
+	pub, err := ca.leafKey.PublicKey.Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("sign leaf certificate for %s: %w", host, err)
+	}
+	ski := sha256.Sum256(pub)
 	tmpl.SubjectKeyId = ski[:20]
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &ca.leafKey.PublicKey, ca.key)
 	if err != nil {

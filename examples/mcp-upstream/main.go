@@ -38,6 +38,8 @@ func main() {
 				if err != nil {
 					return mcp.NewToolResultError(err.Error()), nil
 				}
+				//lint:ignore SA1019 the example upstream shows sampling bridged to the sandbox, which
+				// the protocol revisions before 2026-07-28 that sandboxes speak today still have.
 				res, err := s.RequestSampling(ctx, mcp.CreateMessageRequest{CreateMessageParams: mcp.CreateMessageParams{
 					Messages:  []mcp.SamplingMessage{{Role: mcp.RoleUser, Content: mcp.NewTextContent(q)}},
 					MaxTokens: 100,

@@ -36,7 +36,7 @@ func TestAttrSetsLabelEachKeyItsOwnWay(t *testing.T) {
 	for _, dp := range rm.ScopeMetrics[0].Metrics[0].Data.(metricdata.Sum[int64]).DataPoints {
 		k, _ := dp.Attributes.Value("kind")
 		a, _ := dp.Attributes.Value("allow")
-		got[k.AsString()+"/"+a.Emit()] = dp.Value
+		got[k.AsString()+"/"+a.String()] = dp.Value
 	}
 	assert.Equal(t, map[string]int64{"a/true": 3, "b/false": 6}, got)
 }
