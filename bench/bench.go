@@ -100,6 +100,38 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	targets = append(targets, sg)
+	peers, notes := startPeers(ctx, o, root, up)
+	targets = append(targets, peers...)
+	defer func() {
+		for _, t := range targets {
+			t.Stop()
+		}
+	}()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(up.CACertPEM())
+	roots.AppendCertsFromPEM(sg.InterceptCA)
+	rn := &runner{env: &clientEnv{up: up, roots: roots, timeout: o.Timeout}, warmup: o.Warmup, progress: o.Progress}
+
+	results, err := rn.runPhases(ctx, o, targets)
+	if err != nil {
+		return nil, err
+	}
+	rep := buildReport(o, results, notes)
+	rep.Versions = peerVersions()
+	o.Progress("policy decision benchmark (in process, about 10 s)")
+	if rep.Policy, err = benchPolicy(ctx, o.PolicyDir); err != nil {
+		return nil, err
+	}
+	if err := rep.Write(o.OutDir, o.Label); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// startPeers starts the floors and peers measured beside Sandgate; one that cannot start is
+// left out with a note.
+func startPeers(ctx context.Context, o Options, root string, up *Upstreams) ([]*Target, []string) {
+	var targets []*Target
 	var notes []string
 	for _, start := range []func() (*Target, error){
 		func() (*Target, error) { return startRelay(ctx, o.RelayBin, root, up) },
@@ -117,16 +149,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		targets = append(targets, t)
 	}
-	defer func() {
-		for _, t := range targets {
-			t.Stop()
-		}
-	}()
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(up.CACertPEM())
-	roots.AppendCertsFromPEM(sg.InterceptCA)
-	rn := &runner{env: &clientEnv{up: up, roots: roots, timeout: o.Timeout}, warmup: o.Warmup, progress: o.Progress}
+	return targets, notes
+}
 
+// runPhases measures every cell of every phase, o.Reps times, interleaved within a phase.
+func (rn *runner) runPhases(ctx context.Context, o Options, targets []*Target) ([]Result, error) {
 	phases := planPhases(o, targets)
 	var results []Result
 	total := 0
@@ -160,16 +187,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
-	rep := buildReport(o, results, notes)
-	rep.Versions = peerVersions()
-	o.Progress("policy decision benchmark (in process, about 10 s)")
-	if rep.Policy, err = benchPolicy(ctx, o.PolicyDir); err != nil {
-		return nil, err
-	}
-	if err := rep.Write(o.OutDir, o.Label); err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return results, nil
 }
 
 // retryBind retries a start that lost its free port to another process on this shared machine

@@ -88,27 +88,11 @@ func sign(v int) int {
 
 // writeChart plots Sandgate's added latency (p50 and p99 over direct, fixed rate) against the
 // number of sandboxes, one line per workload and percentile, log-scaled sandbox axis.
+// chartPoint is one measurement of a chart series: sandboxes and added milliseconds.
+type chartPoint struct{ n, v float64 }
+
 func writeChart(path string, r *Report) error {
-	type pt struct{ n, v float64 }
-	series := map[string][]pt{}
-	var names []string
-	var ns []float64
-	for _, row := range r.Rows {
-		if row.Target != "sandgate" || row.Shape != ShapeRate || !row.HasDirect || !slices.Contains(sweepWorkloads, row.Workload) {
-			continue
-		}
-		for _, p := range []struct {
-			q string
-			v float64
-		}{{"P50", row.AddedP50MS}, {"P99", row.AddedP99MS}} {
-			k := row.Workload + " " + p.q
-			if _, ok := series[k]; !ok {
-				names = append(names, k)
-			}
-			series[k] = append(series[k], pt{float64(row.Sandboxes), math.Max(p.v, 0)})
-		}
-		ns = append(ns, float64(row.Sandboxes))
-	}
+	series, names, ns := chartSeries(r)
 	const W, H, left, right, top, bottom = 960, 540, 80, 220, 50, 60
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
 	c := canvas{img}
@@ -120,8 +104,6 @@ func writeChart(path string, r *Report) error {
 		c.text(left, H/2, 3, "NO FIXED-RATE SANDGATE DATA", black)
 		return savePNG(path, img)
 	}
-	slices.Sort(ns)
-	ns = slices.Compact(ns)
 	ymax := 0.0
 	for _, s := range series {
 		for _, p := range s {
@@ -158,7 +140,6 @@ func writeChart(path string, r *Report) error {
 	for i, name := range names {
 		col := palette[i%len(palette)]
 		s := series[name]
-		slices.SortFunc(s, func(a, b pt) int { return int(a.n - b.n) })
 		for j := range s {
 			x, y := px(s[j].n), py(s[j].v)
 			c.rect(x-4, y-4, x+4, y+4, col)
@@ -171,6 +152,35 @@ func writeChart(path string, r *Report) error {
 		c.text(W-right+52, ly, 2, name, black)
 	}
 	return savePNG(path, img)
+}
+
+// chartSeries is the added p50 and p99 of each swept workload by sandbox count (each series
+// sorted by count), the series' names in order, and the sorted distinct counts.
+func chartSeries(r *Report) (map[string][]chartPoint, []string, []float64) {
+	series := map[string][]chartPoint{}
+	var names []string
+	var ns []float64
+	for _, row := range r.Rows {
+		if row.Target != "sandgate" || row.Shape != ShapeRate || !row.HasDirect || !slices.Contains(sweepWorkloads, row.Workload) {
+			continue
+		}
+		for _, p := range []struct {
+			q string
+			v float64
+		}{{"P50", row.AddedP50MS}, {"P99", row.AddedP99MS}} {
+			k := row.Workload + " " + p.q
+			if _, ok := series[k]; !ok {
+				names = append(names, k)
+			}
+			series[k] = append(series[k], chartPoint{float64(row.Sandboxes), math.Max(p.v, 0)})
+		}
+		ns = append(ns, float64(row.Sandboxes))
+	}
+	for _, s := range series {
+		slices.SortFunc(s, func(a, b chartPoint) int { return int(a.n - b.n) })
+	}
+	slices.Sort(ns)
+	return series, names, slices.Compact(ns)
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten (at least 0.1).

@@ -30,16 +30,29 @@ func verdict(ok bool) string {
 	return "**missed**"
 }
 
+// checks collects the targets' verdicts.
+type checks []Check
+
+func (cs *checks) add(target, value string, ok, measured bool) {
+	st := verdict(ok)
+	if !measured {
+		st, value = "not measured", "—"
+	}
+	*cs = append(*cs, Check{target, value, st})
+}
+
 // Checks evaluates the targets on the medians of this run.
 func (r *Report) Checks(mainN int) []Check {
-	var cs []Check
-	add := func(target, value string, ok, measured bool) {
-		st := verdict(ok)
-		if !measured {
-			st, value = "not measured", "—"
-		}
-		cs = append(cs, Check{target, value, st})
-	}
+	var cs checks
+	r.checkCPU(&cs)
+	r.checkLatency(&cs, mainN)
+	r.checkResources(&cs)
+	r.checkPolicy(&cs)
+	return cs
+}
+
+func (r *Report) checkCPU(cs *checks) {
+	add := cs.add
 	cpu := func(w, t string) (float64, bool) {
 		x, ok := r.row(w, t, ShapeClosed, 64)
 		return x.CPUPerReqUS, ok && x.CPUPerReqUS > 0
@@ -62,6 +75,10 @@ func (r *Report) Checks(mainN int) []Check {
 	sg, ok1 = cpu(WRoute, "sandgate")
 	sq, ok2 := cpu(WForward, "squid")
 	add("Base-URL route CPU ≤ Squid plain forward CPU (c=64)", fmt.Sprintf("%.1f µs vs Squid %.1f µs", sg, sq), sg <= sq, ok1 && ok2)
+}
+
+func (r *Report) checkLatency(cs *checks, mainN int) {
+	add := cs.add
 	for _, w := range []string{WTunnel, WTunnelNew} {
 		a, ok1 := r.row(w, "sandgate", ShapeClosed, 512)
 		b, ok2 := r.row(w, "squid", ShapeClosed, 512)
@@ -71,11 +88,15 @@ func (r *Report) Checks(mainN int) []Check {
 	add(fmt.Sprintf("Fixed rate, %d sandboxes: route added p50 ≤ 0.3 ms", mainN), fmt.Sprintf("%.3f ms", rt.AddedP50MS), rt.AddedP50MS <= 0.3, ok && rt.HasDirect)
 	add(fmt.Sprintf("Fixed rate, %d sandboxes: route added p99 ≤ 2 ms", mainN), fmt.Sprintf("%.3f ms", rt.AddedP99MS), rt.AddedP99MS <= 2, ok && rt.HasDirect)
 	mc, ok := r.row(WMCP, "sandgate", ShapeRate, mainN)
-	value = fmt.Sprintf("%.3f ms", mc.AddedP50MS)
+	value := fmt.Sprintf("%.3f ms", mc.AddedP50MS)
 	if fl, okf := r.row(WMCP, "relay", ShapeRate, mainN); okf && fl.HasDirect {
 		value += fmt.Sprintf(" (bare mcp-go server and client: %.3f ms)", fl.AddedP50MS)
 	}
 	add(fmt.Sprintf("Fixed rate, %d sandboxes: tools/call added p50 ≤ 0.5 ms", mainN), value, mc.AddedP50MS <= 0.5, ok && mc.HasDirect)
+}
+
+func (r *Report) checkResources(cs *checks) {
+	add := cs.add
 	var errs int64
 	var cells int
 	for _, x := range r.Rows {
@@ -105,6 +126,10 @@ func (r *Report) Checks(mainN int) []Check {
 	}
 	add(fmt.Sprintf("RSS ≤ 100 KB per connected sandbox (largest run: %d sandboxes, whole-process RSS / sandboxes)", big.Sandboxes),
 		fmt.Sprintf("%.0f KB", big.RSSPerSBKB), big.RSSPerSBKB <= 100, big.Sandboxes >= 10000)
+}
+
+func (r *Report) checkPolicy(cs *checks) {
+	add := cs.add
 	for _, mode := range []struct{ name, label string }{
 		{"cached", "repeated input (decision cache)"},
 		{"evaluated", "input seen first (OPA evaluation)"},
@@ -119,7 +144,6 @@ func (r *Report) Checks(mainN int) []Check {
 		}
 		add("Policy decision ≤ 20 µs, "+mode.label+" (Go benchmark in process)", strings.Join(parts, ", "), worst <= 20, len(parts) > 0)
 	}
-	return cs
 }
 
 // Markdown renders the report.

@@ -174,35 +174,11 @@ func New(o Options) (*Proxy, error) {
 		}
 		p.guard.denied = append(p.guard.denied, pfx.Masked())
 	}
-	for _, r := range cfg.Routes {
-		u, err := url.Parse(r.Upstream)
-		if err != nil {
-			return nil, fmt.Errorf("proxy.routes %s: upstream: %w", r.Name, err)
-		}
-		base, err := hostport.Parse(u.Host, defaultPort(u.Scheme))
-		if err != nil {
-			return nil, fmt.Errorf("proxy.routes %s: upstream: %w", r.Name, err)
-		}
-		p.routes[r.Name] = p.newUpstream(u.Scheme, base, strings.TrimSuffix(u.EscapedPath(), "/"), r.Name, r.API, r.Credential, r.AllowPrivate)
+	if err := p.addRoutes(cfg.Routes); err != nil {
+		return nil, err
 	}
-	for _, h := range cfg.Hosts {
-		a, err := hostport.Parse(net.JoinHostPort(h.Host, strconv.Itoa(h.Port)), 443)
-		if err != nil {
-			return nil, fmt.Errorf("proxy.hosts %s: %w", h.Host, err)
-		}
-		e := &hostEntry{cfg: h}
-		if h.Mode == config.ModeIntercept {
-			e.up = p.newUpstream("https", a, "", "", h.API, h.Credential, h.AllowPrivate)
-			if o.CA == nil {
-				if cfg.CA.Cert == "" {
-					return nil, fmt.Errorf("proxy.hosts %s: intercept needs proxy.ca", h.Host)
-				}
-				if o.CA, err = LoadCA(cfg.CA.Cert, cfg.CA.Key); err != nil {
-					return nil, err
-				}
-			}
-		}
-		p.hosts[a.String()] = e
+	if o.CA, err = p.addHosts(cfg, o.CA); err != nil {
+		return nil, err
 	}
 	p.ca = o.CA
 	p.plain = p.newUpstream("http", hostport.Addr{}, "", "", config.APINone, nil, false)
@@ -218,6 +194,47 @@ func New(o Options) (*Proxy, error) {
 	p.gp.Logger = log.New(io.Discard, "", 0)
 	p.gp.OnRequest().HandleConnectFunc(p.handleConnect)
 	return p, nil
+}
+
+// addRoutes builds the upstream of every base-URL route.
+func (p *Proxy) addRoutes(routes []config.ProxyRoute) error {
+	for _, r := range routes {
+		u, err := url.Parse(r.Upstream)
+		if err != nil {
+			return fmt.Errorf("proxy.routes %s: upstream: %w", r.Name, err)
+		}
+		base, err := hostport.Parse(u.Host, defaultPort(u.Scheme))
+		if err != nil {
+			return fmt.Errorf("proxy.routes %s: upstream: %w", r.Name, err)
+		}
+		p.routes[r.Name] = p.newUpstream(u.Scheme, base, strings.TrimSuffix(u.EscapedPath(), "/"), r.Name, r.API, r.Credential, r.AllowPrivate)
+	}
+	return nil
+}
+
+// addHosts registers the forward proxy's hosts; an intercepted one gets its upstream and needs
+// the CA, loaded from proxy.ca when ca is nil. It returns the CA.
+func (p *Proxy) addHosts(cfg config.Proxy, ca *CA) (*CA, error) {
+	for _, h := range cfg.Hosts {
+		a, err := hostport.Parse(net.JoinHostPort(h.Host, strconv.Itoa(h.Port)), 443)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.hosts %s: %w", h.Host, err)
+		}
+		e := &hostEntry{cfg: h}
+		if h.Mode == config.ModeIntercept {
+			e.up = p.newUpstream("https", a, "", "", h.API, h.Credential, h.AllowPrivate)
+			if ca == nil {
+				if cfg.CA.Cert == "" {
+					return nil, fmt.Errorf("proxy.hosts %s: intercept needs proxy.ca", h.Host)
+				}
+				if ca, err = LoadCA(cfg.CA.Cert, cfg.CA.Key); err != nil {
+					return nil, err
+				}
+			}
+		}
+		p.hosts[a.String()] = e
+	}
+	return ca, nil
 }
 
 func defaultPort(scheme string) int {

@@ -131,28 +131,10 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	}
 	defer tel.Shutdown(context.Background())
 	ready := &readiness{}
-	engine, err := policy.New(ctx, cfg.Policy.Dir,
-		policy.WithLogger(log.With("component", "policy")),
-		policy.WithDecisionCache(cfg.Policy.DecisionCacheEntries()),
-		policy.WithPollInterval(cfg.Policy.PollInterval.D()),
-		policy.WithMeterProvider(tel.MeterProvider()))
+	engine, err := newPolicyEngine(ctx, cfg, log, tel, ready)
 	if err != nil {
 		return err
 	}
-	// Ready means able to serve: a policy is loaded. A reload or watch that fails leaves the last
-	// good revision serving, so it is reported as degraded, not as a failing check.
-	ready.Add("policy", func() error {
-		if engine.Revision() == "none" {
-			return errors.New("no policy loaded")
-		}
-		return nil
-	})
-	ready.AddDegraded("policy", func() error {
-		if s := engine.Status(); s.Degraded() {
-			return errors.New(s.Problem())
-		}
-		return nil
-	})
 	shared, err := newSharedState(cfg, creds, replica, log, ready)
 	if err != nil {
 		return err
@@ -185,19 +167,9 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 
-	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
-	comps = append(comps, shared.components()...)
-	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
-	if cfg.Policy.WatchEnabled() {
-		comps = append(comps, componentFunc(engine.Watch))
-	}
-	comps = append(comps, componentFunc(func(ctx context.Context) error { creds.Watch(ctx, credentialPoll); return nil }))
-	for _, build := range listenerBuilders(cfg) {
-		c, err := build(d)
-		if err != nil {
-			return err
-		}
-		comps = append(comps, c)
+	comps, err := serveComponents(d, engine, creds, shared, tel, kubeComps)
+	if err != nil {
+		return err
 	}
 
 	log.Info("sandgate starting", "version", version, "policy_revision", engine.Revision(),
@@ -220,6 +192,53 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	shared.sync(flushCtx, log)
 	log.Info("sandgate stopped")
 	return runErr
+}
+
+// newPolicyEngine loads the policies and adds their readiness: ready means a policy is loaded. A
+// reload or watch that fails leaves the last good revision serving, so it is reported as
+// degraded, not as a failing check.
+func newPolicyEngine(ctx context.Context, cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry, ready *readiness) (*policy.Engine, error) {
+	engine, err := policy.New(ctx, cfg.Policy.Dir,
+		policy.WithLogger(log.With("component", "policy")),
+		policy.WithDecisionCache(cfg.Policy.DecisionCacheEntries()),
+		policy.WithPollInterval(cfg.Policy.PollInterval.D()),
+		policy.WithMeterProvider(tel.MeterProvider()))
+	if err != nil {
+		return nil, err
+	}
+	ready.Add("policy", func() error {
+		if engine.Revision() == "none" {
+			return errors.New("no policy loaded")
+		}
+		return nil
+	})
+	ready.AddDegraded("policy", func() error {
+		if s := engine.Status(); s.Degraded() {
+			return errors.New(s.Problem())
+		}
+		return nil
+	})
+	return engine, nil
+}
+
+// serveComponents is everything serve runs: the admin listener, the Kubernetes controllers,
+// the shared state's loops, the policy and credential watchers and the sandbox listeners.
+func serveComponents(d *serveDeps, engine *policy.Engine, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, kubeComps []component) ([]component, error) {
+	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
+	comps = append(comps, shared.components()...)
+	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
+	if d.cfg.Policy.WatchEnabled() {
+		comps = append(comps, componentFunc(engine.Watch))
+	}
+	comps = append(comps, componentFunc(func(ctx context.Context) error { creds.Watch(ctx, credentialPoll); return nil }))
+	for _, build := range listenerBuilders(d.cfg) {
+		c, err := build(d)
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, c)
+	}
+	return comps, nil
 }
 
 // observeAudit exports the audit writer's queue depth: a queue near its capacity means the sink

@@ -150,6 +150,38 @@ func proxyDefault[T int | int64 | Duration](v *T, def T) {
 }
 
 func (x *Proxy) validate(c *Config, errs *fieldErrors) {
+	x.validateRoutes(c, errs)
+	x.validateHosts(c, errs)
+	for i, s := range x.DeniedCIDRs {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			errs.add(fmt.Sprintf("proxy.denied_cidrs[%d]", i), "%q is not a CIDR prefix such as 10.96.0.0/12", s)
+		}
+	}
+	for name, ip := range x.ResolveOverrides {
+		f := fmt.Sprintf("proxy.resolve_overrides[%q]", name)
+		if _, err := netip.ParseAddr(name); err == nil || name == "" || strings.ContainsAny(name, "/ @*[]:") {
+			errs.add(f, "%q is not a host name", name)
+		}
+		if _, err := netip.ParseAddr(ip); err != nil {
+			errs.add(f, "%q is not an IP address", ip)
+		}
+	}
+	if (x.CA.Cert == "") != (x.CA.Key == "") {
+		errs.add("proxy.ca", "set both cert and key, or neither")
+	}
+	l := x.Limits
+	if l.BodyBytes < 1024 {
+		errs.add("proxy.limits.body_bytes", "must be at least 1024, got %d", l.BodyBytes)
+	}
+	if l.MaxHeaderBytes < 1024 {
+		errs.add("proxy.limits.max_header_bytes", "must be at least 1024, got %d", l.MaxHeaderBytes)
+	}
+	if l.TunnelsPerSandbox < 1 {
+		errs.add("proxy.limits.tunnels_per_sandbox", "must be at least 1, got %d", l.TunnelsPerSandbox)
+	}
+}
+
+func (x *Proxy) validateRoutes(c *Config, errs *fieldErrors) {
 	routes := map[string]int{}
 	for i, r := range x.Routes {
 		f := fmt.Sprintf("proxy.routes[%d]", i)
@@ -176,6 +208,9 @@ func (x *Proxy) validate(c *Config, errs *fieldErrors) {
 			errs.add(f+".credential", "a credential is sent only over https; use an https upstream (or allow_private for an in-cluster http upstream)")
 		}
 	}
+}
+
+func (x *Proxy) validateHosts(c *Config, errs *fieldErrors) {
 	hosts := map[string]int{}
 	for i, h := range x.Hosts {
 		f := fmt.Sprintf("proxy.hosts[%d]", i)
@@ -204,33 +239,6 @@ func (x *Proxy) validate(c *Config, errs *fieldErrors) {
 		}
 		proxyValidateAPI(f+".api", h.API, errs)
 		h.Credential.validate(c, f+".credential", errs)
-	}
-	for i, s := range x.DeniedCIDRs {
-		if _, err := netip.ParsePrefix(s); err != nil {
-			errs.add(fmt.Sprintf("proxy.denied_cidrs[%d]", i), "%q is not a CIDR prefix such as 10.96.0.0/12", s)
-		}
-	}
-	for name, ip := range x.ResolveOverrides {
-		f := fmt.Sprintf("proxy.resolve_overrides[%q]", name)
-		if _, err := netip.ParseAddr(name); err == nil || name == "" || strings.ContainsAny(name, "/ @*[]:") {
-			errs.add(f, "%q is not a host name", name)
-		}
-		if _, err := netip.ParseAddr(ip); err != nil {
-			errs.add(f, "%q is not an IP address", ip)
-		}
-	}
-	if (x.CA.Cert == "") != (x.CA.Key == "") {
-		errs.add("proxy.ca", "set both cert and key, or neither")
-	}
-	l := x.Limits
-	if l.BodyBytes < 1024 {
-		errs.add("proxy.limits.body_bytes", "must be at least 1024, got %d", l.BodyBytes)
-	}
-	if l.MaxHeaderBytes < 1024 {
-		errs.add("proxy.limits.max_header_bytes", "must be at least 1024, got %d", l.MaxHeaderBytes)
-	}
-	if l.TunnelsPerSandbox < 1 {
-		errs.add("proxy.limits.tunnels_per_sandbox", "must be at least 1, got %d", l.TunnelsPerSandbox)
 	}
 }
 
