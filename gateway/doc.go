@@ -1,9 +1,13 @@
 // Package gateway is Sandgate's MCP side: one Streamable HTTP endpoint, /mcp, for every
 // sandbox, in front of every configured upstream MCP server (Streamable HTTP or stdio).
 //
-// Every request follows one path: guard (Host/Origin allow-list, content type, body limit,
-// batches and session checks) → identity from the TCP peer address → policy decision → forward
-// with the upstream's credential → exactly one audit event.
+// Every request follows the one request path of internal/call, which the egress proxy shares:
+// the guard (guard.go) resolves identity from the TCP peer address, refuses what it must
+// (Host/Origin allow-list, unknown callers, content type, body limit, batches, session checks:
+// one mcp.rejected event each) and begins the request's call; the handler of its method fills
+// in target and decision (authorize.go: call.Authorize with admission, then forward with the
+// upstream's credential); the guard ends the call when mcp-go has answered: exactly one audit
+// event per HTTP request, whatever its method.
 //
 // What a sandbox sees: the merged tools, prompts, resources and resource templates of the
 // upstreams that are connected, filtered per caller by policy (mcp.tools_list,

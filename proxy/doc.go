@@ -3,11 +3,15 @@
 // (/routes/NAME/...), on one listener. Sandboxes hold placeholder keys; the proxy decides every
 // request with the policy engine, injects the real credential and writes one audit event.
 //
-// Every request follows one path (exchange.go): identity from the TCP peer → policy input
-// (with model, max_tokens and stream read from a model-API body) → decision → credential
-// injection → the pooled upstream transport behind the dial guard → one audit event with
-// status, bytes, latency and token usage. CONNECT tunnels (connect.go) get one audit event each,
-// written when the tunnel closes.
+// Every request follows the one request path of internal/call, which the MCP gateway shares;
+// exchange.go is the proxy's shape of it: identity from the TCP peer → policy input (with
+// model, max_tokens and stream read from a model-API body) → call.Authorize (audit health,
+// admission, decision) → credential injection → the pooled upstream transport behind the dial
+// guard → one audit event with status, bytes, latency and token usage. CONNECT tunnels
+// (connect.go) get one audit event each, written when the tunnel closes. A request refused
+// before it can be read as one — a smuggling attempt, an oversized or malformed head that
+// net/http answers by itself, a head cut by the header timeout — is one http.rejected event
+// (headguard.go), rate-limited per source address.
 //
 // What is stripped, checked and refused is documented on Proxy.
 package proxy

@@ -16,8 +16,10 @@ import (
 // request with both Content-Length and Transfer-Encoding by dropping Content-Length, which is
 // what request smuggling relies on when some other hop frames the message differently.
 // Sandgate refuses such requests instead (and audits them), as well as heads larger than the
-// configured limit and obsolete line folding. After a CONNECT or Upgrade head, or after a
-// flagged head, it stops inspecting.
+// configured limit and obsolete line folding. It also sees what net/http answers without calling
+// a handler — its own 4xx for a head it cannot parse, and the silent close of a head cut by
+// ReadHeaderTimeout — and reports each once through onHard, so that those requests are audited
+// too. After a CONNECT or Upgrade head, or after a flagged head, it stops inspecting.
 type headGuard struct {
 	net.Conn
 	maxHead int
