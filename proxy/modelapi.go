@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -39,8 +40,10 @@ func readKey(key []byte) int {
 // ParseModelRequest reads model, the output-token cap and stream from the top level of a JSON
 // request body. It refuses what an upstream might read differently from Sandgate: a body that
 // is not exactly one valid JSON object, a duplicated key among those read (keys compare after
-// unescaping, as JSON parsers do), or a value of the wrong type. When several cap keys are
-// present the largest counts.
+// unescaping, as JSON parsers do), a top-level key that is not valid UTF-8 or that equals one
+// of those read under Unicode case folding without being it ("MODEL", "Max_Tokens", "ſtream":
+// Go's encoding/json and other case-insensitive decoders read those as the field), or a value
+// of the wrong type. When several cap keys are present the largest counts.
 //
 // Agents send the whole conversation in every request, often hundreds of kilobytes, so this is
 // one pass over the body that validates what it skips without decoding it, several times
@@ -59,8 +62,12 @@ func ParseModelRequest(body []byte) (ModelRequest, error) {
 	var refused error // a value Sandgate will not forward, as opposed to bad syntax
 	err := s.object(1, func(key []byte, escaped bool, val []byte) error {
 		k, err := topKey(key, escaped)
-		if err != nil || k < 0 {
+		if err != nil {
 			return err
+		}
+		if k < 0 {
+			refused = foldedKey(key, escaped)
+			return refused
 		}
 		if seen[k] {
 			refused = fmt.Errorf("model request body: key %q appears twice", readKeys[k])
@@ -99,6 +106,31 @@ func topKey(raw []byte, escaped bool) (int, error) {
 		return -1, err
 	}
 	return readKey([]byte(k)), nil
+}
+
+// foldedKey refuses a top-level key (raw, quotes included) that is not valid UTF-8, or that a
+// case-insensitive decoder would take for one of readKeys.
+func foldedKey(raw []byte, escaped bool) error {
+	name := raw[1 : len(raw)-1]
+	if escaped {
+		var k string
+		if err := json.Unmarshal(raw, &k); err != nil {
+			return err
+		}
+		name = []byte(k)
+	}
+	if !utf8.Valid(raw) {
+		return errors.New("model request body: a top-level key is not valid UTF-8")
+	}
+	if len(name) < len("model") || len(name) > 3*len("max_completion_tokens") {
+		return nil // no key of this length folds to one read (a folded rune is at most 3 bytes)
+	}
+	for _, k := range readKeys {
+		if strings.EqualFold(string(name), k) {
+			return fmt.Errorf("model request body: key %q reads as %q to case-insensitive decoders; send %q", name, k, k)
+		}
+	}
+	return nil
 }
 
 // set reads the raw JSON value of readKeys[k] (valid JSON, already scanned).
