@@ -10,7 +10,10 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/grants"
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // newAdminComponent serves the admin listener: /healthz (the process answers), /readyz (every
@@ -20,7 +23,7 @@ import (
 // and the grants API under /v1/grants/ (bearer token admin.token_credential, read on every
 // request so a rotated token applies at once; without admin.token_credential the API answers 404).
 // It must never be reachable from sandboxes: the generated NetworkPolicy admits only the
-// monitoring selector to this port.
+// monitoring selector to this port, and every known sandbox address gets 403 (refuseSandboxes).
 func newAdminComponent(d *serveDeps, metrics http.Handler) component {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -56,7 +59,27 @@ func newAdminComponent(d *serveDeps, metrics http.Handler) component {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	return httpComponent("admin", d.cfg.Listen.Admin, mux, d)
+	return httpComponent("admin", d.cfg.Listen.Admin, refuseSandboxes(d, mux), d)
+}
+
+// refuseSandboxes answers 403 to every address that is a known sandbox, whatever the admin
+// listener's bind address: the NetworkPolicy keeps sandboxes off this port in a cluster, and
+// this keeps them off where there is none (a local run, a policy not applied yet). The refusal
+// is a sandbox-facing request like any other, so it is audited (http.rejected,
+// admin_from_sandbox).
+func refuseSandboxes(d *serveDeps, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := identity.FromRemoteAddr(d.identity, r.RemoteAddr)
+		if !id.Known {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rf := call.Refuse(call.CodeAdminFromSandbox, "the admin API is not for sandboxes")
+		status := d.core.Reject(r.Context(), audit.KindHTTPRejected, id, audit.Target{Method: r.Method, Path: r.URL.Path}, rf)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": rf.Reason, "code": rf.Code})
+	})
 }
 
 // grantsAPI is the grants admin API, or a 404 that says how to enable it.

@@ -61,12 +61,12 @@ func richUpstream(t *testing.T) string {
 }
 
 type callPath struct {
-	mcp, proxy, auditDir string
+	mcp, proxy, admin, auditDir string
 }
 
 func startCallPath(t *testing.T) *callPath {
 	dir := t.TempDir()
-	cp := &callPath{mcp: freeAddr(t), proxy: freeAddr(t), auditDir: filepath.Join(dir, "audit")}
+	cp := &callPath{mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit")}
 	writeFile(t, dir, "anthropic", "sk-ant-callpath-secret")
 	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
 policy: {dir: %q}
@@ -90,7 +90,7 @@ identity:
     - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
     - {addresses: [%q], namespace: agents, sandbox: triage-1, template: triage-agent}
 log: {level: warn, format: text}
-`, cp.mcp, cp.proxy, freeAddr(t), repoPath(t, "policies"), cp.auditDir, richUpstream(t), modelAPI(t), cpCoder, cpTriage))
+`, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), modelAPI(t), cpCoder, cpTriage))
 	startServe(t, cfg, func(string) string { return "" })
 	require.Eventually(t, func() bool {
 		c, err := net.Dial("tcp", cp.proxy)
@@ -287,6 +287,10 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 		{"an HTTP/0.9 request", raw(cp.proxy, "GET /\r\n\r\n"), audit.KindHTTPRejected, "malformed_request", 400, false},
 		{"a CONNECT with a malformed authority", raw(cp.proxy, "CONNECT /x HTTP/1.1\r\nHost: x\r\n\r\n"), "", "", 0, false},
 		{"a head that never completes is cut at the header timeout", raw(cp.proxy, "GET /routes/anthropic/v1/models HTTP/1.1\r\nHost: x\r\n"), audit.KindHTTPRejected, "header_timeout", 408, false},
+		{"the admin listener refuses a sandbox", func() {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+cp.admin+"/metrics", nil)
+			send(t, cpCoder, req)
+		}, audit.KindHTTPRejected, "admin_from_sandbox", 403, false},
 		{"OPTIONS * reaches Sandgate's handler", raw(cp.proxy, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"), audit.KindHTTPRequest, "no_route", 404, false},
 	}
 	for _, tt := range tests {

@@ -97,6 +97,7 @@ const (
 	CodeRequestSmuggling        = "request_smuggling"
 	CodeTooManyTunnels          = "too_many_tunnels"
 	CodeTooManyConnections      = "too_many_connections"
+	CodeAdminFromSandbox        = "admin_from_sandbox"
 	CodeCredentialNotConfigured = "credential_not_configured"
 	CodeCredentialUnavailable   = "credential_unavailable"
 	CodeUpstreamError           = "upstream_error"
@@ -135,6 +136,7 @@ var codes = map[string]Class{
 	CodeRequestSmuggling:                ClassBadRequest,
 	CodeTooManyTunnels:                  ClassLimit,
 	CodeTooManyConnections:              ClassLimit,
+	CodeAdminFromSandbox:                ClassPolicy,
 	CodeCredentialNotConfigured:         ClassPolicy,
 	CodeCredentialUnavailable:           ClassUpstream,
 	CodeUpstreamError:                   ClassUpstream,
