@@ -104,6 +104,12 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Config.MaxBodyBytes == 0 {
 		opts.Config.MaxBodyBytes = 4 << 20
 	}
+	if opts.Config.BodyTimeout == 0 {
+		opts.Config.BodyTimeout = config.Duration(call.DefaultBodyTiming.Timeout)
+	}
+	if opts.Config.MinBodyRate == 0 {
+		opts.Config.MinBodyRate = call.DefaultBodyTiming.MinRate
+	}
 	if opts.Config.MaxSessionsPerSandbox == 0 {
 		opts.Config.MaxSessionsPerSandbox = 64
 	}

@@ -38,7 +38,8 @@ const (
 //   - a caller whose address maps to no known sandbox (403 unknown_caller): no session, no
 //     serverInfo, no capabilities;
 //   - a POST whose Content-Type is not application/json (415 unsupported_media_type);
-//   - a POST body larger than max_body_bytes (413 body_too_large);
+//   - a POST body larger than max_body_bytes (413 body_too_large), or sent slower than
+//     body_timeout and min_body_rate allow (408 body_timeout);
 //   - a body that is not a JSON object (400 malformed_request) or is a JSON array: batches are
 //     not part of the protocol revisions served (400 batch_refused);
 //   - a request without Mcp-Session-Id other than initialize (400 session_required), or with
@@ -138,11 +139,17 @@ func (gd *guard) readMessage(w http.ResponseWriter, r *http.Request) ([]byte, rp
 	if err != nil || mt != "application/json" {
 		return nil, msg, codeInvalidRequest, call.Refuse(call.CodeUnsupportedMediaType, "Content-Type must be application/json")
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, gd.g.opts.Config.MaxBodyBytes))
+	cfg := gd.g.opts.Config
+	call.BoundBody(w, r, call.BodyTiming{Timeout: cfg.BodyTimeout.D(), MinRate: cfg.MinBodyRate})
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, msg, codeInvalidRequest, call.Refuse(call.CodeBodyTooLarge, "request body too large")
+		}
+		if call.IsBodyTimeout(err) {
+			w.Header().Set("Connection", "close")
+			return nil, msg, codeInvalidRequest, call.Refuse(call.CodeBodyTimeout, "request body not received in time")
 		}
 		return nil, msg, codeParseError, call.Refuse(call.CodeBodyReadFailed, "could not read the request body")
 	}

@@ -37,6 +37,7 @@ type exchange struct {
 	dest    hostport.Addr
 	cred    string // credential value, never logged or audited
 	rawPath string // escaped upstream path below the base path
+	body    *call.BoundedBody
 	usage   *UsageParser
 	charged int64  // tokens of usage already charged to the caller's budget
 	spent   string // the limit code that ends a streamed response after its current event
@@ -182,6 +183,15 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 	in := &policy.Input{Kind: audit.KindHTTPRequest, Identity: x.ev().Identity, HTTP: &policy.HTTP{
 		Method: r.Method, Host: x.dest.Host, Port: x.dest.Port, Path: unescaped, Route: x.up.route, MaxTokens: -1}}
 	x.ev().Target.Path, x.rawPath = unescaped, path
+	if !in.Identity.Known {
+		// Identity first: an unknown caller's body is never read when policy refuses it anyway.
+		if _, rf := x.c.Authorize(r.Context(), in, false); rf != nil {
+			x.refuse(w, rf)
+			return
+		}
+	}
+	l := p.cfg.Limits
+	x.body = call.BoundBody(w, r, call.BodyTiming{Timeout: l.BodyTimeout.D(), MinRate: l.MinBodyRate})
 	body, rf := p.readModelRequest(r, x, in)
 	if rf != nil {
 		x.refuse(w, rf)
@@ -219,6 +229,11 @@ func (p *Proxy) readModelRequest(r *http.Request, x *exchange, in *policy.Input)
 	}
 	limit := p.cfg.Limits.BodyBytes
 	body, err := readBody(r.Body, r.ContentLength, limit)
+	if x.body.Cut() {
+		rf := call.Refuse(call.CodeBodyTimeout, "request body not received in time")
+		rf.Close = true
+		return nil, rf
+	}
 	if err != nil {
 		return nil, call.Refuse(call.CodeBodyReadFailed, "reading the request body failed")
 	}
@@ -334,6 +349,9 @@ func containsAny(vs, secrets []string) bool {
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	x := exchangeFrom(r.Context())
 	rf := upstreamRefusal(err)
+	if x.body.Cut() {
+		rf = call.Refuse(call.CodeBodyTimeout, "request body not received in time")
+	}
 	writeRefusal(w, rf, x.openAI())
 	if rf.Class() == call.ClassPolicy {
 		x.status = x.c.Refuse(rf)

@@ -78,10 +78,12 @@ limits:
     triage-agent: {requests_per_minute: 2}
 gateway:
   max_sessions_per_sandbox: 3
+  body_timeout: 300ms
+  min_body_rate: 1000000000
   upstreams:
     - {name: github, url: %q, prefix: never}
 proxy:
-  limits: {client_handshake_timeout: 500ms}
+  limits: {client_handshake_timeout: 500ms, body_timeout: 300ms, min_body_rate: 1000000000}
   routes:
     - {name: anthropic, upstream: %q, api: anthropic, allow_private: true,
        credential: {name: anthropic, header: x-api-key}}
@@ -287,6 +289,8 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 		{"an HTTP/0.9 request", raw(cp.proxy, "GET /\r\n\r\n"), audit.KindHTTPRejected, "malformed_request", 400, false},
 		{"a CONNECT with a malformed authority", raw(cp.proxy, "CONNECT /x HTTP/1.1\r\nHost: x\r\n\r\n"), "", "", 0, false},
 		{"a head that never completes is cut at the header timeout", raw(cp.proxy, "GET /routes/anthropic/v1/models HTTP/1.1\r\nHost: x\r\n"), audit.KindHTTPRejected, "header_timeout", 408, false},
+		{"an MCP body trickled slower than the body timeout is cut", raw(cp.mcp, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"), audit.KindMCPRejected, "body_timeout", 408, false},
+		{"a route body trickled slower than the body timeout is cut", raw(cp.proxy, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"), audit.KindHTTPRequest, "body_timeout", 408, false},
 		{"the admin listener refuses a sandbox", func() {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+cp.admin+"/metrics", nil)
 			send(t, cpCoder, req)

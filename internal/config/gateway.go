@@ -39,6 +39,10 @@ type Gateway struct {
 	// SessionIdleTimeout ends a sandbox session (and its upstream sessions) after this long
 	// without a request. Default 30m.
 	SessionIdleTimeout Duration `json:"session_idle_timeout"`
+	// BodyTimeout bounds the time a sandbox takes to send a request body (default 30s), plus
+	// one second for every MinBodyRate bytes (default 16384): a trickled body is cut with 408.
+	BodyTimeout Duration `json:"body_timeout"`
+	MinBodyRate int64    `json:"min_body_rate"`
 	// MaxSessionsPerSandbox caps the live MCP sessions one sandbox (source address) holds on a
 	// replica (default 64); an initialize over it is refused with 429 and audited.
 	MaxSessionsPerSandbox int `json:"max_sessions_per_sandbox"`
@@ -91,6 +95,12 @@ func (x *Gateway) applyDefaults(c *Config) {
 	}
 	if x.MaxSessionsPerSandbox == 0 {
 		x.MaxSessionsPerSandbox = 64
+	}
+	if x.BodyTimeout == 0 {
+		x.BodyTimeout = Duration(30 * time.Second)
+	}
+	if x.MinBodyRate == 0 {
+		x.MinBodyRate = 16 << 10
 	}
 	if x.MaxSessions == 0 {
 		x.MaxSessions = 50000

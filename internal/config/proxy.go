@@ -102,6 +102,10 @@ type ProxyLimits struct {
 	// ClientHandshakeTimeout bounds the time from CONNECT to a finished TLS handshake with the
 	// sandbox (intercept) and the time a client may take to send a request head (default 10s).
 	ClientHandshakeTimeout Duration `json:"client_handshake_timeout"`
+	// BodyTimeout bounds the time a sandbox takes to send a request body (default 30s), plus
+	// one second for every MinBodyRate bytes (default 16384): a trickled body is cut with 408.
+	BodyTimeout Duration `json:"body_timeout"`
+	MinBodyRate int64    `json:"min_body_rate"`
 	// TunnelIdleTimeout closes a tunnel with no bytes in either direction this long (default 2m).
 	TunnelIdleTimeout Duration `json:"tunnel_idle_timeout"`
 }
@@ -134,6 +138,8 @@ func (x *Proxy) applyDefaults(c *Config) {
 	l := &x.Limits
 	proxyDefault(&l.BodyBytes, 4<<20)
 	proxyDefault(&l.MaxHeaderBytes, 32<<10)
+	proxyDefault(&l.BodyTimeout, Duration(30*time.Second))
+	proxyDefault(&l.MinBodyRate, 16<<10)
 	proxyDefault(&l.TunnelsPerSandbox, 64)
 	proxyDefault(&l.DialTimeout, Duration(10*time.Second))
 	proxyDefault(&l.TLSHandshakeTimeout, Duration(10*time.Second))
