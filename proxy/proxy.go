@@ -98,8 +98,9 @@ type Options struct {
 //     CONNECT target (421 otherwise) and an absolute URI is refused (400).
 //   - A request head with both Content-Length and Transfer-Encoding, obsolete line folding, or
 //     larger than limits.max_header_bytes is refused (400/431) and the connection closed.
-//   - Every destination goes through the DialGuard: resolved once, every address classified,
-//     the checked address dialed.
+//   - Every destination goes through the DialGuard: resolved once, every address classified
+//     against the IANA special-purpose registries (embedded IPv4 decided as IPv4), refused
+//     unless allowed, the checked address dialed.
 type Proxy struct {
 	opts   Options
 	cfg    config.Proxy
@@ -168,6 +169,13 @@ func New(o Options) (*Proxy, error) {
 			return nil, fmt.Errorf("proxy.denied_cidrs: %w", err)
 		}
 		p.guard.denied = append(p.guard.denied, pfx.Masked())
+	}
+	for _, s := range cfg.AllowedCIDRs {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.allowed_cidrs: %w", err)
+		}
+		p.guard.allowed = append(p.guard.allowed, pfx.Masked())
 	}
 	for _, r := range cfg.Routes {
 		u, err := url.Parse(r.Upstream)
