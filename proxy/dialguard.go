@@ -16,28 +16,45 @@ import (
 // into the audit event's outcome error and the sandgate.proxy.dial_denied metric label.
 type DenyReason string
 
-// Reasons the dial guard refuses a destination.
+// Reasons the dial guard refuses a destination. Every row of the special-purpose address table
+// (specialpurpose_table.go) carries one of the registry reasons; docs/egress-proxy.md lists
+// which blocks map to which.
 const (
-	DenyLoopback    DenyReason = "loopback"
-	DenyPrivate     DenyReason = "private"
-	DenyLinkLocal   DenyReason = "link_local"
-	DenyMetadata    DenyReason = "metadata"
-	DenyCGNAT       DenyReason = "cgnat"
-	DenyDeniedCIDR  DenyReason = "denied_cidr"
-	DenyUnspecified DenyReason = "unspecified"
-	DenyMulticast   DenyReason = "multicast"
-	DenyReserved    DenyReason = "reserved"
-	DenyResolve     DenyReason = "resolve_failed"
-	DenyNoAddress   DenyReason = "no_address"
-)
+	// Registry reasons that allow_private lifts (an in-cluster upstream).
+	DenyLoopback  DenyReason = "loopback"   // 127.0.0.0/8, ::1
+	DenyPrivate   DenyReason = "private"    // RFC 1918, fc00::/7
+	DenyLinkLocal DenyReason = "link_local" // 169.254.0.0/16, fe80::/10
+	DenyCGNAT     DenyReason = "cgnat"      // 100.64.0.0/10
 
-var (
-	metadataAddrs = []netip.Addr{netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("fd00:ec2::254")}
-	cgnat         = netip.MustParsePrefix("100.64.0.0/10")
-	thisNetwork   = netip.MustParsePrefix("0.0.0.0/8")
-	reservedV4    = []netip.Prefix{netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("192.0.0.0/24")}
-	nat64         = netip.MustParsePrefix("64:ff9b::/96")
-	sixToFour     = netip.MustParsePrefix("2002::/16")
+	// Reasons that neither allow_private nor allowed_cidrs lift.
+	DenyMetadata    DenyReason = "metadata"    // cloud metadata and credential endpoints
+	DenyUnspecified DenyReason = "unspecified" // 0.0.0.0/8, ::
+	DenyMulticast   DenyReason = "multicast"   // 224.0.0.0/4, ff00::/8
+	DenyBroadcast   DenyReason = "broadcast"   // 255.255.255.255
+
+	// Registry reasons that only an allowed_cidrs entry inside the block lifts.
+	DenyReserved           DenyReason = "reserved"            // 240.0.0.0/4; IPv6 outside 2000::/3
+	DenyProtocolAssignment DenyReason = "protocol_assignment" // 192.0.0.0/24, 2001::/23, dummy prefixes
+	DenyAnycastService     DenyReason = "anycast_service"     // PCP, TURN, DNS-SD SRP, AS112, AMT
+	DenyDocumentation      DenyReason = "documentation"       // TEST-NET-1/2/3, 2001:db8::/32, 3fff::/20
+	DenyBenchmarking       DenyReason = "benchmarking"        // 198.18.0.0/15, 2001:2::/48
+	DenyDiscard            DenyReason = "discard"             // 100::/64
+	DenyORCHID             DenyReason = "orchid"              // ORCHID, ORCHIDv2, DETs
+	DenySRv6               DenyReason = "srv6"                // 5f00::/16
+	DenySiteLocal          DenyReason = "site_local"          // fec0::/10
+	// Translation and tunnel forms: the embedded IPv4 address is decided first (a special one is
+	// refused with its own reason); a public one still gets these, because a translator or
+	// relay is a path around the IPv4 checks that the operator has to open on purpose.
+	DenyNAT64          DenyReason = "nat64"           // 64:ff9b::/96, 64:ff9b:1::/48
+	Deny6to4           DenyReason = "6to4"            // 2002::/16, 192.88.99.0/24
+	DenyTeredo         DenyReason = "teredo"          // 2001::/32
+	DenyIPv4Compatible DenyReason = "ipv4_compatible" // ::/96
+	DenyIPv4Translated DenyReason = "ipv4_translated" // ::ffff:0:0:0/96 (SIIT)
+
+	// Operator configuration and resolution.
+	DenyDeniedCIDR DenyReason = "denied_cidr"
+	DenyResolve    DenyReason = "resolve_failed"
+	DenyNoAddress  DenyReason = "no_address"
 )
 
 // Resolver looks names up. net.DefaultResolver satisfies it; tests inject their own.
@@ -55,6 +72,7 @@ type DialGuard struct {
 	resolver Resolver
 	dial     DialFunc
 	denied   []netip.Prefix
+	allowed  []netip.Prefix // allowed_cidrs: registry blocks the operator opens on purpose
 	timeout  time.Duration
 	onDeny   func(DenyReason)
 }
@@ -88,53 +106,50 @@ func Denied(err error) (DenyReason, bool) {
 	return "", false
 }
 
-// Classify returns the reason addr is refused, or "" when it may be dialed. allowPrivate
-// permits loopback, private, link-local, CGNAT and the configured denied CIDRs (an explicitly
-// configured in-cluster upstream); metadata, unspecified, multicast and reserved addresses are
-// refused regardless.
+// Classify returns the reason addr is refused, or "" when it may be dialed.
+//
+// An address is allowed only if it is global unicast (IPv4 outside every special-purpose block,
+// IPv6 inside 2000::/3 and outside every special-purpose block) and not in denied_cidrs, or if
+// an exception below opens it. IPv4-mapped addresses are decided as the IPv4 address they are.
+// Other IPv6 forms that reach an IPv4 address through a translator or tunnel (NAT64, 6to4,
+// Teredo client and server, IPv4-compatible, SIIT) are decided on that IPv4 address first; when
+// it is public, the form itself is still refused with its own reason unless allowed_cidrs opens
+// its block.
+//
+// Exceptions: allowPrivate (a route's allow_private) lifts loopback, private, link-local, CGNAT
+// and denied_cidrs. An allowed_cidrs entry lifts the reason of the most specific registry block
+// containing the address when the entry lies inside that block (allowing 2001::/23 does not open
+// the Teredo /32 within it; allowing 0.0.0.0/0 opens nothing), and the reserved IPv6 space when
+// the entry is a /8 or longer. Metadata endpoints, unspecified, multicast and broadcast
+// addresses are refused regardless.
 func (g *DialGuard) Classify(addr netip.Addr, allowPrivate bool) DenyReason {
-	addr = addr.Unmap().WithZone("")
-	if addr.Is6() && (nat64.Contains(addr) || sixToFour.Contains(addr)) {
-		// An IPv4 address embedded in IPv6 reaches that IPv4 address through a translator.
-		b := addr.As16()
-		var v4 [4]byte
-		if nat64.Contains(addr) {
-			copy(v4[:], b[12:16])
-		} else {
-			copy(v4[:], b[2:6])
-		}
-		if r := g.Classify(netip.AddrFrom4(v4), allowPrivate); r != "" {
-			return r
-		}
+	if !addr.IsValid() {
+		return DenyUnspecified
 	}
+	addr = addr.Unmap().WithZone("")
 	for _, m := range metadataAddrs {
 		if addr == m {
 			return DenyMetadata
 		}
 	}
-	switch {
-	case addr.IsUnspecified() || thisNetwork.Contains(addr):
-		return DenyUnspecified
-	case addr.IsMulticast() || addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return DenyMulticast
-	}
-	for _, p := range reservedV4 {
-		if p.Contains(addr) {
-			return DenyReserved
+	if b := specialBlockOf(addr); b != nil {
+		v4s, ok := embeddedIPv4(addr, b, g.allowed)
+		if !ok {
+			return b.Reason
 		}
+		for _, v4 := range v4s {
+			if r := g.Classify(v4, allowPrivate); r != "" {
+				return r
+			}
+		}
+		if b.Reason != "" && !g.lifts(b.Reason, addr, b.Prefix, allowPrivate) {
+			return b.Reason
+		}
+	} else if addr.Is6() && !globalUnicast.Contains(addr) && !g.lifts(DenyReserved, addr, netip.PrefixFrom(addr, 8).Masked(), allowPrivate) {
+		return DenyReserved
 	}
 	if allowPrivate {
 		return ""
-	}
-	switch {
-	case addr.IsLoopback():
-		return DenyLoopback
-	case addr.IsLinkLocalUnicast() || addr.IsLinkLocalMulticast():
-		return DenyLinkLocal
-	case addr.IsPrivate():
-		return DenyPrivate
-	case cgnat.Contains(addr):
-		return DenyCGNAT
 	}
 	for _, p := range g.denied {
 		if p.Contains(addr) {
@@ -142,6 +157,25 @@ func (g *DialGuard) Classify(addr netip.Addr, allowPrivate bool) DenyReason {
 		}
 	}
 	return ""
+}
+
+// lifts reports whether reason r, given for addr in block, is waived by allowPrivate or by an
+// allowed_cidrs entry that lies inside block.
+func (g *DialGuard) lifts(r DenyReason, addr netip.Addr, block netip.Prefix, allowPrivate bool) bool {
+	switch r {
+	case DenyMetadata, DenyUnspecified, DenyMulticast, DenyBroadcast:
+		return false
+	case DenyLoopback, DenyPrivate, DenyLinkLocal, DenyCGNAT:
+		if allowPrivate {
+			return true
+		}
+	}
+	for _, p := range g.allowed {
+		if p.Contains(addr) && p.Bits() >= block.Bits() && block.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
 }
 
 // Dial resolves dst once, refuses it if any of its addresses is denied, and connects to the

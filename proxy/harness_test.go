@@ -240,6 +240,7 @@ proxy:
     - {host: internal.test, mode: tunnel}
     - {host: rebind.test, mode: tunnel}
   denied_cidrs: ["10.96.0.0/12"]
+  allowed_cidrs: ["198.51.100.7/32"]   # rebindPublic, a documentation address standing in for a public one
   limits: {max_header_bytes: 16384, tunnels_per_sandbox: 4, client_handshake_timeout: 500ms, tunnel_idle_timeout: 2s}
 `), t.TempDir())
 	require.NoError(t, err)

@@ -96,8 +96,9 @@ type Options struct {
 //     CONNECT target (421 otherwise) and an absolute URI is refused (400).
 //   - A request head with both Content-Length and Transfer-Encoding, obsolete line folding, or
 //     larger than limits.max_header_bytes is refused (400/431) and the connection closed.
-//   - Every destination goes through the DialGuard: resolved once, every address classified,
-//     the checked address dialed.
+//   - Every destination goes through the DialGuard: resolved once, every address classified
+//     against the IANA special-purpose registries (embedded IPv4 decided as IPv4), refused
+//     unless allowed, the checked address dialed.
 type Proxy struct {
 	opts   Options
 	core   *call.Core
@@ -166,13 +167,8 @@ func New(o Options) (*Proxy, error) {
 	}
 	p := &Proxy{opts: o, core: o.Core, cfg: cfg, log: o.Log, m: m, tracer: o.Tracer.Tracer("github.com/sandgate/sandgate/proxy"), routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
 		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}}
-	p.guard = &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied}
-	for _, s := range cfg.DeniedCIDRs {
-		pfx, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("proxy.denied_cidrs: %w", err)
-		}
-		p.guard.denied = append(p.guard.denied, pfx.Masked())
+	if p.guard, err = newDialGuard(o, cfg, m); err != nil {
+		return nil, err
 	}
 	if err := p.addRoutes(cfg.Routes); err != nil {
 		return nil, err
@@ -194,6 +190,27 @@ func New(o Options) (*Proxy, error) {
 	p.gp.Logger = log.New(io.Discard, "", 0)
 	p.gp.OnRequest().HandleConnectFunc(p.handleConnect)
 	return p, nil
+}
+
+// newDialGuard is the guard of every upstream dial, with the configured denied and allowed
+// CIDRs.
+func newDialGuard(o Options, cfg config.Proxy, m *metrics) (*DialGuard, error) {
+	g := &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied}
+	for _, s := range cfg.DeniedCIDRs {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.denied_cidrs: %w", err)
+		}
+		g.denied = append(g.denied, pfx.Masked())
+	}
+	for _, s := range cfg.AllowedCIDRs {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.allowed_cidrs: %w", err)
+		}
+		g.allowed = append(g.allowed, pfx.Masked())
+	}
+	return g, nil
 }
 
 // addRoutes builds the upstream of every base-URL route.

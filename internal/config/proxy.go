@@ -26,9 +26,16 @@ type Proxy struct {
 	// other host is refused.
 	Hosts []ProxyHost `json:"hosts"`
 	// DeniedCIDRs are extra destination ranges the dial guard refuses (the pod and service
-	// CIDRs of the cluster), on top of loopback, private, link-local, metadata and CGNAT.
-	DeniedCIDRs []string    `json:"denied_cidrs"`
-	Limits      ProxyLimits `json:"limits"`
+	// CIDRs of the cluster), on top of every IANA special-purpose block (loopback, private,
+	// link-local, metadata, CGNAT, …). A route's allow_private lifts them.
+	DeniedCIDRs []string `json:"denied_cidrs"`
+	// AllowedCIDRs are special-purpose ranges the dial guard may dial after all, for every
+	// destination a sandbox can name: typically the NAT64 prefix of an IPv6-only cluster
+	// (64:ff9b::/96). An entry opens only the registry block it lies inside; the IPv4 address a
+	// translation prefix carries is still checked, and metadata, unspecified, multicast and
+	// broadcast addresses stay refused. See docs/egress-proxy.md, "Dial guard".
+	AllowedCIDRs []string    `json:"allowed_cidrs"`
+	Limits       ProxyLimits `json:"limits"`
 	// ResolveOverrides answers the dial guard's name lookups from this map (host name → IP
 	// address) instead of DNS. It is for tests and the benchmark (bench/), which give local
 	// stand-ins fake public names; the answers still pass every dial guard check.
@@ -161,6 +168,11 @@ func (x *Proxy) validate(c *Config, errs *fieldErrors) {
 	for i, s := range x.DeniedCIDRs {
 		if _, err := netip.ParsePrefix(s); err != nil {
 			errs.add(fmt.Sprintf("proxy.denied_cidrs[%d]", i), "%q is not a CIDR prefix such as 10.96.0.0/12", s)
+		}
+	}
+	for i, s := range x.AllowedCIDRs {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			errs.add(fmt.Sprintf("proxy.allowed_cidrs[%d]", i), "%q is not a CIDR prefix such as 64:ff9b::/96", s)
 		}
 	}
 	for name, ip := range x.ResolveOverrides {

@@ -65,6 +65,7 @@ func TestProxyValidation(t *testing.T) {
 		{"duplicate host is refused", `hosts: [{host: a.example, mode: tunnel}, {host: A.example, mode: tunnel}]`, "proxy.hosts[1].host"},
 		{"port out of range is refused", `hosts: [{host: a.example, port: 70000, mode: tunnel}]`, "proxy.hosts[0].port"},
 		{"denied CIDR that does not parse is refused", `denied_cidrs: ["10.96.0.0"]`, "proxy.denied_cidrs[0]"},
+		{"allowed CIDR that does not parse is refused", `allowed_cidrs: ["64:ff9b::"]`, "proxy.allowed_cidrs[0]"},
 		{"CA with only a cert is refused", `ca: {cert: ca.crt}`, "proxy.ca"},
 		{"tiny header limit is refused", `limits: {max_header_bytes: 10}`, "proxy.limits.max_header_bytes"},
 	}

@@ -33,14 +33,27 @@ func (a Addr) IP() (netip.Addr, bool) {
 	return ip, err == nil
 }
 
-var profile = idna.New(idna.MapForLookup(), idna.Transitional(false), idna.StrictDomainName(true), idna.BidiRule(), idna.VerifyDNSLength(true))
+// lookup validates an ASCII name, including the Unicode label behind every "xn--" label, the way
+// a resolver would look it up. Its mapping (case folding, width and compatibility forms) only
+// ever meets ASCII input here, so the only thing it maps is upper case.
+var lookup = idna.New(idna.MapForLookup(), idna.Transitional(false), idna.StrictDomainName(true), idna.BidiRule(), idna.VerifyDNSLength(true))
+
+// registration converts a name that holds non-ASCII characters. It maps nothing: a character
+// that lookup would map (superscript and fullwidth digits, fullwidth letters, the ideographic
+// and fullwidth full stops, the fullwidth colon, upper case) is refused rather than rewritten,
+// so a Unicode name can only ever become an A-label name, never an IP address, a purely numeric
+// label or a name with more labels than it showed.
+var registration = idna.New(idna.ValidateForRegistration(), idna.StrictDomainName(true), idna.BidiRule(), idna.VerifyDNSLength(true))
 
 // ErrInvalid is wrapped by every error Parse returns.
 var ErrInvalid = errors.New("invalid host:port")
 
 // Parse normalises s, which is "host", "host:port", "[v6]" or "[v6]:port". A missing port is
 // defaultPort. It refuses empty hosts, ports outside 1..65535 or with signs or leading zeros,
-// user info, paths, zones in IPv6 literals, and names that are not valid IDNA host names.
+// user info, paths, zones in IPv6 literals, and names that are not valid IDNA host names. A name
+// with non-ASCII characters must be a lower-case U-label sequence: characters IDNA lookup would
+// map to ASCII (superscript or fullwidth digits, fullwidth dots and colons, fullwidth letters)
+// are refused, so Unicode never normalises into an IP address or a different name.
 func Parse(s string, defaultPort int) (Addr, error) {
 	fail := func(why string) (Addr, error) { return Addr{}, fmt.Errorf("%w %q: %s", ErrInvalid, truncate(s), why) }
 	if s == "" {
@@ -133,20 +146,52 @@ func normaliseHost(host string) (string, error) {
 		return "", errors.New("host is not valid UTF-8")
 	}
 	h := strings.TrimSuffix(host, ".")
-	a, err := profile.ToASCII(h)
+	if !isASCII(h) {
+		// Only ASCII letters are folded; everything else must already be in the canonical
+		// (lower case, unmapped) form. "¹⁶⁹.²⁵⁴.¹⁶⁹.²⁵⁴" would map to the metadata address.
+		a, err := registration.ToASCII(asciiLower(h))
+		if err != nil {
+			return "", fmt.Errorf("not a valid host name (non-ASCII characters must be a lower-case IDNA U-label, nothing that maps to ASCII): %v", err)
+		}
+		h = a
+	}
+	a, err := lookup.ToASCII(h)
 	if err != nil {
 		return "", fmt.Errorf("not a valid host name: %v", err)
 	}
 	a = strings.ToLower(a)
 	// The A-label form must itself be a valid name that maps to itself; anything else is a
 	// name two parsers could read differently.
-	if again, err := profile.ToASCII(a); err != nil || again != a {
+	if again, err := lookup.ToASCII(a); err != nil || again != a {
 		return "", errors.New("not a valid host name")
 	}
 	if a == "" || strings.HasSuffix(a, ".") {
 		return "", errors.New("empty host")
 	}
+	// Belt and braces: whatever the conversion did, a name never comes out as an address.
+	if _, err := netip.ParseAddr(a); err == nil || looksNumeric(a) {
+		return "", errors.New("host name converts to a numeric form")
+	}
 	return a, nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiLower folds A-Z only; Unicode case folding is a mapping, and mappings are refused.
+func asciiLower(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + ('a' - 'A')
+		}
+		return r
+	}, s)
 }
 
 // looksNumeric reports whether the last label starts with a digit, the way a DNS name never

@@ -1,6 +1,7 @@
 package hostport
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,6 +37,21 @@ func TestParse(t *testing.T) {
 		{"short IPv4 form is refused", "127.1:443", ""},
 		{"underscore name is refused", "a_b.example:443", ""},
 		{"space is refused", "exa mple.com", ""},
+		{"superscript digit alone is refused, not mapped to a numeric host", "²", ""},
+		{"superscript digits that spell the metadata IP are refused", "¹⁶⁹.²⁵⁴.¹⁶⁹.²⁵⁴:80", ""},
+		{"fullwidth digits that spell an IP are refused", "１２７.０.０.１:443", ""},
+		{"fullwidth dots between ASCII digits are refused", "127．0．0．1:443", ""},
+		{"ideographic full stops between ASCII digits are refused", "10。0。0。1:443", ""},
+		{"fullwidth colon is not a port separator", "example.com：443", ""},
+		{"fullwidth letters are refused rather than folded to ASCII", "ｅｘａｍｐｌｅ.com", ""},
+		{"ideographic full stop as a label separator is refused", "例え。jp", ""},
+		{"upper-case Unicode letter is refused rather than case folded", "BÜCHER.example", ""},
+		{"upper-case ASCII beside a Unicode label is folded", "Bücher.EXAMPLE", "xn--bcher-kva.example:443"},
+		{"A-label of a superscript digit is refused", "xn--pba:443", ""},
+		{"A-labels that decode to the superscript metadata IP are refused", "xn--wba463nja.xn--pba473nca.xn--wba463nja.xn--pba473nca:80", ""},
+		{"upper-case A-label is folded", "XN--BCHER-KVA.example", "xn--bcher-kva.example:443"},
+		{"Unicode name ending in digits is refused", "bücher.１", ""},
+		{"numeric first labels of a DNS name are kept", "0.pool.ntp.org:123", "0.pool.ntp.org:123"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,7 +68,8 @@ func TestParse(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"api.anthropic.com", "[::1]:443", "10.0.0.1:80", "bücher.de", "a:b:c", "[", "x:"} {
+	for _, s := range []string{"api.anthropic.com", "[::1]:443", "10.0.0.1:80", "bücher.de", "a:b:c", "[", "x:",
+		"²", "¹⁶⁹.²⁵⁴.¹⁶⁹.²⁵⁴:80", "１２７.０.０.１", "127．0．0．1", "example.com：443", "ｅｘａｍｐｌｅ.com", "xn--pba"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -70,6 +87,13 @@ func FuzzParse(f *testing.F) {
 		}
 		if a.Port < 1 || a.Port > 65535 || a.Host == "" {
 			t.Fatalf("Parse(%q) = %+v", s, a)
+		}
+		if !isASCII(a.Host) || a.Host != strings.ToLower(a.Host) {
+			t.Fatalf("Parse(%q) = %q, not lower-case ASCII", s, a)
+		}
+		// Only an ASCII IP literal becomes an address; Unicode never normalises into one.
+		if _, ok := a.IP(); ok && !isASCII(s) {
+			t.Fatalf("Parse(%q) = %q: a non-ASCII input became an IP address", s, a)
 		}
 	})
 }
