@@ -112,6 +112,12 @@ func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.C
 			return fmt.Errorf("%s listener: %w", name, err)
 		}
 		d.log.Info("listening", "listener", name, "addr", ln.Addr().String())
+		switch name { // the sandbox-facing listeners: connections per source address are capped
+		case "mcp":
+			ln = d.core.LimitPerSource(ln, d.cfg.Listen.MaxConnsPerSource, audit.KindMCPRejected, d.identity)
+		case "proxy":
+			ln = d.core.LimitPerSource(ln, d.cfg.Listen.MaxConnsPerSource, audit.KindHTTPRejected, d.identity)
+		}
 		return serve(ctx, ln)
 	})
 }

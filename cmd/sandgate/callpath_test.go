@@ -68,7 +68,7 @@ func startCallPath(t *testing.T) *callPath {
 	dir := t.TempDir()
 	cp := &callPath{mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit")}
 	writeFile(t, dir, "anthropic", "sk-ant-callpath-secret")
-	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q, max_conns_per_source: 8}
 policy: {dir: %q}
 audit: {file: {dir: %q, fsync: never}}
 credentials:
@@ -121,6 +121,7 @@ func (cp *callPath) post(t *testing.T, src, sid, body string, hdr ...string) (in
 
 func send(t *testing.T, src string, req *http.Request) (int, string, http.Header) {
 	t.Helper()
+	req.Close = true // one connection per request: the per-source cap counts open ones
 	resp, err := fromAddr(src).Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -295,6 +296,21 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+cp.admin+"/metrics", nil)
 			send(t, cpCoder, req)
 		}, audit.KindHTTPRejected, "admin_from_sandbox", 403, false},
+		{"a connection over the per-source cap is closed", func() {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.77")}} // a source nothing else uses
+			var conns []net.Conn
+			for range 9 {
+				c, err := d.Dial("tcp", cp.proxy)
+				require.NoError(t, err)
+				conns = append(conns, c)
+			}
+			// The ninth is closed by Sandgate: its read ends without an answer.
+			_, err := conns[8].Read(make([]byte, 1))
+			assert.Error(t, err)
+			for _, c := range conns {
+				c.Close()
+			}
+		}, audit.KindHTTPRejected, "too_many_connections", 429, false},
 		{"OPTIONS * reaches Sandgate's handler", raw(cp.proxy, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"), audit.KindHTTPRequest, "no_route", 404, false},
 	}
 	for _, tt := range tests {

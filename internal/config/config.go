@@ -43,6 +43,9 @@ type Listen struct {
 	MCP   string `json:"mcp"`
 	Proxy string `json:"proxy"`
 	Admin string `json:"admin"`
+	// MaxConnsPerSource caps the connections one source address (one sandbox) holds open to
+	// the MCP and the proxy listener each (default 512); one over it is closed and audited.
+	MaxConnsPerSource int `json:"max_conns_per_source"`
 }
 
 // Admin configures the admin listener's API (grants, reload). Metrics and health need no token.
@@ -306,6 +309,9 @@ func findPath(doc any, fields []string, path string, refused func(any) bool) (st
 }
 
 func (c *Config) applyDefaults() {
+	if c.Listen.MaxConnsPerSource == 0 {
+		c.Listen.MaxConnsPerSource = 512
+	}
 	if c.Policy.Dir == "" {
 		c.Policy.Dir = "policies"
 	}
@@ -375,6 +381,9 @@ func (c *Config) validate() error {
 		if l.addr != "" {
 			validateHostPort(&errs, l.field, l.addr, "127.0.0.1:8080 or :8080")
 		}
+	}
+	if c.Listen.MaxConnsPerSource < 0 {
+		errs.add("listen.max_conns_per_source", "must not be negative, got %d", c.Listen.MaxConnsPerSource)
 	}
 	switch c.Audit.File.Fsync {
 	case "batch", "always", "never":
