@@ -131,6 +131,13 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	}
 	defer tel.Shutdown(context.Background())
 	ready := &readiness{}
+	// Not ready from the moment shutdown begins, so a Service stops sending while calls drain.
+	ready.Add("shutdown", func() error {
+		if ctx.Err() != nil {
+			return errors.New("shutting down: draining the calls in flight")
+		}
+		return nil
+	})
 	engine, err := newPolicyEngine(ctx, cfg, log, tel, ready)
 	if err != nil {
 		return err

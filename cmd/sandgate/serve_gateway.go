@@ -28,7 +28,9 @@ func newGatewayComponent(d *serveDeps) (component, error) {
 	mux.Handle("/mcp", g.Handler())
 	listener := httpComponent("mcp", d.cfg.Listen.MCP, mux, d)
 	return componentFunc(func(ctx context.Context) error {
-		g.Start(ctx)
+		// The upstream sessions outlive ctx: on SIGTERM the listener stops accepting and lets the
+		// calls in flight finish (up to shutdownGrace); only then are the upstreams closed.
+		g.Start(context.WithoutCancel(ctx))
 		defer g.Close()
 		return listener.Serve(ctx)
 	}), nil
