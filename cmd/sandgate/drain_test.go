@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,13 +49,14 @@ log: {level: warn, format: text}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}, []string{"serve", "--config", cfg}) }()
 	t.Cleanup(func() { cancel() })
-	require.Eventually(t, func() bool { // ready: policy loaded, audit open, the upstream connected
+	require.Eventually(t, func() bool { // ready, and the upstream connected (not degraded)
 		resp, err := http.Get("http://" + r.admin + "/readyz")
 		if err != nil {
 			return false
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return resp.StatusCode == 200
+		return resp.StatusCode == 200 && !strings.Contains(string(body), "gateway upstreams")
 	}, 30*time.Second, 20*time.Millisecond)
 
 	const calls = 5

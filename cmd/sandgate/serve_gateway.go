@@ -23,7 +23,9 @@ func newGatewayComponent(d *serveDeps) (component, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build gateway: %w", err)
 	}
-	d.ready.Add("gateway upstreams", g.Ready)
+	// A down upstream is reported, not fatal: the replica still serves the proxy and the other
+	// upstreams, so it stays ready (docs/shared-state.md, "Readiness").
+	d.ready.AddDegraded("gateway upstreams", g.Ready)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.Handler())
 	listener := httpComponent("mcp", d.cfg.Listen.MCP, mux, d)
