@@ -41,6 +41,9 @@ type exchange struct {
 	charged int64  // tokens of usage already charged to the caller's budget
 	spent   string // the limit code that ends a streamed response after its current event
 	status  int
+	// echoed is set when a credential was removed from the response (from the transport's
+	// goroutines too: 1xx responses arrive on them).
+	echoed atomic.Bool
 }
 
 type exchangeKey struct{}
@@ -110,7 +113,16 @@ func (x *exchange) finish() {
 		x.chargeTokens()
 	}
 	x.c.Event.Outcome.Status = x.status
+	x.c.Event.Outcome.CredentialEchoed = x.echoed.Load()
 	x.c.Finish()
+}
+
+// credentialEchoed records that a credential was removed from what the sandbox gets: once per
+// exchange in the event and the metric.
+func (x *exchange) credentialEchoed() {
+	if !x.echoed.Swap(true) {
+		x.p.m.credentialEcho(x.ev().Target.Route, x.ev().Target.Host)
+	}
 }
 
 // serveRoute handles /routes/NAME/rest.
@@ -203,7 +215,7 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 	} else if r.Body != nil && r.Body != http.NoBody {
 		r2.Body = &countingReader{ReadCloser: r.Body, n: &x.c.BytesIn}
 	}
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, x: x}
 	defer func() { // also when ReverseProxy aborts the handler mid-body
 		x.status = sw.status
 		x.finish()
@@ -290,7 +302,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 			delete(out.Header, k)
 		}
 	}
-	if x.up.api != config.APINone {
+	if x.up.api != config.APINone || x.up.cred != nil {
+		// Usage is read from the body, and an echoed credential can only be found in a body
+		// that is not compressed: the transport then asks for gzip itself and decompresses.
 		out.Header.Del("Accept-Encoding")
 	}
 	if span := x.c.Span(); span.SpanContext().IsValid() {
@@ -303,28 +317,16 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := exchangeFrom(resp.Request.Context())
-	values := p.opts.Credentials.Values()
-	for k, vs := range resp.Header {
-		if containsAny(vs, values) {
-			delete(resp.Header, k)
-		}
+	set := p.scrub.current()
+	if set.scrubHeader(resp.Header) {
+		x.credentialEchoed()
 	}
 	if x.up.api != config.APINone {
 		x.usage = NewUsageParser(resp.Header.Get("Content-Type"))
 	}
-	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, lineEmpty: true}
+	body := &scrubBody{src: resp.Body, resp: resp, set: set, onHit: x.credentialEchoed}
+	resp.Body = &countingBody{ReadCloser: body, x: x, lineEmpty: true}
 	return nil
-}
-
-func containsAny(vs, secrets []string) bool {
-	for _, v := range vs {
-		for _, s := range secrets {
-			if len(s) >= 4 && strings.Contains(v, s) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // upstreamError answers a request whose upstream could not be reached or failed. A
@@ -444,13 +446,19 @@ func (x *exchange) chargeTokens() {
 	}
 }
 
-// statusWriter remembers the status; Unwrap keeps flushing (SSE) working.
+// statusWriter remembers the status and scrubs the headers of 1xx responses, which
+// ReverseProxy writes from the transport's Got1xxResponse hook; Unwrap keeps flushing (SSE)
+// working.
 type statusWriter struct {
 	http.ResponseWriter
+	x      *exchange
 	status int
 }
 
 func (s *statusWriter) WriteHeader(code int) {
+	if code < 200 && s.x.p.scrub.current().scrubHeader(s.ResponseWriter.Header()) {
+		s.x.credentialEchoed()
+	}
 	if s.status == 0 && code >= 200 {
 		s.status = code
 	}

@@ -112,6 +112,7 @@ type Proxy struct {
 	gp     *goproxy.ProxyHttpServer
 	m      *metrics
 	tracer trace.Tracer
+	scrub  *scrubber
 
 	mu      sync.Mutex
 	tunnels map[string]int
@@ -165,7 +166,7 @@ func New(o Options) (*Proxy, error) {
 		}
 	}
 	p := &Proxy{opts: o, core: o.Core, cfg: cfg, log: o.Log, m: m, tracer: o.Tracer.Tracer("github.com/sandgate/sandgate/proxy"), routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
-		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}}
+		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}, scrub: newScrubber(o.Credentials, cfg)}
 	p.guard = &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied}
 	for _, s := range cfg.DeniedCIDRs {
 		pfx, err := netip.ParsePrefix(s)
