@@ -41,9 +41,10 @@ type exchange struct {
 	charged int64  // tokens of usage already charged to the caller's budget
 	spent   string // the limit code that ends a streamed response after its current event
 	status  int
-	// echoed is set when a credential was removed from the response (from the transport's
-	// goroutines too: 1xx responses arrive on them).
-	echoed atomic.Bool
+	// echoed is set when a credential was removed from the response; truncated when the
+	// upstream's response ended before it was complete (set from the transport's goroutines
+	// too: 1xx responses arrive on them).
+	echoed, truncated atomic.Bool
 }
 
 type exchangeKey struct{}
@@ -113,6 +114,10 @@ func (x *exchange) finish() {
 		x.chargeTokens()
 	}
 	x.c.Event.Outcome.Status = x.status
+	if x.truncated.Load() {
+		rf := call.Refuse(call.CodeUpstreamTruncated, "the upstream's response ended before it was complete")
+		x.c.Event.Outcome.Status, x.c.Event.Outcome.Error = rf.Status(), rf.Code
+	}
 	x.c.Event.Outcome.CredentialEchoed = x.echoed.Load()
 	x.c.Finish()
 }
@@ -324,8 +329,15 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if x.up.api != config.APINone {
 		x.usage = NewUsageParser(resp.Header.Get("Content-Type"))
 	}
+	end := newStreamEnd(resp.Header.Get("Content-Type"), x.up.api)
+	if end != nil {
+		// A stream goes to the sandbox chunked, so that a cut one ends without the terminator
+		// instead of as a complete body of the declared length.
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+	}
 	body := &scrubBody{src: resp.Body, resp: resp, set: set, onHit: x.credentialEchoed}
-	resp.Body = &countingBody{ReadCloser: body, x: x, lineEmpty: true}
+	resp.Body = &countingBody{ReadCloser: body, x: x, lineEmpty: true, ctx: resp.Request.Context(), end: end}
 	return nil
 }
 
@@ -374,10 +386,15 @@ func (c *countingReader) Read(b []byte) (int, error) {
 // countingBody counts the response bytes and feeds them to the usage parser as they pass. A
 // streamed (SSE) model response is charged to the caller's token budget line by line as usage
 // appears in it; once the budget is spent the body ends (io.EOF) at the end of that event.
+//
+// It also watches how the upstream's body ends: a read error or an SSE stream cut before its
+// end marks the exchange truncated (upstreamEnd).
 type countingBody struct {
 	io.ReadCloser
 	x         *exchange
-	lineEmpty bool // the SSE line being read has no content yet
+	ctx       context.Context // the sandbox's request
+	end       *streamEnd      // nil unless SSE
+	lineEmpty bool            // the SSE line being read has no content yet
 	ended     bool
 }
 
@@ -396,6 +413,12 @@ func (c *countingBody) Read(b []byte) (int, error) {
 	c.x.c.BytesOut.Add(int64(n))
 	if c.ended {
 		return n, io.EOF
+	}
+	if c.end != nil && n > 0 {
+		c.end.feed(b[:n])
+	}
+	if err != nil {
+		err = c.upstreamEnd(err)
 	}
 	return n, err
 }

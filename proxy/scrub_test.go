@@ -66,6 +66,20 @@ var standInPaths = map[string]http.HandlerFunc{
 		time.Sleep(400 * time.Millisecond)
 		_, _ = io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
 	},
+	"/sse/cut": func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\"}\n\n")
+	},
+	"/sse/cut-mid-event": func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\n")
+	},
+	"/sse/reset": func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\"}\n\n")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	},
 }
 
 const alpha = "127.0.0.2"
@@ -88,7 +102,8 @@ type fetched struct {
 }
 
 // fetch sends GET path (with Connection: close) from sandbox alpha through the base-URL route,
-// or inside an intercepted tunnel to api.anthropic.com, and reads until the proxy closes.
+// or inside an intercepted tunnel to api.anthropic.com, and reads until the proxy closes. final
+// is nil when the proxy closed the connection without a response.
 func (h *harness) fetch(t *testing.T, tunnel bool, path string) fetched {
 	t.Helper()
 	c, br := h.rawClient(t, alpha)
@@ -105,6 +120,9 @@ func (h *harness) fetch(t *testing.T, tunnel bool, path string) fetched {
 	require.NoError(t, err)
 	var f fetched
 	f.raw, _ = io.ReadAll(conn) // an aborted response ends in an error; the bytes are what counts
+	if len(f.raw) == 0 {
+		return f // closed before the head was sent: final is nil
+	}
 	rd := bufio.NewReader(bytes.NewReader(f.raw))
 	for {
 		resp, err := http.ReadResponse(rd, nil)
