@@ -129,6 +129,9 @@ func appendOutcome(b []byte, o *Outcome) []byte {
 		b = append(b, `,"tokens_out":`...)
 		b = strconv.AppendInt(b, o.TokensOut, 10)
 	}
+	if o.CredentialEchoed {
+		b = append(b, `,"credential_echoed":true`...)
+	}
 	return append(b, '}')
 }
 

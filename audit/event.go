@@ -96,4 +96,7 @@ type Outcome struct {
 	BytesOut   int64   `json:"bytes_out"`
 	TokensIn   int64   `json:"tokens_in,omitempty"`
 	TokensOut  int64   `json:"tokens_out,omitempty"`
+	// CredentialEchoed says the upstream sent a credential value back (in a header, trailer,
+	// 1xx response or the body) and Sandgate removed it before it reached the sandbox.
+	CredentialEchoed bool `json:"credential_echoed,omitempty"`
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -36,7 +35,7 @@ func (h *harness) innerRequest(t *testing.T, from, raw string) *http.Response {
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	require.NoError(t, err)
 	require.Equal(t, 200, resp.StatusCode)
-	tc := tls.Client(c, &tls.Config{ServerName: "api.anthropic.com", RootCAs: h.sandgateRoots(t)})
+	tc := h.sandboxTLS(t, c, "api.anthropic.com")
 	_, err = io.WriteString(tc, raw)
 	require.NoError(t, err)
 	resp, err = http.ReadResponse(bufio.NewReader(tc), nil)

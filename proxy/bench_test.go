@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -48,5 +49,33 @@ func BenchmarkRoutedRequest(b *testing.B) {
 		tr := &http.Transport{DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, MaxIdleConnsPerHost: 4}
 		defer tr.CloseIdleConnections()
 		run(b, &http.Client{Transport: tr}, "http://"+h.addr+"/routes/anthropic/v1/messages")
+	})
+}
+
+// BenchmarkConversation sends the request agents send most, the whole conversation so far
+// (64 KiB, streamed answer), from sandbox alpha-1 through the base-URL route.
+func BenchmarkConversation(b *testing.B) {
+	h := newHarness(b)
+	body := conversationBody(64 << 10)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	b.Run("64KiB", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			req, _ := http.NewRequest(http.MethodPost, "http://"+h.addr+"/routes/anthropic/v1/messages", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := c.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+		}
 	})
 }

@@ -30,7 +30,7 @@ func TestTokenBudgetAndSpans(t *testing.T) {
 	})
 	post := func(stream bool) (int, string) {
 		body := `{"model":"claude-haiku-4-5","max_tokens":100,"stream":` + map[bool]string{true: "true", false: "false"}[stream] + `,"messages":[]}`
-		resp, err := http.Post("http://"+h.addr+"/routes/anthropic/v1/messages", "application/json", strings.NewReader(body))
+		resp, err := h.client(t, "127.0.0.1").Post("http://"+h.addr+"/routes/anthropic/v1/messages", "application/json", strings.NewReader(body))
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)

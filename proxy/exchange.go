@@ -42,6 +42,10 @@ type exchange struct {
 	charged int64  // tokens of usage already charged to the caller's budget
 	spent   string // the limit code that ends a streamed response after its current event
 	status  int
+	// echoed is set when a credential was removed from the response; truncated when the
+	// upstream's response ended before it was complete (set from the transport's goroutines
+	// too: 1xx responses arrive on them).
+	echoed, truncated atomic.Bool
 }
 
 type exchangeKey struct{}
@@ -111,7 +115,20 @@ func (x *exchange) finish() {
 		x.chargeTokens()
 	}
 	x.c.Event.Outcome.Status = x.status
+	if x.truncated.Load() {
+		rf := call.Refuse(call.CodeUpstreamTruncated, "the upstream's response ended before it was complete")
+		x.c.Event.Outcome.Status, x.c.Event.Outcome.Error = rf.Status(), rf.Code
+	}
+	x.c.Event.Outcome.CredentialEchoed = x.echoed.Load()
 	x.c.Finish()
+}
+
+// credentialEchoed records that a credential was removed from what the sandbox gets: once per
+// exchange in the event and the metric.
+func (x *exchange) credentialEchoed() {
+	if !x.echoed.Swap(true) {
+		x.p.m.credentialEcho(x.ev().Target.Route, x.ev().Target.Host)
+	}
 }
 
 // serveRoute handles /routes/NAME/rest.
@@ -213,7 +230,7 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 	} else if r.Body != nil && r.Body != http.NoBody {
 		r2.Body = &countingReader{ReadCloser: r.Body, n: &x.c.BytesIn}
 	}
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, x: x}
 	defer func() { // also when ReverseProxy aborts the handler mid-body
 		x.status = sw.status
 		x.finish()
@@ -305,7 +322,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 			delete(out.Header, k)
 		}
 	}
-	if x.up.api != config.APINone {
+	if x.up.api != config.APINone || x.up.cred != nil {
+		// Usage is read from the body, and an echoed credential can only be found in a body
+		// that is not compressed: the transport then asks for gzip itself and decompresses.
 		out.Header.Del("Accept-Encoding")
 	}
 	if span := x.c.Span(); span.SpanContext().IsValid() {
@@ -318,28 +337,23 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := exchangeFrom(resp.Request.Context())
-	values := p.opts.Credentials.Values()
-	for k, vs := range resp.Header {
-		if containsAny(vs, values) {
-			delete(resp.Header, k)
-		}
+	set := p.scrub.current()
+	if set.scrubHeader(resp.Header) {
+		x.credentialEchoed()
 	}
 	if x.up.api != config.APINone {
 		x.usage = NewUsageParser(resp.Header.Get("Content-Type"))
 	}
-	resp.Body = &countingBody{ReadCloser: resp.Body, x: x, lineEmpty: true}
-	return nil
-}
-
-func containsAny(vs, secrets []string) bool {
-	for _, v := range vs {
-		for _, s := range secrets {
-			if len(s) >= 4 && strings.Contains(v, s) {
-				return true
-			}
-		}
+	end := newStreamEnd(resp.Header.Get("Content-Type"), x.up.api)
+	if end != nil {
+		// A stream goes to the sandbox chunked, so that a cut one ends without the terminator
+		// instead of as a complete body of the declared length.
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
 	}
-	return false
+	body := &scrubBody{src: resp.Body, resp: resp, set: set, onHit: x.credentialEchoed}
+	resp.Body = &countingBody{ReadCloser: body, x: x, lineEmpty: true, ctx: resp.Request.Context(), end: end}
+	return nil
 }
 
 // upstreamError answers a request whose upstream could not be reached or failed. A
@@ -390,10 +404,15 @@ func (c *countingReader) Read(b []byte) (int, error) {
 // countingBody counts the response bytes and feeds them to the usage parser as they pass. A
 // streamed (SSE) model response is charged to the caller's token budget line by line as usage
 // appears in it; once the budget is spent the body ends (io.EOF) at the end of that event.
+//
+// It also watches how the upstream's body ends: a read error or an SSE stream cut before its
+// end marks the exchange truncated (upstreamEnd).
 type countingBody struct {
 	io.ReadCloser
 	x         *exchange
-	lineEmpty bool // the SSE line being read has no content yet
+	ctx       context.Context // the sandbox's request
+	end       *streamEnd      // nil unless SSE
+	lineEmpty bool            // the SSE line being read has no content yet
 	ended     bool
 }
 
@@ -412,6 +431,12 @@ func (c *countingBody) Read(b []byte) (int, error) {
 	c.x.c.BytesOut.Add(int64(n))
 	if c.ended {
 		return n, io.EOF
+	}
+	if c.end != nil && n > 0 {
+		c.end.feed(b[:n])
+	}
+	if err != nil {
+		err = c.upstreamEnd(err)
 	}
 	return n, err
 }
@@ -462,13 +487,19 @@ func (x *exchange) chargeTokens() {
 	}
 }
 
-// statusWriter remembers the status; Unwrap keeps flushing (SSE) working.
+// statusWriter remembers the status and scrubs the headers of 1xx responses, which
+// ReverseProxy writes from the transport's Got1xxResponse hook; Unwrap keeps flushing (SSE)
+// working.
 type statusWriter struct {
 	http.ResponseWriter
+	x      *exchange
 	status int
 }
 
 func (s *statusWriter) WriteHeader(code int) {
+	if code < 200 && s.x.p.scrub.current().scrubHeader(s.ResponseWriter.Header()) {
+		s.x.credentialEchoed()
+	}
 	if s.status == 0 && code >= 200 {
 		s.status = code
 	}

@@ -84,6 +84,10 @@ func (s *standIn) serve(w http.ResponseWriter, r *http.Request) {
 	s.headers = append(s.headers, r.Header.Clone())
 	s.bodies = append(s.bodies, sha256.Sum256(body))
 	s.mu.Unlock()
+	if f := standInPaths[r.URL.Path]; f != nil {
+		f(w, r)
+		return
+	}
 	if r.URL.Path != "/v1/messages" || r.Method != http.MethodPost {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"data":[]}`)
@@ -271,6 +275,9 @@ proxy:
 	if with != nil {
 		with(&po)
 	}
+	for _, v := range po.Credentials.Values() {
+		sandboxReads.secret(v)
+	}
 	h.p, err = New(po)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -322,6 +329,7 @@ func (h *harness) rawClient(t testing.TB, from string) (net.Conn, *bufio.Reader)
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
 	c, err := d.Dial("tcp", h.addr)
 	require.NoError(t, err)
+	c = sandboxReads.conn(t.Name(), c)
 	t.Cleanup(func() { _ = c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	return c, bufio.NewReader(c)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -35,7 +34,7 @@ func TestInterceptedTunnelLifecycle(t *testing.T) {
 		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		tc := tls.Client(c, &tls.Config{ServerName: "api.anthropic.com", RootCAs: h.sandgateRoots(t)})
+		tc := h.sandboxTLS(t, c, "api.anthropic.com")
 		_, err = io.WriteString(tc, req)
 		require.NoError(t, err)
 		resp, err = http.ReadResponse(bufio.NewReader(tc), nil)

@@ -15,6 +15,7 @@ type metrics struct {
 	tunnels metric.Int64UpDownCounter
 	// upstreamConns counts the connections the pooled upstream transports hold open.
 	upstreamConns metric.Int64UpDownCounter
+	echoes        metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
@@ -31,7 +32,15 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Open connections of the pooled upstream transports, by upstream (route name or host:port).")); err != nil {
 		return nil, fmt.Errorf("create proxy metrics: %w", err)
 	}
+	if x.echoes, err = m.Int64Counter("sandgate.proxy.credential_echoes",
+		metric.WithDescription("Responses from which a credential value the upstream sent back was removed, by route and host.")); err != nil {
+		return nil, fmt.Errorf("create proxy metrics: %w", err)
+	}
 	return &x, nil
+}
+
+func (m *metrics) credentialEcho(route, host string) {
+	m.echoes.Add(context.Background(), 1, metric.WithAttributes(attribute.String("route", route), attribute.String("host", host)))
 }
 
 func (m *metrics) dialDenied(r DenyReason) {

@@ -18,8 +18,9 @@ import (
 func TestUpstreamPoolConnectionsAreCounted(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	h := newHarnessWith(t, func(o *Options) { o.Meters = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)) })
+	c := h.client(t, "127.0.0.1")
 	for range 20 {
-		resp, err := http.Post("http://"+h.addr+"/routes/anthropic/v1/messages", "application/json",
+		resp, err := c.Post("http://"+h.addr+"/routes/anthropic/v1/messages", "application/json",
 			strings.NewReader(`{"model":"claude-haiku-4-5","max_tokens":100,"messages":[]}`))
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)

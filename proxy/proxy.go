@@ -80,8 +80,15 @@ type Options struct {
 //     Proxy-Connection), Forwarded, X-Forwarded-*, X-Real-Ip, True-Client-Ip and Via. Then the
 //     route's or host's credential is set in its configured header and format. Sandgate adds
 //     no forwarding headers of its own.
-//   - A response header whose value contains any credential value is removed, as are
-//     hop-by-hop headers. Redirects are passed to the sandbox, never followed.
+//   - No credential value reaches a sandbox (scrub.go): a response header, trailer or header of
+//     a forwarded 1xx response that contains one (or its base64) is removed, and the body is
+//     scanned as it streams and each occurrence overwritten with a marker of the same length;
+//     the event says credential_echoed. Hop-by-hop headers are removed. Redirects are passed
+//     to the sandbox, never followed. Accept-Encoding is dropped on every request that carries
+//     an injected credential, so its response is scanned uncompressed.
+//   - A response the upstream cut short (a body read error; an SSE stream that ends inside an
+//     event or, for a model API, before its final event) is aborted towards the sandbox (no
+//     chunked terminator; SSE goes chunked for this) and audited as upstream_truncated, 502.
 //   - Model-API requests (api anthropic or openai) with a body are read up to
 //     limits.body_bytes to give policy model, max_tokens and stream; a larger body is refused
 //     (413), a body that is not one JSON object with unambiguous model/max_tokens/stream is
@@ -113,6 +120,7 @@ type Proxy struct {
 	gp     *goproxy.ProxyHttpServer
 	m      *metrics
 	tracer trace.Tracer
+	scrub  *scrubber
 
 	mu      sync.Mutex
 	tunnels map[string]int
@@ -166,7 +174,7 @@ func New(o Options) (*Proxy, error) {
 		}
 	}
 	p := &Proxy{opts: o, core: o.Core, cfg: cfg, log: o.Log, m: m, tracer: o.Tracer.Tracer("github.com/sandgate/sandgate/proxy"), routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
-		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}}
+		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}, scrub: newScrubber(o.Credentials, cfg)}
 	if p.guard, err = newDialGuard(o, cfg, m); err != nil {
 		return nil, err
 	}

@@ -109,7 +109,7 @@ func TestTunnelIdleTimeout(t *testing.T) {
 			require.NoError(t, err, "the tunnel stays open while the client sends")
 			time.Sleep(testIdle / 4)
 		}
-		require.NoError(t, c.(*net.TCPConn).CloseWrite())
+		require.NoError(t, c.(interface{ CloseWrite() error }).CloseWrite())
 		assert.Equal(t, ticks, <-received)
 		ev := h.rec.waitFor(t, isTunnel)
 		assert.Empty(t, ev.Outcome.Error)

@@ -102,6 +102,7 @@ const (
 	CodeCredentialUnavailable   = "credential_unavailable"
 	CodeUpstreamError           = "upstream_error"
 	CodeUpstreamTimeout         = "upstream_timeout"
+	CodeUpstreamTruncated       = "upstream_truncated"
 	CodeUpstreamUnavailable     = "upstream_unavailable"
 	CodeResolveFailed           = "resolve_failed"
 	CodeNoAddress               = "no_address"
@@ -141,6 +142,7 @@ var codes = map[string]Class{
 	CodeCredentialUnavailable:           ClassUpstream,
 	CodeUpstreamError:                   ClassUpstream,
 	CodeUpstreamTimeout:                 ClassUpstreamTimeout,
+	CodeUpstreamTruncated:               ClassUpstream, // the sandbox got 200 headers; the event says 502
 	CodeUpstreamUnavailable:             ClassUnavailable,
 	CodeResolveFailed:                   ClassUpstream,
 	CodeNoAddress:                       ClassUpstream,

@@ -56,6 +56,7 @@ func TestRefusalStatus(t *testing.T) {
 		{"a session used from another address answers like an unknown one", CodeSessionNotOwned, http.StatusNotFound, "not_found_error", "not_found_error"},
 		{"an inner request for another host is misdirected", CodeHostMismatch, http.StatusMisdirectedRequest, "invalid_request_error", "invalid_request_error"},
 		{"an oversized head is 431", CodeHeaderTooLarge, http.StatusRequestHeaderFieldsTooLarge, "invalid_request_error", "invalid_request_error"},
+		{"a response the upstream cut short is the upstream's failure", CodeUpstreamTruncated, http.StatusBadGateway, "api_error", "server_error"},
 		{"an oversized body is 413", CodeBodyTooLarge, http.StatusRequestEntityTooLarge, "request_too_large", "invalid_request_error"},
 	}
 	for _, tt := range tests {
