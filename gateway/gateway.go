@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,6 +71,7 @@ type Gateway struct {
 	prompts   map[string]named
 	resources map[string]*upstream // URI → upstream
 	templates []templateEntry
+	raw       map[mcp.MCPMethod]*verbatimList // list → verbatim entries
 	rebuildMu sync.Mutex
 
 	cancel context.CancelFunc
@@ -218,9 +220,13 @@ func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
 	var toolC, promptC []candidate
-	toolDefs := map[*upstream]map[string]mcp.Tool{}
-	promptDefs := map[*upstream]map[string]mcp.Prompt{}
+	toolDefs := map[*upstream]map[string]entry[mcp.Tool]{}
+	promptDefs := map[*upstream]map[string]entry[mcp.Prompt]{}
 	resources := map[string]*upstream{}
+	raw := map[mcp.MCPMethod]*verbatimList{}
+	for _, k := range listKinds {
+		raw[k.method] = &verbatimList{entries: map[string]json.RawMessage{}, order: map[string]int{}}
+	}
 	var resList []server.ServerResource
 	var templates []templateEntry
 	var tmplList []server.ServerResourceTemplate
@@ -229,46 +235,50 @@ func (g *Gateway) rebuild() {
 			continue
 		}
 		cat := u.catalog()
-		toolDefs[u], promptDefs[u] = map[string]mcp.Tool{}, map[string]mcp.Prompt{}
+		toolDefs[u], promptDefs[u] = map[string]entry[mcp.Tool]{}, map[string]entry[mcp.Prompt]{}
 		for _, t := range cat.tools {
-			toolC = append(toolC, candidate{u, t.Name})
-			toolDefs[u][t.Name] = t
+			toolC = append(toolC, candidate{u, t.def.Name})
+			toolDefs[u][t.def.Name] = t
 		}
 		for _, p := range cat.prompts {
-			promptC = append(promptC, candidate{u, p.Name})
-			promptDefs[u][p.Name] = p
+			promptC = append(promptC, candidate{u, p.def.Name})
+			promptDefs[u][p.def.Name] = p
 		}
 		for _, r := range cat.resources {
-			if _, dup := resources[r.URI]; dup {
-				g.log.Warn("resource offered by two upstreams; the earlier one serves it", "uri", r.URI, "upstream", u.cfg.Name)
+			if _, dup := resources[r.def.URI]; dup {
+				g.log.Warn("resource offered by two upstreams; the earlier one serves it", "uri", r.def.URI, "upstream", u.cfg.Name)
 				continue
 			}
-			resources[r.URI] = u
-			resList = append(resList, server.ServerResource{Resource: r, Handler: g.readResource})
+			resources[r.def.URI] = u
+			raw[listResources.method].add(r.id, r.raw)
+			resList = append(resList, server.ServerResource{Resource: r.def, Handler: g.readResource})
 		}
 		for _, t := range cat.templates {
-			templates = append(templates, templateEntry{t, u})
-			tmplList = append(tmplList, server.ServerResourceTemplate{Template: t, Handler: g.readResource})
+			templates = append(templates, templateEntry{t.def, u})
+			raw[listTemplates.method].add(t.id, t.raw)
+			tmplList = append(tmplList, server.ServerResourceTemplate{Template: t.def, Handler: g.readResource})
 		}
 	}
 	tools := map[string]named{}
 	var serverTools []server.ServerTool
 	for _, n := range assignNames(toolC, g.log, "tool") {
-		def := toolDefs[n.upstream][n.name]
-		def.Name = n.exposed
+		e := toolDefs[n.upstream][n.name]
+		e.def.Name = n.exposed
 		tools[n.exposed] = n
-		serverTools = append(serverTools, server.ServerTool{Tool: def, Handler: g.callTool})
+		raw[listTools.method].add(n.exposed, renamed(e.raw, "name", n.exposed))
+		serverTools = append(serverTools, server.ServerTool{Tool: e.def, Handler: g.callTool})
 	}
 	prompts := map[string]named{}
 	var serverPrompts []server.ServerPrompt
 	for _, n := range assignNames(promptC, g.log, "prompt") {
-		def := promptDefs[n.upstream][n.name]
-		def.Name = n.exposed
+		e := promptDefs[n.upstream][n.name]
+		e.def.Name = n.exposed
 		prompts[n.exposed] = n
-		serverPrompts = append(serverPrompts, server.ServerPrompt{Prompt: def, Handler: g.getPrompt})
+		raw[listPrompts.method].add(n.exposed, renamed(e.raw, "name", n.exposed))
+		serverPrompts = append(serverPrompts, server.ServerPrompt{Prompt: e.def, Handler: g.getPrompt})
 	}
 	g.mu.Lock()
-	g.tools, g.prompts, g.resources, g.templates = tools, prompts, resources, templates
+	g.tools, g.prompts, g.resources, g.templates, g.raw = tools, prompts, resources, templates, raw
 	g.mu.Unlock()
 	g.mcp.SetTools(serverTools...)
 	g.mcp.SetPrompts(serverPrompts...)

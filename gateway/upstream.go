@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,10 +32,10 @@ var errUpstreamDown = errors.New("upstream is not connected")
 
 // catalog is what one upstream offers.
 type catalog struct {
-	tools     []mcp.Tool
-	resources []mcp.Resource
-	templates []mcp.ResourceTemplate
-	prompts   []mcp.Prompt
+	tools     []entry[mcp.Tool]
+	resources []entry[mcp.Resource]
+	templates []entry[mcp.ResourceTemplate]
+	prompts   []entry[mcp.Prompt]
 }
 
 // upstreamHooks is how an upstream reports to the gateway.
@@ -240,35 +241,28 @@ func (u *upstream) connect(ctx context.Context) error {
 	return nil
 }
 
-// list fetches every list the upstream declares and publishes the catalog.
+// list fetches every list the upstream declares, verbatim, and publishes the catalog.
 func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) error {
 	var cat catalog
 	caps := cli.GetServerCapabilities()
+	var err error
 	if caps.Tools != nil {
-		r, err := cli.ListTools(ctx, mcp.ListToolsRequest{})
-		if err != nil {
-			return fmt.Errorf("tools/list: %w", err)
+		if cat.tools, err = listTyped(ctx, cli, listTools, typedTool); err != nil {
+			return err
 		}
-		cat.tools = r.Tools
 	}
 	if caps.Resources != nil {
-		r, err := cli.ListResources(ctx, mcp.ListResourcesRequest{})
-		if err != nil {
-			return fmt.Errorf("resources/list: %w", err)
+		if cat.resources, err = listTyped(ctx, cli, listResources, typedJSON[mcp.Resource]); err != nil {
+			return err
 		}
-		cat.resources = r.Resources
-		t, err := cli.ListResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{})
-		if err != nil {
-			return fmt.Errorf("resources/templates/list: %w", err)
+		if cat.templates, err = listTyped(ctx, cli, listTemplates, typedJSON[mcp.ResourceTemplate]); err != nil {
+			return err
 		}
-		cat.templates = t.ResourceTemplates
 	}
 	if caps.Prompts != nil {
-		r, err := cli.ListPrompts(ctx, mcp.ListPromptsRequest{})
-		if err != nil {
-			return fmt.Errorf("prompts/list: %w", err)
+		if cat.prompts, err = listTyped(ctx, cli, listPrompts, typedJSON[mcp.Prompt]); err != nil {
+			return err
 		}
-		cat.prompts = r.Prompts
 	}
 	u.mu.Lock()
 	if u.gen != gen {
@@ -279,6 +273,35 @@ func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) err
 	u.mu.Unlock()
 	u.hooks.catalogChanged()
 	return nil
+}
+
+// entry is one catalog entry: its mcp-go form and the upstream's own JSON.
+type entry[T any] struct {
+	rawEntry
+	def T
+}
+
+// listTyped lists k verbatim and decodes each entry with typed.
+func listTyped[T any](ctx context.Context, cli *client.Client, k listKind, typed func(rawEntry) (T, error)) ([]entry[T], error) {
+	raw, err := listAll(ctx, cli, k)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]entry[T], 0, len(raw))
+	for _, e := range raw {
+		def, err := typed(e)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k.method, err)
+		}
+		out = append(out, entry[T]{e, def})
+	}
+	return out, nil
+}
+
+func typedJSON[T any](e rawEntry) (T, error) {
+	var v T
+	err := json.Unmarshal(e.raw, &v)
+	return v, err
 }
 
 // headers is the credential header of every request to an HTTP upstream, read at request
