@@ -65,6 +65,7 @@ type Gateway struct {
 	core      *call.Core
 	inflight  *inflight
 	subs      *subscriptions
+	events    *eventStore
 
 	mu        sync.RWMutex
 	tools     map[string]named // exposed name → upstream tool
@@ -133,7 +134,7 @@ func New(opts Options) (*Gateway, error) {
 		}
 		opts.Core = core
 	}
-	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
+	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(), events: newEventStore(),
 		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
 	hc := &http.Client{Transport: tracingTransport{opts.Transport}}
 	hooks := upstreamHooks{
@@ -167,6 +168,11 @@ func New(opts Options) (*Gateway, error) {
 		server.WithHTTPContextFunc(g.requestContext),
 		server.WithStreamableHTTPLogger(opts.Log),
 		server.WithSessionIdleTTL(opts.Config.SessionIdleTimeout.D()),
+		// With an event store, mcp-go writes every notification a call sends before the call's
+		// result ahead of it (without one, a notification can be lost to a race at the end of
+		// the response), gives each SSE event an ID and lets a sandbox resume a broken stream
+		// with Last-Event-ID on this replica.
+		server.WithEventStore(g.events),
 	)
 	g.handler = newGuard(g)
 	return g, nil
@@ -211,6 +217,7 @@ func (g *Gateway) Ready() error {
 // endSession drops what the gateway keeps for an expired session.
 func (g *Gateway) endSession(id string) {
 	g.subs.drop(id)
+	_ = g.events.PurgeSession(context.Background(), id)
 	g.mcp.UnregisterSession(context.Background(), id)
 }
 

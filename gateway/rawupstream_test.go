@@ -135,6 +135,13 @@ func openRawSession(t testing.TB, url, src string) *rawSession {
 // call sends one request and returns its result, read from a JSON or an SSE response.
 func (s *rawSession) call(method string, params any) json.RawMessage {
 	s.t.Helper()
+	res, _ := s.callStream(method, params)
+	return res
+}
+
+// callStream is call that also returns every message of the response before the result.
+func (s *rawSession) callStream(method string, params any) (json.RawMessage, []rpcNotification) {
+	s.t.Helper()
 	s.id++
 	resp := s.post(map[string]any{"jsonrpc": "2.0", "id": s.id, "method": method, "params": params})
 	defer resp.Body.Close()
@@ -155,19 +162,29 @@ func (s *rawSession) call(method string, params any) json.RawMessage {
 		require.NoError(s.t, err)
 		msgs = append(msgs, b)
 	}
+	var before []rpcNotification
 	for _, b := range msgs {
 		var m struct {
 			ID     int             `json:"id"`
 			Result json.RawMessage `json:"result"`
 			Error  json.RawMessage `json:"error"`
+			rpcNotification
 		}
 		if json.Unmarshal(b, &m) == nil && m.ID == s.id {
 			require.Nil(s.t, m.Error, "%s answered an error: %s", method, m.Error)
-			return m.Result
+			return m.Result, before
+		}
+		if m.Method != "" {
+			before = append(before, m.rpcNotification)
 		}
 	}
 	s.t.Fatalf("%s: no response in %q", method, msgs)
-	return nil
+	return nil, nil
+}
+
+type rpcNotification struct {
+	Method string         `json:"method"`
+	Params map[string]any `json:"params"`
 }
 
 func (s *rawSession) post(msg any) *http.Response {

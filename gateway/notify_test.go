@@ -1,0 +1,77 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/internal/config"
+)
+
+// startChattyUpstream serves an mcp-go upstream whose tool "chatty" sends n log messages and n
+// progress notifications, interleaved, before its result.
+func startChattyUpstream(t testing.TB, n int) string {
+	t.Helper()
+	s := server.NewMCPServer("chatty", "1", server.WithToolCapabilities(true), server.WithLogging())
+	s.AddTool(mcp.NewTool("chatty"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var token mcp.ProgressToken
+		if req.Params.Meta != nil {
+			token = req.Params.Meta.ProgressToken
+		}
+		for i := range n {
+			_ = s.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelInfo, "chatty", fmt.Sprint("log ", i)))
+			if token != nil {
+				_ = s.SendNotificationToClient(ctx, "notifications/progress",
+					map[string]any{"progressToken": token, "progress": i + 1, "total": n})
+			}
+		}
+		return mcp.NewToolResultText("done"), nil
+	})
+	srv := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true),
+		server.WithEventStore(server.NewInMemoryEventStore()))) // mcp-go orders notifications before the result only with one
+	t.Cleanup(srv.Close)
+	return srv.URL + "/mcp"
+}
+
+// TestNotificationsKeepTheSandboxTokenAndPrecedeTheResult: what an upstream sends about a
+// call before its result reaches the sandbox before that result, in order, and progress comes
+// back under the sandbox's own token value (number or string, as sent).
+func TestNotificationsKeepTheSandboxTokenAndPrecedeTheResult(t *testing.T) {
+	const n = 5
+	h := startGateway(t, "testdata/policy", config.Upstream{Name: "http", URL: startChattyUpstream(t, n)})
+	h.waitReady(t)
+	s := openRawSession(t, h.URL(), "127.0.0.2")
+	s.call("logging/setLevel", map[string]any{"level": "debug"})
+
+	for _, token := range []any{float64(8), "8", "sandbox-token"} {
+		t.Run(fmt.Sprint(token), func(t *testing.T) {
+			for range 10 { // the race this guards against does not show every time
+				_, notes := s.callStream("tools/call", map[string]any{"name": "chatty", "arguments": map[string]any{},
+					"_meta": map[string]any{"progressToken": token}})
+				var logs []string
+				var progress []any
+				for _, m := range notes {
+					switch m.Method {
+					case "notifications/message":
+						logs = append(logs, fmt.Sprint(m.Params["data"]))
+					case "notifications/progress":
+						require.Equal(t, token, m.Params["progressToken"], "the sandbox sees its own token")
+						progress = append(progress, m.Params["progress"])
+					}
+				}
+				require.Len(t, logs, n, "every log message arrives before the result")
+				require.Len(t, progress, n, "every progress notification arrives before the result")
+				for i := range n {
+					assert.Equal(t, fmt.Sprint("log ", i), logs[i])
+					assert.Equal(t, float64(i+1), progress[i])
+				}
+			}
+		})
+	}
+}
