@@ -271,7 +271,17 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out.Params.Meta = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
 	defer g.inflight.end(n.upstream, out.Params.Meta)
 	res, err := forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
-		return c.CallTool(ctx, out)
+		if mcp.IsModernProtocol(c.ProtocolVersion()) {
+			// mcp-go's client runs the multi round-trip requests of 2026-07-28 (input_required);
+			// the level in _meta asks for every log message, which the session's level filters.
+			out.Params.Meta.AdditionalFields = withLogLevel(out.Params.Meta.AdditionalFields)
+			return c.CallTool(ctx, out)
+		}
+		raw, err := rpc(ctx, c, string(mcp.MethodToolsCall), out.Params)
+		if err != nil {
+			return nil, err
+		}
+		return mcp.ParseCallToolResult(&raw)
 	})
 	if err != nil {
 		return mcp.NewToolResultError(err.Error()), nil

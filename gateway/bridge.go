@@ -181,7 +181,20 @@ func (b bridgeSampling) CreateMessage(ctx context.Context, req mcp.CreateMessage
 	if err != nil {
 		return nil, fmt.Errorf("sampling: %w", err)
 	}
-	return b.g.mcp.RequestSampling(ctx, req)
+	// Asked of the sandbox's session itself: mcp-go's MCPServer.RequestSampling is deprecated
+	// with the Sampling feature, which the sandbox's revision may still have.
+	s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithSampling)
+	if !ok || modernSession(s) {
+		return nil, errors.New("sampling: the sandbox's session cannot be asked for sampling")
+	}
+	return s.RequestSampling(ctx, req)
+}
+
+// modernSession reports a sandbox session on 2026-07-28 or later, which takes no
+// server-initiated requests.
+func modernSession(s server.ClientSession) bool {
+	v, ok := s.(interface{ ProtocolVersion() string })
+	return ok && mcp.IsModernProtocol(v.ProtocolVersion())
 }
 
 // bridgeElicitation forwards elicitation/create the same way.
@@ -278,13 +291,7 @@ func (g *Gateway) afterSubscribe(ctx context.Context, _ any, req *mcp.SubscribeR
 		return
 	}
 	if g.subs.add(u, req.Params.URI, s.SessionID()) {
-		if cli, _, err := u.client(); err == nil {
-			sub := mcp.SubscribeRequest{}
-			sub.Params.URI = req.Params.URI
-			if err := cli.Subscribe(context.WithoutCancel(ctx), sub); err != nil {
-				g.log.Warn("forward resources/subscribe failed", "upstream", u.cfg.Name, "err", err)
-			}
-		}
+		g.forwardSubscription(ctx, u, mcp.MethodResourcesSubscribe, req.Params.URI)
 	}
 }
 
@@ -295,10 +302,23 @@ func (g *Gateway) afterUnsubscribe(ctx context.Context, _ any, req *mcp.Unsubscr
 		return
 	}
 	if g.subs.remove(u, req.Params.URI, s.SessionID()) {
-		if cli, _, err := u.client(); err == nil {
-			un := mcp.UnsubscribeRequest{}
-			un.Params.URI = req.Params.URI
-			_ = cli.Unsubscribe(context.WithoutCancel(ctx), un)
-		}
+		g.forwardSubscription(ctx, u, mcp.MethodResourcesUnsubscribe, req.Params.URI)
+	}
+}
+
+// forwardSubscription sends resources/subscribe or resources/unsubscribe to an upstream on the
+// legacy protocol. 2026-07-28 replaced them with a subscriptions/listen stream, which Sandgate
+// does not open yet: a modern upstream's resource updates do not reach sandboxes.
+func (g *Gateway) forwardSubscription(ctx context.Context, u *upstream, method mcp.MCPMethod, uri string) {
+	cli, _, err := u.client()
+	if err != nil {
+		return
+	}
+	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
+		g.log.Debug("resource subscriptions are not forwarded to 2026-07-28 upstreams", "upstream", u.cfg.Name, "uri", uri)
+		return
+	}
+	if _, err := rpc(context.WithoutCancel(ctx), cli, string(method), map[string]any{"uri": uri}); err != nil {
+		g.log.Warn("forward "+string(method)+" failed", "upstream", u.cfg.Name, "err", err)
 	}
 }

@@ -96,6 +96,8 @@ func modernParams(cli *client.Client, version, method string, params any) (any, 
 	meta[mcp.MetaKeyProtocolVersion] = version
 	meta[mcp.MetaKeyClientCapabilities] = cli.GetClientCapabilities()
 	meta[mcp.MetaKeyClientInfo] = clientInfo
+	// Every log message: each sandbox session's own level filters them.
+	meta[mcp.MetaKeyLogLevel] = mcp.LoggingLevelDebug
 	b, err := json.Marshal(meta)
 	if err != nil {
 		return nil, nil, err
@@ -110,6 +112,16 @@ func modernParams(cli *client.Client, version, method string, params any) (any, 
 		h.Set(k, v)
 	}
 	return fields, h, nil
+}
+
+// withLogLevel is a request's _meta fields asking a 2026-07-28 upstream for every log message.
+func withLogLevel(fields map[string]any) map[string]any {
+	out := make(map[string]any, len(fields)+1)
+	for k, v := range fields {
+		out[k] = v
+	}
+	out[mcp.MetaKeyLogLevel] = mcp.LoggingLevelDebug
+	return out
 }
 
 // clientInfo is how Sandgate introduces itself to upstreams.

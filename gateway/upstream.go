@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,9 @@ type upstream struct {
 	err       error
 	downSince time.Time
 	listed    bool // the catalog of the current connection has been listed
+	// legacy is set when an upstream that negotiated 2026-07-28 then refused it: it is spoken
+	// to on the newest legacy revision from then on.
+	legacy bool
 
 	kick    chan struct{} // reconnect now
 	refresh chan struct{} // re-list the catalog
@@ -156,6 +160,10 @@ func (u *upstream) run(ctx context.Context) {
 				u.err = err
 				u.mu.Unlock()
 				u.log.Warn("upstream connect failed; retrying", "err", err, "retry_in", backoff)
+				select { // a kick left by the failed attempt itself must not cut the backoff short
+				case <-u.kick:
+				default:
+				}
 				select {
 				case <-ctx.Done():
 					return
@@ -178,13 +186,24 @@ func (u *upstream) run(ctx context.Context) {
 			}
 		case <-ping.C:
 			pctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout.D())
-			err := cli.Ping(pctx)
+			err := alive(pctx, cli)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				u.broken(gen, fmt.Errorf("ping: %w", err))
 			}
 		}
 	}
+}
+
+// alive checks that the upstream answers: ping on the legacy protocol; on 2026-07-28 and later,
+// which removed ping, server/discover.
+func alive(ctx context.Context, cli *client.Client) error {
+	method := string(mcp.MethodPing)
+	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
+		method = string(mcp.MethodServerDiscover)
+	}
+	_, err := rpc(ctx, cli, method, nil)
+	return err
 }
 
 // connect starts a transport, initializes a session and lists the catalog.
@@ -205,8 +224,16 @@ func (u *upstream) connect(ctx context.Context) error {
 		}
 		tr = h
 	}
+	// The newest protocol revision both sides speak is negotiated (server/discover, falling
+	// back to initialize); protocol_version pins one for upstreams that need it.
+	version := u.cfg.ProtocolVersion
+	u.mu.RLock()
+	if u.legacy && version == "" {
+		version = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	}
+	u.mu.RUnlock()
 	cli := client.NewClient(tr,
-		client.WithLegacyProtocolOnly(),
+		client.WithProtocolVersion(version),
 		client.WithSamplingHandler(u.hooks.sampling),
 		client.WithElicitationHandler(u.hooks.elicitation),
 		client.WithRootsHandler(u.hooks.roots))
@@ -216,15 +243,16 @@ func (u *upstream) connect(ctx context.Context) error {
 	}
 	cli.OnNotification(func(n mcp.JSONRPCNotification) { u.hooks.notification(u, n) })
 	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "sandgate", Version: "1"}
+	init.Params.ProtocolVersion = version
+	init.Params.ClientInfo = clientInfo
 	if _, err := cli.Initialize(ctx, init); err != nil {
 		cli.Close()
 		return fmt.Errorf("initialize: %w", err)
 	}
-	// The upstream sends every log message; each sandbox session's own level filters them.
-	if cli.GetServerCapabilities().Logging != nil {
-		if err := cli.SetLevel(ctx, mcp.SetLevelRequest{Params: mcp.SetLevelParams{Level: mcp.LoggingLevelDebug}}); err != nil {
+	// The upstream sends every log message; each sandbox session's own level filters them. On
+	// 2026-07-28 and later the level travels in every request's _meta instead (rpc).
+	if !mcp.IsModernProtocol(cli.ProtocolVersion()) && cli.GetServerCapabilities().Logging != nil {
+		if _, err := rpc(ctx, cli, string(mcp.MethodSetLogLevel), mcp.SetLevelParams{Level: mcp.LoggingLevelDebug}); err != nil {
 			u.log.Debug("upstream refused logging/setLevel", "err", err)
 		}
 	}
@@ -234,10 +262,17 @@ func (u *upstream) connect(ctx context.Context) error {
 	u.cli, u.err = cli, nil
 	u.mu.Unlock()
 	if err := u.list(ctx, cli, gen); err != nil {
+		var unsupported mcp.UnsupportedProtocolVersionError
+		if mcp.IsModernProtocol(cli.ProtocolVersion()) && errors.As(err, &unsupported) {
+			u.log.Warn("upstream negotiated 2026-07-28 but refuses it; speaking the legacy revision to it", "err", err)
+			u.mu.Lock()
+			u.legacy = true
+			u.mu.Unlock()
+		}
 		u.broken(gen, fmt.Errorf("list catalog: %w", err))
 		return fmt.Errorf("list catalog: %w", err)
 	}
-	u.log.Info("upstream connected", "tools", len(u.catalog().tools))
+	u.log.Info("upstream connected", "tools", len(u.catalog().tools), "protocol_version", cli.ProtocolVersion())
 	return nil
 }
 
@@ -363,7 +398,7 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 			}
 			continue
 		}
-		if isTransportError(err) && !timedOut {
+		if isTransportError(err) && !timedOut && !streamEndedEarly(err) {
 			u.broken(gen, err)
 		}
 		return zero, err
@@ -389,6 +424,13 @@ func (u *upstream) waitConnected(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// streamEndedEarly reports a response stream the upstream ended before the response without
+// an event ID to resume from (SEP-1699 polling without an event store): that request is lost,
+// the connection is not.
+func streamEndedEarly(err error) bool {
+	return strings.Contains(err.Error(), "unexpected nil response")
 }
 
 // isTransportError tells a broken connection from a JSON-RPC error the upstream answered.

@@ -222,8 +222,16 @@ func (g *Gateway) serveVerbatim(w http.ResponseWriter, r *http.Request, next htt
 	next.ServeHTTP(bw, r)
 	body := bw.buf.Bytes()
 	if bw.code == http.StatusOK {
-		body = splice(body, w.Header().Get("Content-Type"), k, g.rawEntries(k))
+		ct := w.Header().Get("Content-Type")
+		body = splice(body, ct, k, g.rawEntries(k))
 		w.Header().Del("Content-Length")
+		// A client that accepts a stream gets one, as from SDKs that always stream (the Go SDK):
+		// one event carrying the response.
+		if strings.HasPrefix(ct, "application/json") && strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			body = append(append([]byte("event: message\ndata: "), bytes.TrimSpace(body)...), "\n\n"...)
+		}
 	}
 	if bw.code != 0 {
 		w.WriteHeader(bw.code)

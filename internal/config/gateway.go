@@ -77,6 +77,10 @@ type Upstream struct {
 	CallTimeout Duration `json:"call_timeout"`
 	// ConnectTimeout bounds connecting and initializing. Default 10s.
 	ConnectTimeout Duration `json:"connect_timeout"`
+	// ProtocolVersion pins the MCP revision spoken to the upstream, for an upstream that
+	// mishandles negotiation. Empty (the default) negotiates the newest both sides speak; a
+	// revision before 2026-07-28 keeps the initialize handshake and its session.
+	ProtocolVersion string `json:"protocol_version"`
 }
 
 // IsStdio reports whether the upstream is a command Sandgate starts.
