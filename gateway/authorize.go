@@ -271,17 +271,12 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out.Params.Meta = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
 	defer g.inflight.end(n.upstream, out.Params.Meta)
 	res, err := forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
-		if mcp.IsModernProtocol(c.ProtocolVersion()) {
-			// mcp-go's client runs the multi round-trip requests of 2026-07-28 (input_required);
-			// the level in _meta asks for every log message, which the session's level filters.
-			out.Params.Meta.AdditionalFields = withLogLevel(out.Params.Meta.AdditionalFields)
-			return c.CallTool(ctx, out)
-		}
-		raw, err := rpc(ctx, c, string(mcp.MethodToolsCall), out.Params)
-		if err != nil {
-			return nil, err
-		}
-		return mcp.ParseCallToolResult(&raw)
+		return request(ctx, c, mcp.MethodToolsCall, out.Params, mcp.ParseCallToolResult,
+			func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
+				// The level in _meta asks for every log message; the session's level filters them.
+				out.Params.Meta.AdditionalFields = withLogLevel(out.Params.Meta.AdditionalFields)
+				return c.CallTool(ctx, out)
+			})
 	})
 	if err != nil {
 		return mcp.NewToolResultError(err.Error()), nil
@@ -312,7 +307,10 @@ func (g *Gateway) readResource(ctx context.Context, req mcp.ReadResourceRequest)
 	out.Params.URI = uri
 	out.Params.Arguments = req.Params.Arguments
 	res, err := forward(ctx, cl, u, func(ctx context.Context, c *client.Client) (*mcp.ReadResourceResult, error) {
-		return c.ReadResource(ctx, out)
+		return request(ctx, c, mcp.MethodResourcesRead, out.Params, mcp.ParseReadResourceResult,
+			func(ctx context.Context, c *client.Client) (*mcp.ReadResourceResult, error) {
+				return c.ReadResource(ctx, out)
+			})
 	})
 	if err != nil {
 		return nil, err
@@ -340,7 +338,10 @@ func (g *Gateway) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp
 	out.Params.Name = n.name
 	out.Params.Arguments = req.Params.Arguments
 	return forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.GetPromptResult, error) {
-		return c.GetPrompt(ctx, out)
+		return request(ctx, c, mcp.MethodPromptsGet, out.Params, mcp.ParseGetPromptResult,
+			func(ctx context.Context, c *client.Client) (*mcp.GetPromptResult, error) {
+				return c.GetPrompt(ctx, out)
+			})
 	})
 }
 

@@ -64,6 +64,32 @@ func rpc(ctx context.Context, cli *client.Client, method string, params any) (js
 	return res.Result, nil
 }
 
+// request forwards one sandbox request. On the legacy protocol Sandgate sends it itself (rpc),
+// so that cancelling it reaches the upstream, and parse decodes the result; on 2026-07-28 and
+// later it goes through mcp-go's typed client (typed), which runs the multi round-trip
+// requests (input_required) of that revision.
+func request[R any](ctx context.Context, cli *client.Client, method mcp.MCPMethod, params any,
+	parse func(*json.RawMessage) (R, error), typed func(context.Context, *client.Client) (R, error)) (R, error) {
+	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
+		return typed(ctx, cli)
+	}
+	raw, err := rpc(ctx, cli, string(method), params)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return parse(&raw)
+}
+
+// parseJSON is a parse function for request that decodes into R.
+func parseJSON[R any](raw *json.RawMessage) (*R, error) {
+	var r R
+	if err := json.Unmarshal(*raw, &r); err != nil {
+		return nil, fmt.Errorf("decode result: %w", err)
+	}
+	return &r, nil
+}
+
 // rpcInto is rpc decoding the result into out.
 func rpcInto(ctx context.Context, cli *client.Client, method string, params, out any) error {
 	raw, err := rpc(ctx, cli, method, params)
