@@ -137,20 +137,12 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(), events: newEventStore(),
 		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
 	hc := &http.Client{Transport: tracingTransport{opts.Transport}}
-	hooks := upstreamHooks{
-		catalogChanged: g.rebuild,
-		notification:   g.onUpstreamNotification,
-	}
+	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks}
 	for _, uc := range opts.Config.Upstreams {
-		u := newUpstream(uc, opts.Credentials, hc, hooks, opts.Log)
-		// Server-to-client requests are bridged per upstream, so that one arriving without a
-		// call's context (stdio) can be matched to the call in flight on that upstream.
-		u.hooks.sampling = bridgeSampling{g, u}
-		u.hooks.elicitation = bridgeElicitation{g, u}
-		u.hooks.roots = bridgeRoots{g, u}
-		g.upstreams = append(g.upstreams, u)
+		g.upstreams = append(g.upstreams, newUpstream(uc, opts.Credentials, hc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log))
 	}
 	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log)
+	g.sessions.ended = g.endUpstreamSessions
 	if _, err := opts.Meters.Meter("github.com/sandgate/sandgate/gateway").Int64ObservableGauge("sandgate.gateway.sessions",
 		metric.WithDescription("Sandbox MCP sessions this replica holds"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
@@ -214,8 +206,28 @@ func (g *Gateway) Ready() error {
 	return errors.Join(errs...)
 }
 
+// connHooks bridges what one upstream connection sends to the sandbox side. Server-to-client
+// requests are bridged per connection, so that one arriving without a call's context (stdio)
+// can be matched to the call in flight there.
+func (g *Gateway) connHooks(u *upstream, sid string) connHooks {
+	return connHooks{
+		notification: func(n mcp.JSONRPCNotification) { g.onUpstreamNotification(u, sid, n) },
+		sampling:     bridgeSampling{g, u, sid},
+		elicitation:  bridgeElicitation{g, u, sid},
+		roots:        bridgeRoots{g, u, sid},
+	}
+}
+
+// endUpstreamSessions closes the upstream sessions of sandbox session id.
+func (g *Gateway) endUpstreamSessions(id string) {
+	for _, u := range g.upstreams {
+		u.endSession(id)
+	}
+}
+
 // endSession drops what the gateway keeps for an expired session.
 func (g *Gateway) endSession(id string) {
+	g.endUpstreamSessions(id)
 	g.subs.drop(id)
 	_ = g.events.PurgeSession(context.Background(), id)
 	g.mcp.UnregisterSession(context.Background(), id)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,16 +21,19 @@ import (
 // that answers the lists from a fixture exactly as written there, and records every message
 // it receives. It stands for upstreams whose objects carry more than mcp-go models.
 type rawUpstream struct {
-	srv     *httptest.Server
-	catalog map[string]json.RawMessage
-	mu      sync.Mutex
-	got     []rpcEnvelope
+	srv      *httptest.Server
+	catalog  map[string]json.RawMessage
+	mu       sync.Mutex
+	got      []rpcEnvelope
+	sessions int      // sessions initialized
+	deleted  []string // sessions ended with DELETE
 }
 
 type rpcEnvelope struct {
-	ID     json.RawMessage `json:"id,omitempty"`
-	Method string          `json:"method,omitempty"`
-	Params json.RawMessage `json:"params,omitempty"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Session string          `json:"-"` // the Mcp-Session-Id it came with
 }
 
 func startRawUpstream(t testing.TB, fixture string) *rawUpstream {
@@ -58,7 +62,19 @@ func (u *rawUpstream) received(method string) []rpcEnvelope {
 	return out
 }
 
+func (u *rawUpstream) ended() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.deleted...)
+}
+
 func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodDelete {
+		u.mu.Lock()
+		u.deleted = append(u.deleted, r.Header.Get("Mcp-Session-Id"))
+		u.mu.Unlock()
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.WriteHeader(http.StatusMethodNotAllowed)
 		return
@@ -69,8 +85,13 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
+	m.Session = r.Header.Get("Mcp-Session-Id")
 	u.mu.Lock()
 	u.got = append(u.got, m)
+	if m.Method == "initialize" {
+		u.sessions++
+		w.Header().Set("Mcp-Session-Id", fmt.Sprint("raw-session-", u.sessions))
+	}
 	u.mu.Unlock()
 	if len(m.ID) == 0 {
 		w.WriteHeader(http.StatusAccepted)
@@ -79,7 +100,6 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	var result any
 	switch m.Method {
 	case "initialize":
-		w.Header().Set("Mcp-Session-Id", "raw-session")
 		result = map[string]any{"protocolVersion": "2025-06-18", "serverInfo": map[string]any{"name": "raw", "version": "1"},
 			"capabilities": map[string]any{"tools": map[string]any{}, "resources": map[string]any{}, "prompts": map[string]any{}}}
 	case "tools/call":

@@ -39,8 +39,10 @@ type sessionStore struct {
 	idle   time.Duration
 	shared mcpsessions.Store // nil: sessions stay on this replica
 	log    *slog.Logger
-	mu     sync.Mutex
-	byID   map[string]*sessionEntry
+	// ended is told of every session a client ended (DELETE); expired ones are swept.
+	ended func(id string)
+	mu    sync.Mutex
+	byID  map[string]*sessionEntry
 }
 
 type sessionEntry struct {
@@ -285,6 +287,9 @@ func (v sessionView) Terminate(id string) (bool, error) {
 		delete(v.s.byID, id)
 	}
 	v.s.mu.Unlock()
+	if mine && v.s.ended != nil {
+		v.s.ended(id)
+	}
 	if mine && v.s.shared != nil {
 		if err := v.s.shared.Terminate(context.Background(), id, v.s.idle); err != nil {
 			v.s.log.Warn("terminated mcp session not removed from the shared store; it expires with its idle timeout", "err", err)

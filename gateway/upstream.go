@@ -42,15 +42,24 @@ type catalog struct {
 // upstreamHooks is how an upstream reports to the gateway.
 type upstreamHooks struct {
 	catalogChanged func()
-	notification   func(u *upstream, n mcp.JSONRPCNotification)
-	sampling       client.SamplingHandler
-	elicitation    client.ElicitationHandler
-	roots          client.RootsHandler
+	// conn is what one connection to u reports to: the shared connection (sid "") or the
+	// upstream session of sandbox session sid.
+	conn func(u *upstream, sid string) connHooks
 }
 
-// upstream is one supervised MCP server connection. Sandbox requests share one upstream
-// session per upstream; server-to-client requests made while a call is in flight reach the
-// sandbox session of that call through the call's context.
+// connHooks receive what one upstream connection sends: notifications, and requests to the
+// client (sampling, elicitation, roots).
+type connHooks struct {
+	notification func(n mcp.JSONRPCNotification)
+	sampling     client.SamplingHandler
+	elicitation  client.ElicitationHandler
+	roots        client.RootsHandler
+}
+
+// upstream is one supervised MCP server connection, which lists the catalog and checks health,
+// plus, for a stateful HTTP upstream in per-sandbox mode, one upstream session per sandbox
+// session (sandboxSessions) for the sandboxes' requests. Server-to-client requests made while
+// a call is in flight reach the sandbox session of that call.
 //
 // Security: requests to the upstream carry only what Sandgate builds: the JSON-RPC params it
 // forwards and the configured credential header. No header a sandbox sent (Authorization
@@ -62,6 +71,9 @@ type upstream struct {
 	http  *http.Client
 	hooks upstreamHooks
 	log   *slog.Logger
+	idle  time.Duration // a per-sandbox session unused this long is closed
+
+	pool sandboxSessions
 
 	mu        sync.RWMutex
 	cli       *client.Client
@@ -78,9 +90,10 @@ type upstream struct {
 	refresh chan struct{} // re-list the catalog
 }
 
-func newUpstream(cfg config.Upstream, creds *credential.Store, hc *http.Client, hooks upstreamHooks, log *slog.Logger) *upstream {
-	return &upstream{cfg: cfg, creds: creds, http: hc, hooks: hooks, log: log.With("upstream", cfg.Name),
-		err: errors.New("not connected yet"), downSince: time.Now(),
+func newUpstream(cfg config.Upstream, creds *credential.Store, hc *http.Client, hooks upstreamHooks, idle time.Duration, log *slog.Logger) *upstream {
+	return &upstream{cfg: cfg, creds: creds, http: hc, hooks: hooks, idle: idle, log: log.With("upstream", cfg.Name),
+		pool: sandboxSessions{conns: map[string]*sandboxConn{}},
+		err:  errors.New("not connected yet"), downSince: time.Now(),
 		kick: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
 }
 
@@ -151,6 +164,7 @@ func (u *upstream) run(ctx context.Context) {
 		if c != nil {
 			c.Close()
 		}
+		u.closeSessions(func(*sandboxConn) bool { return true })
 	}()
 	for ctx.Err() == nil {
 		cli, gen, _ := u.client()
@@ -185,6 +199,7 @@ func (u *upstream) run(ctx context.Context) {
 				u.broken(gen, fmt.Errorf("list catalog: %w", err))
 			}
 		case <-ping.C:
+			u.closeIdleSessions()
 			pctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout.D())
 			err := alive(pctx, cli)
 			cancel()
@@ -206,24 +221,10 @@ func alive(ctx context.Context, cli *client.Client) error {
 	return err
 }
 
-// connect starts a transport, initializes a session and lists the catalog.
+// connect opens the shared connection and lists the catalog.
 func (u *upstream) connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout.D())
 	defer cancel()
-	var tr transport.Interface
-	if u.cfg.IsStdio() {
-		tr = transport.NewStdioWithOptions(u.cfg.Command, nil, u.cfg.Args,
-			transport.WithCommandFunc(u.command), transport.WithCommandLogger(u.log))
-	} else {
-		h, err := transport.NewStreamableHTTP(u.cfg.URL,
-			transport.WithHTTPBasicClient(u.http),
-			transport.WithHTTPHeaderFunc(u.headers),
-			transport.WithHTTPLogger(u.log))
-		if err != nil {
-			return fmt.Errorf("streamable HTTP transport for %s: %w", u.cfg.URL, err)
-		}
-		tr = h
-	}
 	// The newest protocol revision both sides speak is negotiated (server/discover, falling
 	// back to initialize); protocol_version pins one for upstreams that need it.
 	version := u.cfg.ProtocolVersion
@@ -232,29 +233,9 @@ func (u *upstream) connect(ctx context.Context) error {
 		version = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	}
 	u.mu.RUnlock()
-	cli := client.NewClient(tr,
-		client.WithProtocolVersion(version),
-		client.WithSamplingHandler(u.hooks.sampling),
-		client.WithElicitationHandler(u.hooks.elicitation),
-		client.WithRootsHandler(u.hooks.roots))
-	// The transport outlives this function's timeout: start it with a context that lasts.
-	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("start transport: %w", err)
-	}
-	cli.OnNotification(func(n mcp.JSONRPCNotification) { u.hooks.notification(u, n) })
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = version
-	init.Params.ClientInfo = clientInfo
-	if _, err := cli.Initialize(ctx, init); err != nil {
-		cli.Close()
-		return fmt.Errorf("initialize: %w", err)
-	}
-	// The upstream sends every log message; each sandbox session's own level filters them. On
-	// 2026-07-28 and later the level travels in every request's _meta instead (rpc).
-	if !mcp.IsModernProtocol(cli.ProtocolVersion()) && cli.GetServerCapabilities().Logging != nil {
-		if _, err := rpc(ctx, cli, string(mcp.MethodSetLogLevel), mcp.SetLevelParams{Level: mcp.LoggingLevelDebug}); err != nil {
-			u.log.Debug("upstream refused logging/setLevel", "err", err)
-		}
+	cli, err := u.dial(ctx, version, u.hooks.conn(u, ""))
+	if err != nil {
+		return err
 	}
 	u.mu.Lock()
 	u.gen++
@@ -274,6 +255,49 @@ func (u *upstream) connect(ctx context.Context) error {
 	}
 	u.log.Info("upstream connected", "tools", len(u.catalog().tools), "protocol_version", cli.ProtocolVersion())
 	return nil
+}
+
+// dial starts a transport and initializes a session on it.
+func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*client.Client, error) {
+	var tr transport.Interface
+	if u.cfg.IsStdio() {
+		tr = transport.NewStdioWithOptions(u.cfg.Command, nil, u.cfg.Args,
+			transport.WithCommandFunc(u.command), transport.WithCommandLogger(u.log))
+	} else {
+		t, err := transport.NewStreamableHTTP(u.cfg.URL,
+			transport.WithHTTPBasicClient(u.http),
+			transport.WithHTTPHeaderFunc(u.headers),
+			transport.WithHTTPLogger(u.log))
+		if err != nil {
+			return nil, fmt.Errorf("streamable HTTP transport for %s: %w", u.cfg.URL, err)
+		}
+		tr = t
+	}
+	cli := client.NewClient(tr,
+		client.WithProtocolVersion(version),
+		client.WithSamplingHandler(h.sampling),
+		client.WithElicitationHandler(h.elicitation),
+		client.WithRootsHandler(h.roots))
+	// The transport outlives the caller's timeout: start it with a context that lasts.
+	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("start transport: %w", err)
+	}
+	cli.OnNotification(h.notification)
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = version
+	init.Params.ClientInfo = clientInfo
+	if _, err := cli.Initialize(ctx, init); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	// The upstream sends every log message; each sandbox session's own level filters them. On
+	// 2026-07-28 and later the level travels in every request's _meta instead (rpc).
+	if !mcp.IsModernProtocol(cli.ProtocolVersion()) && cli.GetServerCapabilities().Logging != nil {
+		if _, err := rpc(ctx, cli, string(mcp.MethodSetLogLevel), mcp.SetLevelParams{Level: mcp.LoggingLevelDebug}); err != nil {
+			u.log.Debug("upstream refused logging/setLevel", "err", err)
+		}
+	}
+	return cli, nil
 }
 
 // list fetches every list the upstream declares, verbatim, and publishes the catalog.
@@ -370,39 +394,6 @@ func (u *upstream) command(ctx context.Context, command string, _ []string, args
 	cmd.Env = env
 	cmd.Stderr = nil
 	return cmd, nil
-}
-
-// do runs one request on the current session. When the session was ended by the upstream
-// (404, e.g. after a restart) it reconnects once and retries: the request was not processed.
-func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *client.Client) (T, error)) (T, error) {
-	var zero T
-	for attempt := 0; ; attempt++ {
-		cli, gen, err := u.client()
-		if err != nil {
-			return zero, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, u.cfg.CallTimeout.D())
-		res, err := f(cctx, cli)
-		timedOut := cctx.Err() != nil
-		cancel()
-		if err == nil {
-			return res, nil
-		}
-		if ctx.Err() != nil {
-			return zero, err
-		}
-		if errors.Is(err, transport.ErrSessionTerminated) && attempt == 0 {
-			u.broken(gen, err)
-			if werr := u.waitConnected(ctx); werr != nil {
-				return zero, fmt.Errorf("upstream session expired and could not be re-established: %w", werr)
-			}
-			continue
-		}
-		if isTransportError(err) && !timedOut && !streamEndedEarly(err) {
-			u.broken(gen, err)
-		}
-		return zero, err
-	}
 }
 
 // waitConnected waits up to the connect timeout for the supervisor to reconnect.

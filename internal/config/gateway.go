@@ -81,7 +81,24 @@ type Upstream struct {
 	// mishandles negotiation. Empty (the default) negotiates the newest both sides speak; a
 	// revision before 2026-07-28 keeps the initialize handshake and its session.
 	ProtocolVersion string `json:"protocol_version"`
+	// Sessions is per-sandbox (the default) or shared. per-sandbox gives every sandbox session
+	// its own upstream session on a stateful (pre-2026-07-28) HTTP upstream, so that log
+	// messages, subscriptions, sampling and elicitation of one sandbox never meet another's;
+	// shared sends every sandbox's requests on one upstream session. A stdio upstream is one
+	// process and always shared; a 2026-07-28 upstream keeps no session state and shares one
+	// connection.
+	Sessions string `json:"sessions"`
+	// MaxSessions bounds the per-sandbox sessions open to this upstream (default 256): at the
+	// limit the least recently used idle one is closed; when none is idle, calls use the shared
+	// session. Sessions idle for gateway.session_idle_timeout are closed.
+	MaxSessions int `json:"max_sessions"`
 }
+
+// Upstream session models.
+const (
+	SessionsPerSandbox = "per-sandbox"
+	SessionsShared     = "shared"
+)
 
 // IsStdio reports whether the upstream is a command Sandgate starts.
 func (u Upstream) IsStdio() bool { return u.Command != "" }
@@ -112,6 +129,12 @@ func (x *Gateway) applyDefaults(c *Config) {
 		}
 		if u.ConnectTimeout == 0 {
 			u.ConnectTimeout = Duration(10 * time.Second)
+		}
+		if u.Sessions == "" {
+			u.Sessions = SessionsPerSandbox
+		}
+		if u.MaxSessions == 0 {
+			u.MaxSessions = 256
 		}
 		u.Credential.applyDefaults()
 		if u.Command != "" && strings.ContainsRune(u.Command, '/') {
@@ -180,6 +203,14 @@ func (x *Gateway) validate(c *Config, errs *fieldErrors) {
 		case PrefixAlways, PrefixNever, PrefixOnConflict:
 		default:
 			errs.add(f+".prefix", "%q is not one of always, never, on-conflict", u.Prefix)
+		}
+		switch u.Sessions {
+		case SessionsPerSandbox, SessionsShared:
+		default:
+			errs.add(f+".sessions", "%q is not one of per-sandbox, shared", u.Sessions)
+		}
+		if u.MaxSessions < 0 {
+			errs.add(f+".max_sessions", "must not be negative, got %d", u.MaxSessions)
 		}
 		u.Credential.validate(c, f+".credential", errs)
 		for env, cred := range u.CredentialEnv {
