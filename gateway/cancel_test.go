@@ -46,3 +46,18 @@ func TestCancellationReachesTheUpstream(t *testing.T) {
 		t.Fatal("the cancelled call still holds the sandbox's request")
 	}
 }
+
+// TestUpstreamStreamEndedForPollingIsResumed: an upstream that ends a call's stream before the
+// result, having sent an event ID (SEP-1699 polling), is resumed with Last-Event-ID, and the
+// sandbox gets the result.
+func TestUpstreamStreamEndedForPollingIsResumed(t *testing.T) {
+	up := startRawUpstream(t, "testdata/rich-catalog.json")
+	h := startGateway(t, "testdata/policy", config.Upstream{Name: "rich", URL: up.URL(), Prefix: config.PrefixNever})
+	h.waitReady(t)
+	s := openRawSession(t, h.URL(), "127.0.0.2")
+	res := s.call("tools/call", map[string]any{"name": "poll", "arguments": map[string]any{}})
+	assert.Contains(t, string(res), "resumed")
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	assert.Equal(t, []string{"ev-1"}, up.resumes)
+}

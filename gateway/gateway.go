@@ -92,40 +92,7 @@ func New(opts Options) (*Gateway, error) {
 	case opts.Core == nil && (opts.Policy == nil || opts.Audit == nil):
 		return nil, errors.New("gateway: Options.Core (or Policy and Audit) is required")
 	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
-	if opts.Meters == nil {
-		opts.Meters = noop.NewMeterProvider()
-	}
-	if opts.Tracer == nil {
-		opts.Tracer = tracenoop.NewTracerProvider()
-	}
-	if opts.Credentials == nil {
-		opts.Credentials = credential.FromValues(nil)
-	}
-	if opts.Config.MaxBodyBytes == 0 {
-		opts.Config.MaxBodyBytes = 4 << 20
-	}
-	if opts.Config.MaxSessionsPerSandbox == 0 {
-		opts.Config.MaxSessionsPerSandbox = 64
-	}
-	if opts.Config.MaxSessions == 0 {
-		opts.Config.MaxSessions = 50000
-	}
-	if opts.Config.SessionIdleTimeout == 0 {
-		opts.Config.SessionIdleTimeout = config.Duration(30 * time.Minute)
-	}
-	if opts.Transport == nil {
-		opts.Transport = &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     90 * time.Second,
-			ForceAttemptHTTP2:   true,
-		}
-	}
+	setDefaults(&opts)
 	if opts.Core == nil {
 		core, err := call.New(call.Options{Policy: opts.Policy, Audit: opts.Audit, Admission: opts.Admission,
 			Meters: opts.Meters, Tracer: opts.Tracer, Log: opts.Log})
@@ -168,6 +135,44 @@ func New(opts Options) (*Gateway, error) {
 	)
 	g.handler = newGuard(g)
 	return g, nil
+}
+
+// setDefaults fills in the options left zero.
+func setDefaults(opts *Options) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Meters == nil {
+		opts.Meters = noop.NewMeterProvider()
+	}
+	if opts.Tracer == nil {
+		opts.Tracer = tracenoop.NewTracerProvider()
+	}
+	if opts.Credentials == nil {
+		opts.Credentials = credential.FromValues(nil)
+	}
+	if opts.Config.MaxBodyBytes == 0 {
+		opts.Config.MaxBodyBytes = 4 << 20
+	}
+	if opts.Config.MaxSessionsPerSandbox == 0 {
+		opts.Config.MaxSessionsPerSandbox = 64
+	}
+	if opts.Config.MaxSessions == 0 {
+		opts.Config.MaxSessions = 50000
+	}
+	if opts.Config.SessionIdleTimeout == 0 {
+		opts.Config.SessionIdleTimeout = config.Duration(30 * time.Minute)
+	}
+	if opts.Transport == nil {
+		opts.Transport = &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+			ForceAttemptHTTP2:   true,
+		}
+	}
 }
 
 // Start connects to every upstream in the background and keeps reconnecting until Close.

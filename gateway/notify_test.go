@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -76,4 +79,61 @@ func TestNotificationsKeepTheSandboxTokenAndPrecedeTheResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSandboxResumesAStreamWithLastEventID: every event of a call's stream has an ID, and a
+// sandbox that lost the stream after the first event gets the rest again, result included, by
+// resuming with Last-Event-ID on the same replica.
+func TestSandboxResumesAStreamWithLastEventID(t *testing.T) {
+	h := startGateway(t, "testdata/policy", config.Upstream{Name: "http", URL: startChattyUpstream(t, 3),
+		ProtocolVersion: mcp.LATEST_LEGACY_PROTOCOL_VERSION})
+	h.waitReady(t)
+	s := openRawSession(t, h.URL(), "127.0.0.2")
+	s.call("logging/setLevel", map[string]any{"level": "debug"}) // so that the call streams
+	s.id++
+	resp := s.post(map[string]any{"jsonrpc": "2.0", "id": s.id, "method": "tools/call",
+		"params": map[string]any{"name": "chatty", "arguments": map[string]any{}}})
+	first := sseEvents(t, resp)[0]
+	require.NotEmpty(t, first.id, "events carry IDs")
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, h.URL(), nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Mcp-Session-Id", s.sid)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	req.Header.Set("Last-Event-ID", first.id)
+	resp, err = s.hc.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	replayed := sseEvents(t, resp)
+	require.NotEmpty(t, replayed)
+	assert.Contains(t, replayed[len(replayed)-1].data, `"result"`, "the replay ends with the result")
+	assert.NotContains(t, replayed[0].data, `"log 0"`, "nothing before Last-Event-ID is sent again")
+}
+
+type sseEvent struct{ id, data string }
+
+// sseEvents reads an SSE response until it ends or carries a JSON-RPC response.
+func sseEvents(t *testing.T, resp *http.Response) []sseEvent {
+	t.Helper()
+	defer resp.Body.Close()
+	var out []sseEvent
+	var cur sseEvent
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id:"):
+			cur.id = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
+		case strings.HasPrefix(line, "data:"):
+			cur.data += strings.TrimSpace(strings.TrimPrefix(line, "data:"))
+		case line == "" && (cur.id != "" || cur.data != ""):
+			out = append(out, cur)
+			if strings.Contains(cur.data, `"result"`) {
+				return out
+			}
+			cur = sseEvent{}
+		}
+	}
+	return out
 }

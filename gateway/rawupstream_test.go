@@ -25,8 +25,10 @@ type rawUpstream struct {
 	catalog  map[string]json.RawMessage
 	mu       sync.Mutex
 	got      []rpcEnvelope
-	sessions int      // sessions initialized
-	deleted  []string // sessions ended with DELETE
+	sessions int             // sessions initialized
+	deleted  []string        // sessions ended with DELETE
+	polled   json.RawMessage // the request whose stream "poll" ended, until resumed
+	resumes  []string        // Last-Event-ID of every resuming GET
 }
 
 type rpcEnvelope struct {
@@ -75,6 +77,10 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		u.mu.Unlock()
 		return
 	}
+	if r.Method == http.MethodGet {
+		u.resume(w, r)
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.WriteHeader(http.StatusMethodNotAllowed)
 		return
@@ -107,6 +113,14 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			Name string `json:"name"`
 		}
 		_ = json.Unmarshal(m.Params, &p)
+		if p.Name == "poll" { // SEP-1699: end the stream before the result; the client resumes
+			u.mu.Lock()
+			u.polled = m.ID
+			u.mu.Unlock()
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "id: ev-1\nretry: 10\ndata: \n\n")
+			return
+		}
 		if p.Name == "slow" {
 			select {
 			case <-r.Context().Done():
@@ -126,6 +140,22 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
+}
+
+// resume answers a GET with Last-Event-ID ev-1 with the result of the polled request.
+func (u *rawUpstream) resume(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	id := u.polled
+	u.resumes = append(u.resumes, r.Header.Get("Last-Event-ID"))
+	u.mu.Unlock()
+	if r.Header.Get("Last-Event-ID") != "ev-1" || id == nil {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
+		"result": map[string]any{"content": []any{map[string]any{"type": "text", "text": "resumed"}}}})
+	w.Header().Set("Content-Type", "text/event-stream")
+	_, _ = fmt.Fprintf(w, "id: ev-2\ndata: %s\n\n", b)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
