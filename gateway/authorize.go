@@ -268,12 +268,16 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out := mcp.CallToolRequest{}
 	out.Params.Name = n.name
 	out.Params.Arguments = req.Params.Arguments
-	out.Params.Meta = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
-	defer g.inflight.end(n.upstream, out.Params.Meta)
+	var key string
+	out.Params.Meta, key = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
+	defer g.inflight.end(n.upstream, key)
 	res, err := forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
 		return request(ctx, c, mcp.MethodToolsCall, out.Params, mcp.ParseCallToolResult,
 			func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
 				// The level in _meta asks for every log message; the session's level filters them.
+				if out.Params.Meta == nil {
+					out.Params.Meta = &mcp.Meta{}
+				}
 				out.Params.Meta.AdditionalFields = withLogLevel(out.Params.Meta.AdditionalFields)
 				return c.CallTool(ctx, out)
 			})

@@ -37,17 +37,25 @@ type inflightCall struct {
 
 func newInflight() *inflight { return &inflight{calls: map[*upstream]map[string]*inflightCall{}} }
 
-// begin registers a call and returns the _meta to send upstream.
-func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) *mcp.Meta {
+// begin registers a call and returns the _meta to send upstream (nil when there is none: a
+// progress token goes upstream only when the sandbox asked for progress) and the call's key
+// for end.
+func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) (*mcp.Meta, string) {
 	key := "sg-" + strconv.FormatUint(f.next.Add(1), 10)
 	c := &inflightCall{ctx: ctx}
 	if s := server.ClientSessionFromContext(ctx); s != nil {
 		c.sid = s.SessionID()
 	}
-	out := &mcp.Meta{ProgressToken: key}
+	var out *mcp.Meta
 	if meta != nil {
 		c.token = meta.ProgressToken
-		out.AdditionalFields = upstreamMeta(meta.AdditionalFields)
+		out = &mcp.Meta{AdditionalFields: upstreamMeta(meta.AdditionalFields)}
+		if c.token != nil {
+			out.ProgressToken = key
+		}
+		if out.ProgressToken == nil && out.AdditionalFields == nil {
+			out = nil
+		}
 	}
 	f.mu.Lock()
 	if f.calls[u] == nil {
@@ -55,7 +63,7 @@ func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) *mcp.
 	}
 	f.calls[u][key] = c
 	f.mu.Unlock()
-	return out
+	return out, key
 }
 
 // upstreamMeta is the sandbox's _meta as forwarded upstream: without the protocol's own
@@ -78,8 +86,7 @@ func upstreamMeta(fields map[string]any) map[string]any {
 
 const protocolMetaPrefix = "io.modelcontextprotocol/"
 
-func (f *inflight) end(u *upstream, meta *mcp.Meta) {
-	key, _ := meta.ProgressToken.(string)
+func (f *inflight) end(u *upstream, key string) {
 	f.mu.Lock()
 	delete(f.calls[u], key)
 	f.mu.Unlock()

@@ -163,6 +163,17 @@ func setDefaults(opts *Options) {
 	if opts.Config.SessionIdleTimeout == 0 {
 		opts.Config.SessionIdleTimeout = config.Duration(30 * time.Minute)
 	}
+	ups := make([]config.Upstream, len(opts.Config.Upstreams))
+	for i, u := range opts.Config.Upstreams {
+		if u.Sessions == "" {
+			u.Sessions = config.SessionsPerSandbox
+		}
+		if u.MaxSessions == 0 {
+			u.MaxSessions = 256
+		}
+		ups[i] = u
+	}
+	opts.Config.Upstreams = ups
 	if opts.Transport == nil {
 		opts.Transport = &http.Transport{
 			Proxy:               nil,

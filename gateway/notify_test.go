@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -18,7 +20,8 @@ import (
 )
 
 // startChattyUpstream serves an mcp-go upstream whose tool "chatty" sends n log messages and n
-// progress notifications, interleaved, before its result.
+// progress notifications, interleaved, before its result; with arguments who and delay_ms,
+// the messages name who and are delay_ms apart.
 func startChattyUpstream(t testing.TB, n int) string {
 	t.Helper()
 	s := server.NewMCPServer("chatty", "1", server.WithToolCapabilities(true), server.WithLogging())
@@ -27,8 +30,11 @@ func startChattyUpstream(t testing.TB, n int) string {
 		if req.Params.Meta != nil {
 			token = req.Params.Meta.ProgressToken
 		}
+		who := req.GetString("who", "")
+		delay := time.Duration(req.GetInt("delay_ms", 0)) * time.Millisecond
 		for i := range n {
-			_ = s.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelInfo, "chatty", fmt.Sprint("log ", i)))
+			time.Sleep(delay)
+			_ = s.SendLogMessageToClient(ctx, mcp.NewLoggingMessageNotification(mcp.LoggingLevelInfo, "chatty", fmt.Sprint("log ", i, who)))
 			if token != nil {
 				_ = s.SendNotificationToClient(ctx, "notifications/progress",
 					map[string]any{"progressToken": token, "progress": i + 1, "total": n})
@@ -136,4 +142,36 @@ func sseEvents(t *testing.T, resp *http.Response) []sseEvent {
 		}
 	}
 	return out
+}
+
+// TestConcurrentCallsEachGetTheirOwnLogMessages: log messages name no request, so on a shared
+// upstream session they could be attributed only while one call was in flight. With an upstream
+// session per sandbox session, concurrent calls of two sandboxes each get all of their own log
+// messages and none of the other's.
+func TestConcurrentCallsEachGetTheirOwnLogMessages(t *testing.T) {
+	const n = 5
+	h := startGateway(t, "testdata/policy", config.Upstream{Name: "http", URL: startChattyUpstream(t, n),
+		ProtocolVersion: mcp.LATEST_LEGACY_PROTOCOL_VERSION})
+	h.waitReady(t)
+	var wg sync.WaitGroup
+	for _, src := range []string{"127.0.0.1", "127.0.0.2"} {
+		s := openRawSession(t, h.URL(), src)
+		s.call("logging/setLevel", map[string]any{"level": "debug"})
+		wg.Go(func() {
+			_, notes := s.callStream("tools/call", map[string]any{"name": "chatty",
+				"arguments": map[string]any{"who": " of " + src, "delay_ms": 20}})
+			var logs []string
+			for _, m := range notes {
+				if m.Method == "notifications/message" {
+					logs = append(logs, fmt.Sprint(m.Params["data"]))
+				}
+			}
+			want := make([]string, n)
+			for i := range want {
+				want[i] = fmt.Sprint("log ", i, " of ", src)
+			}
+			assert.Equal(t, want, logs, "sandbox %s", src)
+		})
+	}
+	wg.Wait()
 }
