@@ -253,8 +253,27 @@ func (u *upstream) connect(ctx context.Context) error {
 		u.broken(gen, fmt.Errorf("list catalog: %w", err))
 		return fmt.Errorf("list catalog: %w", err)
 	}
+	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
+		u.listen(context.WithoutCancel(ctx), cli)
+	}
 	u.log.Info("upstream connected", "tools", len(u.catalog().tools), "protocol_version", cli.ProtocolVersion())
 	return nil
+}
+
+// listen opens the subscriptions/listen stream of a 2026-07-28 connection for the list changes
+// the upstream declares, which that revision sends nowhere else. It ends with the connection.
+func (u *upstream) listen(ctx context.Context, cli *client.Client) {
+	caps := cli.GetServerCapabilities()
+	var f mcp.SubscriptionFilter
+	f.ToolsListChanged = caps.Tools != nil && caps.Tools.ListChanged
+	f.PromptsListChanged = caps.Prompts != nil && caps.Prompts.ListChanged
+	f.ResourcesListChanged = caps.Resources != nil && caps.Resources.ListChanged
+	if f.IsEmpty() {
+		return
+	}
+	if _, err := cli.ListenAsync(ctx, f, func(err error) { u.log.Debug("upstream subscriptions/listen ended", "err", err) }); err != nil {
+		u.log.Warn("upstream subscriptions/listen not opened; list changes are noticed on reconnect", "err", err)
+	}
 }
 
 // dial starts a transport and initializes a session on it.
