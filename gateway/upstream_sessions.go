@@ -128,11 +128,18 @@ func (u *upstream) release(c *sandboxConn) {
 	u.pool.mu.Unlock()
 }
 
-// evictLocked closes the least recently used idle session; false when every one is in use.
+// evictLocked closes the least recently used idle session, preferring one without resource
+// subscriptions; false when every one is in use.
 func (p *sandboxSessions) evictLocked() bool {
 	var oldest string
+	better := func(c, o *sandboxConn) bool {
+		if (c.subs == 0) != (o.subs == 0) {
+			return c.subs == 0
+		}
+		return c.lastUsed.Before(o.lastUsed)
+	}
 	for sid, c := range p.conns {
-		if c.inUse == 0 && c.cli != nil && (oldest == "" || c.lastUsed.Before(p.conns[oldest].lastUsed)) {
+		if c.inUse == 0 && c.cli != nil && (oldest == "" || better(c, p.conns[oldest])) {
 			oldest = sid
 		}
 	}

@@ -182,48 +182,53 @@ func (x *Gateway) validate(c *Config, errs *fieldErrors) {
 			errs.add(f+".name", "%q is already defined by gateway.upstreams[%d]", u.Name, j)
 		}
 		names[u.Name] = i
-		if (u.URL == "") == (u.Command == "") {
-			errs.add(f, "set exactly one of url (Streamable HTTP) or command (stdio)")
+		u.validate(c, f, errs)
+	}
+}
+
+// validate checks one upstream's fields other than its name; f names it in errors.
+func (u Upstream) validate(c *Config, f string, errs *fieldErrors) {
+	if (u.URL == "") == (u.Command == "") {
+		errs.add(f, "set exactly one of url (Streamable HTTP) or command (stdio)")
+	}
+	if u.URL != "" {
+		pu, err := url.Parse(u.URL)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			errs.add(f+".url", "%q is not an http(s) URL", u.URL)
+		} else if pu.User != nil {
+			errs.add(f+".url", "must not carry user info; use credential instead")
 		}
-		if u.URL != "" {
-			pu, err := url.Parse(u.URL)
-			if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-				errs.add(f+".url", "%q is not an http(s) URL", u.URL)
-			} else if pu.User != nil {
-				errs.add(f+".url", "must not carry user info; use credential instead")
-			}
-			if len(u.Args) > 0 || len(u.Env) > 0 || len(u.CredentialEnv) > 0 {
-				errs.add(f, "args, env and credential_env apply to stdio upstreams (command) only")
-			}
+		if len(u.Args) > 0 || len(u.Env) > 0 || len(u.CredentialEnv) > 0 {
+			errs.add(f, "args, env and credential_env apply to stdio upstreams (command) only")
 		}
-		if u.Command != "" && u.Credential != nil {
-			errs.add(f+".credential", "applies to HTTP upstreams only; use credential_env for a command")
+	}
+	if u.Command != "" && u.Credential != nil {
+		errs.add(f+".credential", "applies to HTTP upstreams only; use credential_env for a command")
+	}
+	switch u.Prefix {
+	case PrefixAlways, PrefixNever, PrefixOnConflict:
+	default:
+		errs.add(f+".prefix", "%q is not one of always, never, on-conflict", u.Prefix)
+	}
+	switch u.Sessions {
+	case SessionsPerSandbox, SessionsShared:
+	default:
+		errs.add(f+".sessions", "%q is not one of per-sandbox, shared", u.Sessions)
+	}
+	if u.MaxSessions < 0 {
+		errs.add(f+".max_sessions", "must not be negative, got %d", u.MaxSessions)
+	}
+	u.Credential.validate(c, f+".credential", errs)
+	for env, cred := range u.CredentialEnv {
+		if !c.HasCredential(cred) {
+			errs.add(f+".credential_env."+env, "no credential named %q in credentials", cred)
 		}
-		switch u.Prefix {
-		case PrefixAlways, PrefixNever, PrefixOnConflict:
-		default:
-			errs.add(f+".prefix", "%q is not one of always, never, on-conflict", u.Prefix)
-		}
-		switch u.Sessions {
-		case SessionsPerSandbox, SessionsShared:
-		default:
-			errs.add(f+".sessions", "%q is not one of per-sandbox, shared", u.Sessions)
-		}
-		if u.MaxSessions < 0 {
-			errs.add(f+".max_sessions", "must not be negative, got %d", u.MaxSessions)
-		}
-		u.Credential.validate(c, f+".credential", errs)
-		for env, cred := range u.CredentialEnv {
-			if !c.HasCredential(cred) {
-				errs.add(f+".credential_env."+env, "no credential named %q in credentials", cred)
-			}
-		}
-		if u.CallTimeout.D() < 10*time.Millisecond {
-			errs.add(f+".call_timeout", "must be at least 10ms")
-		}
-		if u.ConnectTimeout.D() < 10*time.Millisecond {
-			errs.add(f+".connect_timeout", "must be at least 10ms")
-		}
+	}
+	if u.CallTimeout.D() < 10*time.Millisecond {
+		errs.add(f+".call_timeout", "must be at least 10ms")
+	}
+	if u.ConnectTimeout.D() < 10*time.Millisecond {
+		errs.add(f+".connect_timeout", "must be at least 10ms")
 	}
 }
 
