@@ -109,8 +109,11 @@ func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) se
 			switch st, err := s.shared.Refresh(ctx, id, s.idle); {
 			case err != nil:
 				s.log.Warn("shared mcp session store unavailable", "err", err)
-			case st == mcpsessions.Terminated:
+			case st == mcpsessions.Terminated: // ended on another replica
 				s.drop(id)
+				if s.ended != nil {
+					s.ended(id)
+				}
 				return sessionUnknown
 			case st == mcpsessions.Missing && rec != nil: // Redis lost it: share it again
 				if err := s.shared.Put(ctx, id, *rec, s.idle); err != nil {
