@@ -272,7 +272,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out.Params.Meta, key = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
 	defer g.inflight.end(n.upstream, key)
 	res, err := forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
-		return request(ctx, c, mcp.MethodToolsCall, out.Params, mcp.ParseCallToolResult,
+		return request(ctx, c, mcp.MethodToolsCall, out.Params, parseToolResult,
 			func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
 				// The level in _meta asks for every log message; the session's level filters them.
 				if out.Params.Meta == nil {

@@ -128,7 +128,7 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			case <-time.After(10 * time.Second):
 			}
 		}
-		result = map[string]any{"content": []any{map[string]any{"type": "text", "text": "ok"}}}
+		result = json.RawMessage(richResult)
 	default:
 		if c, ok := u.catalog[m.Method]; ok {
 			result = c
@@ -157,6 +157,12 @@ func (u *rawUpstream) resume(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	_, _ = fmt.Fprintf(w, "id: ev-2\ndata: %s\n\n", b)
 }
+
+// richResult is every tools/call result of rawUpstream: content items with annotations and _meta,
+// a content type no revision defines, structuredContent and the result's _meta.
+const richResult = `{"content":[{"type":"text","text":"ok","annotations":{"audience":["user"],"priority":1},"_meta":{"k":"v"}},` +
+	`{"type":"image","data":"aGk=","mimeType":"image/png"},{"type":"hologram","frames":[1,2]}],` +
+	`"structuredContent":{"echoed":"ok","n":[1,2.5,null]},"_meta":{"com.example/trace":"t-1"}}`
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")

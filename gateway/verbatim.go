@@ -194,6 +194,40 @@ func spliceMessage(msg []byte, k listKind, raw verbatimList) ([]byte, error) {
 	return json.Marshal(m)
 }
 
+// rawContent is one content item of a result as the upstream wrote it: text, image, a content
+// type no revision defines yet, with its annotations and _meta. It embeds TextContent only to be
+// an mcp.Content (whose method is unexported), and marshals as the raw item.
+type rawContent struct {
+	mcp.TextContent
+	raw json.RawMessage
+}
+
+func (c rawContent) MarshalJSON() ([]byte, error) { return c.raw, nil }
+
+// parseToolResult decodes a tools/call result keeping its content items and structuredContent
+// verbatim (mcp-go's typed content drops what it does not model and refuses unknown types).
+func parseToolResult(raw *json.RawMessage) (*mcp.CallToolResult, error) {
+	var f struct {
+		Meta       *mcp.Meta         `json:"_meta"`
+		Content    []json.RawMessage `json:"content"`
+		Structured json.RawMessage   `json:"structuredContent"`
+		IsError    bool              `json:"isError"`
+	}
+	if err := json.Unmarshal(*raw, &f); err != nil {
+		return nil, fmt.Errorf("decode tools/call result: %w", err)
+	}
+	if f.Content == nil {
+		return nil, errors.New("tools/call result has no content")
+	}
+	res := &mcp.CallToolResult{IsError: f.IsError, RawStructuredContent: f.Structured}
+	res.Meta = f.Meta
+	res.Content = make([]mcp.Content, 0, len(f.Content))
+	for _, c := range f.Content {
+		res.Content = append(res.Content, rawContent{raw: c})
+	}
+	return res, nil
+}
+
 // bufferedWriter holds a list response until it is spliced.
 type bufferedWriter struct {
 	header http.Header
