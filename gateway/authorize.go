@@ -311,7 +311,7 @@ func (g *Gateway) readResource(ctx context.Context, req mcp.ReadResourceRequest)
 	out.Params.URI = uri
 	out.Params.Arguments = req.Params.Arguments
 	res, err := forward(ctx, cl, u, func(ctx context.Context, c *client.Client) (*mcp.ReadResourceResult, error) {
-		return request(ctx, c, mcp.MethodResourcesRead, out.Params, mcp.ParseReadResourceResult,
+		return request(ctx, c, mcp.MethodResourcesRead, out.Params, parseReadResult,
 			func(ctx context.Context, c *client.Client) (*mcp.ReadResourceResult, error) {
 				return c.ReadResource(ctx, out)
 			})
@@ -342,7 +342,7 @@ func (g *Gateway) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp
 	out.Params.Name = n.name
 	out.Params.Arguments = req.Params.Arguments
 	return forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.GetPromptResult, error) {
-		return request(ctx, c, mcp.MethodPromptsGet, out.Params, mcp.ParseGetPromptResult,
+		return request(ctx, c, mcp.MethodPromptsGet, out.Params, parsePromptResult,
 			func(ctx context.Context, c *client.Client) (*mcp.GetPromptResult, error) {
 				return c.GetPrompt(ctx, out)
 			})

@@ -129,6 +129,10 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		result = json.RawMessage(richResult)
+	case "resources/read":
+		result = json.RawMessage(richRead)
+	case "prompts/get":
+		result = json.RawMessage(richPrompt)
 	default:
 		if c, ok := u.catalog[m.Method]; ok {
 			result = c
@@ -163,6 +167,14 @@ func (u *rawUpstream) resume(w http.ResponseWriter, r *http.Request) {
 const richResult = `{"content":[{"type":"text","text":"ok","annotations":{"audience":["user"],"priority":1},"_meta":{"k":"v"}},` +
 	`{"type":"image","data":"aGk=","mimeType":"image/png"},{"type":"hologram","frames":[1,2]}],` +
 	`"structuredContent":{"echoed":"ok","n":[1,2.5,null]},"_meta":{"com.example/trace":"t-1"}}`
+
+// richRead and richPrompt are rawUpstream's resources/read and prompts/get results.
+const (
+	richRead = `{"contents":[{"uri":"note://rich/readme","mimeType":"text/markdown","text":"# hi","_meta":{"etag":"abc"},` +
+		`"annotations":{"audience":["user"]}},{"uri":"note://rich/readme#2","blob":"aGk=","mimeType":"application/octet-stream"}]}`
+	richPrompt = `{"description":"d","messages":[{"role":"user","content":{"type":"text","text":"hi","_meta":{"k":1}}},` +
+		`{"role":"assistant","content":{"type":"resource_link","uri":"note://rich/readme","name":"readme","icons":[{"src":"https://example.com/i.png"}]}}]}`
+)
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")

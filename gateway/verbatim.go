@@ -228,6 +228,54 @@ func parseToolResult(raw *json.RawMessage) (*mcp.CallToolResult, error) {
 	return res, nil
 }
 
+// rawResourceContents is one entry of a resources/read result as the upstream wrote it.
+type rawResourceContents struct {
+	mcp.TextResourceContents
+	raw json.RawMessage
+}
+
+func (c rawResourceContents) MarshalJSON() ([]byte, error) { return c.raw, nil }
+
+// parseReadResult decodes a resources/read result keeping each entry of contents verbatim.
+func parseReadResult(raw *json.RawMessage) (*mcp.ReadResourceResult, error) {
+	var f struct {
+		Contents []json.RawMessage `json:"contents"`
+	}
+	if err := json.Unmarshal(*raw, &f); err != nil {
+		return nil, fmt.Errorf("decode resources/read result: %w", err)
+	}
+	res := &mcp.ReadResourceResult{Contents: make([]mcp.ResourceContents, 0, len(f.Contents))}
+	for _, c := range f.Contents {
+		var uri struct {
+			URI string `json:"uri"`
+		}
+		_ = json.Unmarshal(c, &uri)
+		res.Contents = append(res.Contents, rawResourceContents{mcp.TextResourceContents{URI: uri.URI}, c})
+	}
+	return res, nil
+}
+
+// parsePromptResult decodes a prompts/get result keeping each message's content verbatim.
+func parsePromptResult(raw *json.RawMessage) (*mcp.GetPromptResult, error) {
+	var f struct {
+		Meta        *mcp.Meta `json:"_meta"`
+		Description string    `json:"description"`
+		Messages    []struct {
+			Role    mcp.Role        `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(*raw, &f); err != nil {
+		return nil, fmt.Errorf("decode prompts/get result: %w", err)
+	}
+	res := &mcp.GetPromptResult{Description: f.Description, Messages: make([]mcp.PromptMessage, 0, len(f.Messages))}
+	res.Meta = f.Meta
+	for _, m := range f.Messages {
+		res.Messages = append(res.Messages, mcp.PromptMessage{Role: m.Role, Content: rawContent{raw: m.Content}})
+	}
+	return res, nil
+}
+
 // bufferedWriter holds a list response until it is spliced.
 type bufferedWriter struct {
 	header http.Header

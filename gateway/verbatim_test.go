@@ -68,15 +68,24 @@ func assertSameJSON(t *testing.T, want, got any, msg string) {
 	assert.JSONEq(t, string(w), string(g), msg)
 }
 
-// TestToolResultIsVerbatim: a tools/call result reaches the sandbox as the upstream wrote it
-// (content items with their annotations and _meta, a content type mcp-go does not know,
-// structuredContent, _meta).
-func TestToolResultIsVerbatim(t *testing.T) {
+// TestResultsAreVerbatim: tools/call, resources/read and prompts/get results reach the sandbox
+// as the upstream wrote them (content items with their annotations and _meta, a content type
+// mcp-go does not know, structuredContent, _meta).
+func TestResultsAreVerbatim(t *testing.T) {
 	up := startRawUpstream(t, "testdata/rich-catalog.json")
 	h := startGateway(t, "testdata/policy", config.Upstream{Name: "rich", URL: up.URL(), Prefix: config.PrefixNever})
 	h.waitReady(t)
-	args := map[string]any{"name": "echo", "arguments": map[string]any{"message": "hi"}}
-	direct := openRawSession(t, up.URL(), "127.0.0.1").call("tools/call", args)
-	through := openRawSession(t, h.URL(), "127.0.0.2").call("tools/call", args)
-	assert.JSONEq(t, string(direct), string(through))
+	direct, through := openRawSession(t, up.URL(), "127.0.0.1"), openRawSession(t, h.URL(), "127.0.0.2")
+	for _, tt := range []struct {
+		method string
+		params map[string]any
+	}{
+		{"tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"message": "hi"}}},
+		{"resources/read", map[string]any{"uri": "note://rich/readme"}},
+		{"prompts/get", map[string]any{"name": "echo_prompt", "arguments": map[string]any{"a": "x"}}},
+	} {
+		t.Run(tt.method, func(t *testing.T) {
+			assert.JSONEq(t, string(direct.call(tt.method, tt.params)), string(through.call(tt.method, tt.params)))
+		})
+	}
 }
