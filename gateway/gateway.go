@@ -101,9 +101,11 @@ func New(opts Options) (*Gateway, error) {
 		}
 		opts.Core = core
 	}
-	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(), events: newEventStore(),
+	events, _ := opts.Sessions.(mcpsessions.EventLog) // Redis keeps both
+	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
 		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
 	hc := &http.Client{Transport: tracingTransport{opts.Transport}}
+	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
 	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks}
 	for _, uc := range opts.Config.Upstreams {
 		g.upstreams = append(g.upstreams, newUpstream(uc, opts.Credentials, hc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log))
@@ -194,6 +196,7 @@ func (g *Gateway) Start(ctx context.Context) {
 		g.wg.Go(func() { u.run(ctx) })
 	}
 	g.wg.Go(func() { g.sessions.sweep(ctx, g.endSession) })
+	g.wg.Go(func() { g.events.run(ctx) })
 }
 
 // Close stops the upstreams (stdio servers are terminated) and ends every session.
