@@ -20,7 +20,7 @@ func BenchmarkToolsCall(b *testing.B) {
 	direct := func() *client.Client {
 		tr, err := transport.NewStreamableHTTP(up.URL(), transport.WithHTTPBasicClient(sandboxHTTPClient("127.0.0.2", nil)))
 		require.NoError(b, err)
-		c := client.NewClient(tr, client.WithLegacyProtocolOnly())
+		c := client.NewClient(tr, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
 		require.NoError(b, c.Start(b.Context()))
 		init := mcp.InitializeRequest{}
 		init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION

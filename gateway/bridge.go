@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandgate/sandgate/audit"
 	"maps"
 	"strconv"
 	"strings"
@@ -32,19 +31,31 @@ type inflight struct {
 
 type inflightCall struct {
 	ctx   context.Context
+	sid   string            // the sandbox session
 	token mcp.ProgressToken // the sandbox's own token, nil if it asked for no progress
 }
 
 func newInflight() *inflight { return &inflight{calls: map[*upstream]map[string]*inflightCall{}} }
 
-// begin registers a call and returns the _meta to send upstream.
-func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) *mcp.Meta {
+// begin registers a call and returns the _meta to send upstream (nil when there is none: a
+// progress token goes upstream only when the sandbox asked for progress) and the call's key
+// for end.
+func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) (*mcp.Meta, string) {
 	key := "sg-" + strconv.FormatUint(f.next.Add(1), 10)
 	c := &inflightCall{ctx: ctx}
-	out := &mcp.Meta{ProgressToken: key}
+	if s := server.ClientSessionFromContext(ctx); s != nil {
+		c.sid = s.SessionID()
+	}
+	var out *mcp.Meta
 	if meta != nil {
 		c.token = meta.ProgressToken
-		out.AdditionalFields = upstreamMeta(meta.AdditionalFields)
+		out = &mcp.Meta{AdditionalFields: upstreamMeta(meta.AdditionalFields)}
+		if c.token != nil {
+			out.ProgressToken = key
+		}
+		if out.ProgressToken == nil && out.AdditionalFields == nil {
+			out = nil
+		}
 	}
 	f.mu.Lock()
 	if f.calls[u] == nil {
@@ -52,7 +63,7 @@ func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) *mcp.
 	}
 	f.calls[u][key] = c
 	f.mu.Unlock()
-	return out
+	return out, key
 }
 
 // upstreamMeta is the sandbox's _meta as forwarded upstream: without the protocol's own
@@ -75,8 +86,7 @@ func upstreamMeta(fields map[string]any) map[string]any {
 
 const protocolMetaPrefix = "io.modelcontextprotocol/"
 
-func (f *inflight) end(u *upstream, meta *mcp.Meta) {
-	key, _ := meta.ProgressToken.(string)
+func (f *inflight) end(u *upstream, key string) {
 	f.mu.Lock()
 	delete(f.calls[u], key)
 	f.mu.Unlock()
@@ -107,15 +117,34 @@ func (f *inflight) only(u *upstream) (*inflightCall, bool) {
 	return nil, false
 }
 
-// onUpstreamNotification routes one notification from an upstream:
+// bySession returns a call of sandbox session sid in flight on u.
+func (f *inflight) bySession(u *upstream, sid string) (*inflightCall, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.calls[u] {
+		if c.sid == sid {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+// onUpstreamNotification routes one notification from an upstream connection (sid is the
+// sandbox session whose own upstream session it is, "" for the shared one):
 //   - list_changed (tools, resources, prompts): the catalog is listed again, and the sandboxes'
 //     sessions are told when the aggregated lists change;
 //   - progress: to the call that asked for it, with the sandbox's own token;
-//   - log messages: to the call in flight when there is exactly one, else dropped (logged);
-//   - resources/updated: to the sessions that subscribed to that URI;
+//   - log messages: to sandbox session sid; on the shared session, to the call in flight when
+//     there is exactly one, else dropped (logged);
+//   - resources/updated: to sandbox session sid; on the shared session, to the sessions that
+//     subscribed to that URI;
 //   - anything else is dropped.
-func (g *Gateway) onUpstreamNotification(u *upstream, n mcp.JSONRPCNotification) {
+func (g *Gateway) onUpstreamNotification(u *upstream, sid string, n mcp.JSONRPCNotification) {
 	params := n.Params.AdditionalFields
+	if sid != "" && (n.Method == string(mcp.MethodNotificationMessage) || n.Method == mcp.MethodNotificationResourceUpdated) {
+		g.toSession(u, sid, n)
+		return
+	}
 	switch n.Method {
 	case mcp.MethodNotificationToolsListChanged, mcp.MethodNotificationResourcesListChanged, mcp.MethodNotificationPromptsListChanged:
 		u.requestRefresh()
@@ -152,6 +181,37 @@ func (g *Gateway) onUpstreamNotification(u *upstream, n mcp.JSONRPCNotification)
 	}
 }
 
+// toSession delivers n to sandbox session sid: through a call of that session in flight on u
+// when there is one, so that it precedes that call's result, else to the session's stream.
+func (g *Gateway) toSession(u *upstream, sid string, n mcp.JSONRPCNotification) {
+	params := n.Params.AdditionalFields
+	c, inCall := g.inflight.bySession(u, sid)
+	if n.Method == string(mcp.MethodNotificationMessage) && inCall {
+		if s, ok := server.ClientSessionFromContext(c.ctx).(server.SessionWithLogging); ok {
+			level, _ := params["level"].(string)
+			if min := s.GetLogLevel(); min != "" && !mcp.LoggingLevel(level).ShouldSendTo(min) {
+				return
+			}
+		}
+	}
+	var err error
+	switch {
+	case inCall:
+		err = g.mcp.SendNotificationToClient(c.ctx, n.Method, params)
+	case n.Method == string(mcp.MethodNotificationMessage):
+		var lm mcp.LoggingMessageNotification
+		lm.Params.Level = mcp.LoggingLevel(fmt.Sprint(params["level"]))
+		lm.Params.Logger, _ = params["logger"].(string)
+		lm.Params.Data = params["data"]
+		err = g.mcp.SendLogMessageToSpecificClient(sid, lm)
+	default:
+		err = g.mcp.SendNotificationToSpecificClient(sid, n.Method, params)
+	}
+	if err != nil {
+		g.log.Debug("notification not delivered", "upstream", u.cfg.Name, "method", n.Method, "err", err)
+	}
+}
+
 // sessionContext is the context of the sandbox session an upstream request belongs to.
 //
 // Over Streamable HTTP the upstream's request arrives on the stream of the call Sandgate
@@ -159,9 +219,17 @@ func (g *Gateway) onUpstreamNotification(u *upstream, n mcp.JSONRPCNotification)
 // one pipe with no such context: it is attributed to the call in flight on that upstream when
 // there is exactly one, and refused when there are several, so it never reaches a sandbox that
 // did not make the call.
-func (g *Gateway) sessionContext(ctx context.Context, u *upstream) (context.Context, error) {
+//
+// On a sandbox session's own upstream session (sid) it belongs to a call of that session.
+func (g *Gateway) sessionContext(ctx context.Context, u *upstream, sid string) (context.Context, error) {
 	if s := server.ClientSessionFromContext(ctx); s != nil {
 		return ctx, nil
+	}
+	if sid != "" {
+		if c, ok := g.inflight.bySession(u, sid); ok {
+			return c.ctx, nil
+		}
+		return nil, errNoSession
 	}
 	if c, ok := g.inflight.only(u); ok && server.ClientSessionFromContext(c.ctx) != nil {
 		return c.ctx, nil
@@ -172,26 +240,41 @@ func (g *Gateway) sessionContext(ctx context.Context, u *upstream) (context.Cont
 // bridgeSampling forwards sampling/createMessage to the sandbox whose call the upstream is
 // serving.
 type bridgeSampling struct {
-	g *Gateway
-	u *upstream
+	g   *Gateway
+	u   *upstream
+	sid string
 }
 
 func (b bridgeSampling) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-	ctx, err := b.g.sessionContext(ctx, b.u)
+	ctx, err := b.g.sessionContext(ctx, b.u, b.sid)
 	if err != nil {
 		return nil, fmt.Errorf("sampling: %w", err)
 	}
-	return b.g.mcp.RequestSampling(ctx, req)
+	// Asked of the sandbox's session itself: mcp-go's MCPServer.RequestSampling is deprecated
+	// with the Sampling feature, which the sandbox's revision may still have.
+	s, ok := server.ClientSessionFromContext(ctx).(server.SessionWithSampling)
+	if !ok || modernSession(s) {
+		return nil, errors.New("sampling: the sandbox's session cannot be asked for sampling")
+	}
+	return s.RequestSampling(ctx, req)
+}
+
+// modernSession reports a sandbox session on 2026-07-28 or later, which takes no
+// server-initiated requests.
+func modernSession(s server.ClientSession) bool {
+	v, ok := s.(interface{ ProtocolVersion() string })
+	return ok && mcp.IsModernProtocol(v.ProtocolVersion())
 }
 
 // bridgeElicitation forwards elicitation/create the same way.
 type bridgeElicitation struct {
-	g *Gateway
-	u *upstream
+	g   *Gateway
+	u   *upstream
+	sid string
 }
 
 func (b bridgeElicitation) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
-	ctx, err := b.g.sessionContext(ctx, b.u)
+	ctx, err := b.g.sessionContext(ctx, b.u, b.sid)
 	if err != nil {
 		return nil, fmt.Errorf("elicitation: %w", err)
 	}
@@ -200,105 +283,15 @@ func (b bridgeElicitation) Elicit(ctx context.Context, req mcp.ElicitationReques
 
 // bridgeRoots forwards roots/list the same way.
 type bridgeRoots struct {
-	g *Gateway
-	u *upstream
+	g   *Gateway
+	u   *upstream
+	sid string
 }
 
 func (b bridgeRoots) ListRoots(ctx context.Context, req mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
-	ctx, err := b.g.sessionContext(ctx, b.u)
+	ctx, err := b.g.sessionContext(ctx, b.u, b.sid)
 	if err != nil {
 		return nil, fmt.Errorf("roots: %w", err)
 	}
 	return b.g.mcp.RequestRoots(ctx, req)
-}
-
-// subscriptions remembers which sandbox sessions subscribed to which upstream resource.
-type subscriptions struct {
-	mu   sync.Mutex
-	subs map[*upstream]map[string]map[string]bool // upstream → uri → session IDs
-}
-
-func newSubscriptions() *subscriptions {
-	return &subscriptions{subs: map[*upstream]map[string]map[string]bool{}}
-}
-
-// add records the subscription and reports whether it is the first for (u, uri).
-func (s *subscriptions) add(u *upstream, uri, sid string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.subs[u] == nil {
-		s.subs[u] = map[string]map[string]bool{}
-	}
-	first := len(s.subs[u][uri]) == 0
-	if s.subs[u][uri] == nil {
-		s.subs[u][uri] = map[string]bool{}
-	}
-	s.subs[u][uri][sid] = true
-	return first
-}
-
-// remove drops the subscription and reports whether it was the last for (u, uri).
-func (s *subscriptions) remove(u *upstream, uri, sid string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.subs[u][uri]
-	if !m[sid] {
-		return false
-	}
-	delete(m, sid)
-	return len(m) == 0
-}
-
-func (s *subscriptions) sessions(u *upstream, uri string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for sid := range s.subs[u][uri] {
-		out = append(out, sid)
-	}
-	return out
-}
-
-func (s *subscriptions) drop(sid string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, byURI := range s.subs {
-		for _, m := range byURI {
-			delete(m, sid)
-		}
-	}
-}
-
-// afterSubscribe forwards resources/subscribe for a readable resource to its upstream (once per
-// URI, however many sandboxes subscribe).
-func (g *Gateway) afterSubscribe(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
-	s := server.ClientSessionFromContext(ctx)
-	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || !ok || !g.visible(ctx, audit.KindResourcesRead, u.cfg.Name, req.Params.URI) {
-		return
-	}
-	if g.subs.add(u, req.Params.URI, s.SessionID()) {
-		if cli, _, err := u.client(); err == nil {
-			sub := mcp.SubscribeRequest{}
-			sub.Params.URI = req.Params.URI
-			if err := cli.Subscribe(context.WithoutCancel(ctx), sub); err != nil {
-				g.log.Warn("forward resources/subscribe failed", "upstream", u.cfg.Name, "err", err)
-			}
-		}
-	}
-}
-
-func (g *Gateway) afterUnsubscribe(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
-	s := server.ClientSessionFromContext(ctx)
-	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || !ok {
-		return
-	}
-	if g.subs.remove(u, req.Params.URI, s.SessionID()) {
-		if cli, _, err := u.client(); err == nil {
-			un := mcp.UnsubscribeRequest{}
-			un.Params.URI = req.Params.URI
-			_ = cli.Unsubscribe(context.WithoutCancel(ctx), un)
-		}
-	}
 }

@@ -18,5 +18,12 @@
 //
 // What never reaches an upstream: any header of the sandbox's request, Authorization included.
 // Upstream requests are built by Sandgate and carry only the configured credential. What never
-// reaches a sandbox: credential values; upstream results are relayed as the upstream sent them.
+// reaches a sandbox: credential values. Everything an upstream declares (tools with their
+// schemas, annotations, _meta and icons; prompts, resources, templates) and returns (content,
+// structuredContent) reaches the sandbox verbatim, renamed only where a prefix applies
+// (verbatim.go); notifications about a call precede its result; progress comes back under the
+// sandbox's own token; a cancelled call is cancelled upstream.
+//
+// Upstream sessions: each sandbox session gets its own session on a stateful HTTP upstream
+// (upstream_sessions.go), or all share one (sessions: shared); see docs/mcp-gateway.md.
 package gateway

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,12 +65,14 @@ type Gateway struct {
 	core      *call.Core
 	inflight  *inflight
 	subs      *subscriptions
+	events    *eventStore
 
 	mu        sync.RWMutex
 	tools     map[string]named // exposed name → upstream tool
 	prompts   map[string]named
 	resources map[string]*upstream // URI → upstream
 	templates []templateEntry
+	raw       map[mcp.MCPMethod]*verbatimList // list → verbatim entries
 	rebuildMu sync.Mutex
 
 	cancel context.CancelFunc
@@ -89,6 +92,55 @@ func New(opts Options) (*Gateway, error) {
 	case opts.Core == nil && (opts.Policy == nil || opts.Audit == nil):
 		return nil, errors.New("gateway: Options.Core (or Policy and Audit) is required")
 	}
+	setDefaults(&opts)
+	if opts.Core == nil {
+		core, err := call.New(call.Options{Policy: opts.Policy, Audit: opts.Audit, Admission: opts.Admission,
+			Meters: opts.Meters, Tracer: opts.Tracer, Log: opts.Log})
+		if err != nil {
+			return nil, err
+		}
+		opts.Core = core
+	}
+	events, _ := opts.Sessions.(mcpsessions.EventLog) // Redis keeps both
+	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
+		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
+	hc := &http.Client{Transport: tracingTransport{opts.Transport}}
+	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
+	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks}
+	for _, uc := range opts.Config.Upstreams {
+		g.upstreams = append(g.upstreams, newUpstream(uc, opts.Credentials, hc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log))
+	}
+	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log)
+	g.sessions.ended = g.endUpstreamSessions
+	if _, err := opts.Meters.Meter("github.com/sandgate/sandgate/gateway").Int64ObservableGauge("sandgate.gateway.sessions",
+		metric.WithDescription("Sandbox MCP sessions this replica holds"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(int64(g.sessions.count()))
+			return nil
+		})); err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	g.mcp = g.newMCPServer()
+	g.http = server.NewStreamableHTTPServer(g.mcp,
+		server.WithEndpointPath("/mcp"),
+		server.WithStateful(true),
+		server.WithSessionIdManagerResolver(g.sessions),
+		server.WithDisableLocalhostProtection(true), // replaced by guard's Host/Origin allow-list
+		server.WithHTTPContextFunc(g.requestContext),
+		server.WithStreamableHTTPLogger(opts.Log),
+		server.WithSessionIdleTTL(opts.Config.SessionIdleTimeout.D()),
+		// With an event store, mcp-go writes every notification a call sends before the call's
+		// result ahead of it (without one, a notification can be lost to a race at the end of
+		// the response), gives each SSE event an ID and lets a sandbox resume a broken stream
+		// with Last-Event-ID on this replica.
+		server.WithEventStore(g.events),
+	)
+	g.handler = newGuard(g)
+	return g, nil
+}
+
+// setDefaults fills in the options left zero.
+func setDefaults(opts *Options) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -119,6 +171,17 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Config.SessionIdleTimeout == 0 {
 		opts.Config.SessionIdleTimeout = config.Duration(30 * time.Minute)
 	}
+	ups := make([]config.Upstream, len(opts.Config.Upstreams))
+	for i, u := range opts.Config.Upstreams {
+		if u.Sessions == "" {
+			u.Sessions = config.SessionsPerSandbox
+		}
+		if u.MaxSessions == 0 {
+			u.MaxSessions = 256
+		}
+		ups[i] = u
+	}
+	opts.Config.Upstreams = ups
 	if opts.Transport == nil {
 		opts.Transport = &http.Transport{
 			Proxy:               nil,
@@ -129,51 +192,6 @@ func New(opts Options) (*Gateway, error) {
 			ForceAttemptHTTP2:   true,
 		}
 	}
-	if opts.Core == nil {
-		core, err := call.New(call.Options{Policy: opts.Policy, Audit: opts.Audit, Admission: opts.Admission,
-			Meters: opts.Meters, Tracer: opts.Tracer, Log: opts.Log})
-		if err != nil {
-			return nil, err
-		}
-		opts.Core = core
-	}
-	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
-		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
-	hc := &http.Client{Transport: tracingTransport{opts.Transport}}
-	hooks := upstreamHooks{
-		catalogChanged: g.rebuild,
-		notification:   g.onUpstreamNotification,
-	}
-	for _, uc := range opts.Config.Upstreams {
-		u := newUpstream(uc, opts.Credentials, hc, hooks, opts.Log)
-		// Server-to-client requests are bridged per upstream, so that one arriving without a
-		// call's context (stdio) can be matched to the call in flight on that upstream.
-		u.hooks.sampling = bridgeSampling{g, u}
-		u.hooks.elicitation = bridgeElicitation{g, u}
-		u.hooks.roots = bridgeRoots{g, u}
-		g.upstreams = append(g.upstreams, u)
-	}
-	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log)
-	if _, err := opts.Meters.Meter("github.com/sandgate/sandgate/gateway").Int64ObservableGauge("sandgate.gateway.sessions",
-		metric.WithDescription("Sandbox MCP sessions this replica holds"),
-		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(int64(g.sessions.count()))
-			return nil
-		})); err != nil {
-		return nil, fmt.Errorf("gateway metrics: %w", err)
-	}
-	g.mcp = g.newMCPServer()
-	g.http = server.NewStreamableHTTPServer(g.mcp,
-		server.WithEndpointPath("/mcp"),
-		server.WithStateful(true),
-		server.WithSessionIdManagerResolver(g.sessions),
-		server.WithDisableLocalhostProtection(true), // replaced by guard's Host/Origin allow-list
-		server.WithHTTPContextFunc(g.requestContext),
-		server.WithStreamableHTTPLogger(opts.Log),
-		server.WithSessionIdleTTL(opts.Config.SessionIdleTimeout.D()),
-	)
-	g.handler = newGuard(g)
-	return g, nil
 }
 
 // Start connects to every upstream in the background and keeps reconnecting until Close.
@@ -184,6 +202,7 @@ func (g *Gateway) Start(ctx context.Context) {
 		g.wg.Go(func() { u.run(ctx) })
 	}
 	g.wg.Go(func() { g.sessions.sweep(ctx, g.endSession) })
+	g.wg.Go(func() { g.events.run(ctx) })
 }
 
 // Close stops the upstreams (stdio servers are terminated) and ends every session.
@@ -212,9 +231,30 @@ func (g *Gateway) Ready() error {
 	return errors.Join(errs...)
 }
 
+// connHooks bridges what one upstream connection sends to the sandbox side. Server-to-client
+// requests are bridged per connection, so that one arriving without a call's context (stdio)
+// can be matched to the call in flight there.
+func (g *Gateway) connHooks(u *upstream, sid string) connHooks {
+	return connHooks{
+		notification: func(n mcp.JSONRPCNotification) { g.onUpstreamNotification(u, sid, n) },
+		sampling:     bridgeSampling{g, u, sid},
+		elicitation:  bridgeElicitation{g, u, sid},
+		roots:        bridgeRoots{g, u, sid},
+	}
+}
+
+// endUpstreamSessions closes the upstream sessions of sandbox session id.
+func (g *Gateway) endUpstreamSessions(id string) {
+	for _, u := range g.upstreams {
+		u.endSession(id)
+	}
+}
+
 // endSession drops what the gateway keeps for an expired session.
 func (g *Gateway) endSession(id string) {
+	g.endUpstreamSessions(id)
 	g.subs.drop(id)
+	_ = g.events.PurgeSession(context.Background(), id)
 	g.mcp.UnregisterSession(context.Background(), id)
 }
 
@@ -224,9 +264,13 @@ func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
 	var toolC, promptC []candidate
-	toolDefs := map[*upstream]map[string]mcp.Tool{}
-	promptDefs := map[*upstream]map[string]mcp.Prompt{}
+	toolDefs := map[*upstream]map[string]entry[mcp.Tool]{}
+	promptDefs := map[*upstream]map[string]entry[mcp.Prompt]{}
 	resources := map[string]*upstream{}
+	raw := map[mcp.MCPMethod]*verbatimList{}
+	for _, k := range listKinds {
+		raw[k.method] = &verbatimList{entries: map[string]json.RawMessage{}, order: map[string]int{}}
+	}
 	var resList []server.ServerResource
 	var templates []templateEntry
 	var tmplList []server.ServerResourceTemplate
@@ -235,46 +279,50 @@ func (g *Gateway) rebuild() {
 			continue
 		}
 		cat := u.catalog()
-		toolDefs[u], promptDefs[u] = map[string]mcp.Tool{}, map[string]mcp.Prompt{}
+		toolDefs[u], promptDefs[u] = map[string]entry[mcp.Tool]{}, map[string]entry[mcp.Prompt]{}
 		for _, t := range cat.tools {
-			toolC = append(toolC, candidate{u, t.Name})
-			toolDefs[u][t.Name] = t
+			toolC = append(toolC, candidate{u, t.def.Name})
+			toolDefs[u][t.def.Name] = t
 		}
 		for _, p := range cat.prompts {
-			promptC = append(promptC, candidate{u, p.Name})
-			promptDefs[u][p.Name] = p
+			promptC = append(promptC, candidate{u, p.def.Name})
+			promptDefs[u][p.def.Name] = p
 		}
 		for _, r := range cat.resources {
-			if _, dup := resources[r.URI]; dup {
-				g.log.Warn("resource offered by two upstreams; the earlier one serves it", "uri", r.URI, "upstream", u.cfg.Name)
+			if _, dup := resources[r.def.URI]; dup {
+				g.log.Warn("resource offered by two upstreams; the earlier one serves it", "uri", r.def.URI, "upstream", u.cfg.Name)
 				continue
 			}
-			resources[r.URI] = u
-			resList = append(resList, server.ServerResource{Resource: r, Handler: g.readResource})
+			resources[r.def.URI] = u
+			raw[listResources.method].add(r.id, r.raw)
+			resList = append(resList, server.ServerResource{Resource: r.def, Handler: g.readResource})
 		}
 		for _, t := range cat.templates {
-			templates = append(templates, templateEntry{t, u})
-			tmplList = append(tmplList, server.ServerResourceTemplate{Template: t, Handler: g.readResource})
+			templates = append(templates, templateEntry{t.def, u})
+			raw[listTemplates.method].add(t.id, t.raw)
+			tmplList = append(tmplList, server.ServerResourceTemplate{Template: t.def, Handler: g.readResource})
 		}
 	}
 	tools := map[string]named{}
 	var serverTools []server.ServerTool
 	for _, n := range assignNames(toolC, g.log, "tool") {
-		def := toolDefs[n.upstream][n.name]
-		def.Name = n.exposed
+		e := toolDefs[n.upstream][n.name]
+		e.def.Name = n.exposed
 		tools[n.exposed] = n
-		serverTools = append(serverTools, server.ServerTool{Tool: def, Handler: g.callTool})
+		raw[listTools.method].add(n.exposed, renamed(e.raw, "name", n.exposed))
+		serverTools = append(serverTools, server.ServerTool{Tool: e.def, Handler: g.callTool})
 	}
 	prompts := map[string]named{}
 	var serverPrompts []server.ServerPrompt
 	for _, n := range assignNames(promptC, g.log, "prompt") {
-		def := promptDefs[n.upstream][n.name]
-		def.Name = n.exposed
+		e := promptDefs[n.upstream][n.name]
+		e.def.Name = n.exposed
 		prompts[n.exposed] = n
-		serverPrompts = append(serverPrompts, server.ServerPrompt{Prompt: def, Handler: g.getPrompt})
+		raw[listPrompts.method].add(n.exposed, renamed(e.raw, "name", n.exposed))
+		serverPrompts = append(serverPrompts, server.ServerPrompt{Prompt: e.def, Handler: g.getPrompt})
 	}
 	g.mu.Lock()
-	g.tools, g.prompts, g.resources, g.templates = tools, prompts, resources, templates
+	g.tools, g.prompts, g.resources, g.templates, g.raw = tools, prompts, resources, templates, raw
 	g.mu.Unlock()
 	g.mcp.SetTools(serverTools...)
 	g.mcp.SetPrompts(serverPrompts...)

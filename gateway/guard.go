@@ -129,6 +129,10 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRPCResult(rec, msg.ID, resourceNotFound(r, msg.Params.URI))
 		return
 	}
+	if k, ok := listKinds[msg.Method]; ok {
+		gd.g.serveVerbatim(rec, r.WithContext(ctx), gd.next, k)
+		return
+	}
 	gd.next.ServeHTTP(rec, r.WithContext(ctx))
 }
 

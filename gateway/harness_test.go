@@ -258,7 +258,7 @@ func connectSandbox(t testing.TB, url, src string, rec *recorder) *client.Client
 		transport.WithHTTPBasicClient(sandboxHTTPClient(src, rec)),
 		transport.WithHTTPHeaders(map[string]string{"Authorization": sandboxToken}))
 	require.NoError(t, err)
-	c := client.NewClient(tr, client.WithLegacyProtocolOnly())
+	c := client.NewClient(tr, client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
 	require.NoError(t, c.Start(t.Context()))
 	init := mcp.InitializeRequest{}
 	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION

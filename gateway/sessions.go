@@ -39,8 +39,10 @@ type sessionStore struct {
 	idle   time.Duration
 	shared mcpsessions.Store // nil: sessions stay on this replica
 	log    *slog.Logger
-	mu     sync.Mutex
-	byID   map[string]*sessionEntry
+	// ended is told of every session a client ended (DELETE); expired ones are swept.
+	ended func(id string)
+	mu    sync.Mutex
+	byID  map[string]*sessionEntry
 }
 
 type sessionEntry struct {
@@ -102,8 +104,11 @@ func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) se
 			switch st, err := s.shared.Refresh(ctx, id, s.idle); {
 			case err != nil:
 				s.log.Warn("shared mcp session store unavailable", "err", err)
-			case st == mcpsessions.Terminated:
+			case st == mcpsessions.Terminated: // ended on another replica
 				s.drop(id)
+				if s.ended != nil {
+					s.ended(id)
+				}
 				return sessionUnknown
 			case st == mcpsessions.Missing && rec != nil: // Redis lost it: share it again
 				if err := s.shared.Put(ctx, id, *rec, s.idle); err != nil {
@@ -280,6 +285,9 @@ func (v sessionView) Terminate(id string) (bool, error) {
 		delete(v.s.byID, id)
 	}
 	v.s.mu.Unlock()
+	if mine && v.s.ended != nil {
+		v.s.ended(id)
+	}
 	if mine && v.s.shared != nil {
 		if err := v.s.shared.Terminate(context.Background(), id, v.s.idle); err != nil {
 			v.s.log.Warn("terminated mcp session not removed from the shared store; it expires with its idle timeout", "err", err)

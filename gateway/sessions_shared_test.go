@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -70,4 +71,44 @@ func TestSharedSessions(t *testing.T) {
 			assert.Equal(t, tt.want, post(tt.h, tt.src, sid))
 		})
 	}
+}
+
+// TestStreamResumesOnAnotherReplica: with a shared store, a sandbox whose stream on one gateway
+// broke resumes it on the other with Last-Event-ID and gets the rest, result included.
+func TestStreamResumesOnAnotherReplica(t *testing.T) {
+	srv := redistest.Start(t)
+	store := mcpsessions.NewRedis(srv.Client(t), "sg:", time.Second)
+	up := startChattyUpstream(t, 3)
+	shared := func(o *Options) { o.Sessions = store }
+	cfg := config.Upstream{Name: "http", URL: up, ProtocolVersion: mcp.LATEST_LEGACY_PROTOCOL_VERSION}
+	a := startGatewayWith(t, "testdata/policy", shared, cfg)
+	b := startGatewayWith(t, "testdata/policy", shared, cfg)
+	a.waitReady(t)
+	b.waitReady(t)
+
+	s := openRawSession(t, a.URL(), "127.0.0.2")
+	s.call("logging/setLevel", map[string]any{"level": "debug"}) // so that the call streams
+	s.id++
+	resp := s.post(map[string]any{"jsonrpc": "2.0", "id": s.id, "method": "tools/call",
+		"params": map[string]any{"name": "chatty", "arguments": map[string]any{}}})
+	first := sseEvents(t, resp)[0]
+
+	var replayed []sseEvent
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.URL(), nil)
+		require.NoError(t, err)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Mcp-Session-Id", s.sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		req.Header.Set("Last-Event-ID", first.id)
+		resp, err := s.hc.Do(req)
+		require.NoError(t, err)
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return false
+		}
+		replayed = sseEvents(t, resp)
+		return len(replayed) > 0 && strings.Contains(replayed[len(replayed)-1].data, `"result"`)
+	}, 5*time.Second, 50*time.Millisecond, "the other gateway replays the stream")
+	assert.NotContains(t, replayed[0].data, `"log 0"`, "nothing before Last-Event-ID is sent again")
 }

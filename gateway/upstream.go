@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,24 +33,33 @@ var errUpstreamDown = errors.New("upstream is not connected")
 
 // catalog is what one upstream offers.
 type catalog struct {
-	tools     []mcp.Tool
-	resources []mcp.Resource
-	templates []mcp.ResourceTemplate
-	prompts   []mcp.Prompt
+	tools     []entry[mcp.Tool]
+	resources []entry[mcp.Resource]
+	templates []entry[mcp.ResourceTemplate]
+	prompts   []entry[mcp.Prompt]
 }
 
 // upstreamHooks is how an upstream reports to the gateway.
 type upstreamHooks struct {
 	catalogChanged func()
-	notification   func(u *upstream, n mcp.JSONRPCNotification)
-	sampling       client.SamplingHandler
-	elicitation    client.ElicitationHandler
-	roots          client.RootsHandler
+	// conn is what one connection to u reports to: the shared connection (sid "") or the
+	// upstream session of sandbox session sid.
+	conn func(u *upstream, sid string) connHooks
 }
 
-// upstream is one supervised MCP server connection. Sandbox requests share one upstream
-// session per upstream; server-to-client requests made while a call is in flight reach the
-// sandbox session of that call through the call's context.
+// connHooks receive what one upstream connection sends: notifications, and requests to the
+// client (sampling, elicitation, roots).
+type connHooks struct {
+	notification func(n mcp.JSONRPCNotification)
+	sampling     client.SamplingHandler
+	elicitation  client.ElicitationHandler
+	roots        client.RootsHandler
+}
+
+// upstream is one supervised MCP server connection, which lists the catalog and checks health,
+// plus, for a stateful HTTP upstream in per-sandbox mode, one upstream session per sandbox
+// session (sandboxSessions) for the sandboxes' requests. Server-to-client requests made while
+// a call is in flight reach the sandbox session of that call.
 //
 // Security: requests to the upstream carry only what Sandgate builds: the JSON-RPC params it
 // forwards and the configured credential header. No header a sandbox sent (Authorization
@@ -60,6 +71,9 @@ type upstream struct {
 	http  *http.Client
 	hooks upstreamHooks
 	log   *slog.Logger
+	idle  time.Duration // a per-sandbox session unused this long is closed
+
+	pool sandboxSessions
 
 	mu        sync.RWMutex
 	cli       *client.Client
@@ -68,14 +82,18 @@ type upstream struct {
 	err       error
 	downSince time.Time
 	listed    bool // the catalog of the current connection has been listed
+	// legacy is set when an upstream that negotiated 2026-07-28 then refused it: it is spoken
+	// to on the newest legacy revision from then on.
+	legacy bool
 
 	kick    chan struct{} // reconnect now
 	refresh chan struct{} // re-list the catalog
 }
 
-func newUpstream(cfg config.Upstream, creds *credential.Store, hc *http.Client, hooks upstreamHooks, log *slog.Logger) *upstream {
-	return &upstream{cfg: cfg, creds: creds, http: hc, hooks: hooks, log: log.With("upstream", cfg.Name),
-		err: errors.New("not connected yet"), downSince: time.Now(),
+func newUpstream(cfg config.Upstream, creds *credential.Store, hc *http.Client, hooks upstreamHooks, idle time.Duration, log *slog.Logger) *upstream {
+	return &upstream{cfg: cfg, creds: creds, http: hc, hooks: hooks, idle: idle, log: log.With("upstream", cfg.Name),
+		pool: sandboxSessions{conns: map[string]*sandboxConn{}},
+		err:  errors.New("not connected yet"), downSince: time.Now(),
 		kick: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
 }
 
@@ -146,6 +164,7 @@ func (u *upstream) run(ctx context.Context) {
 		if c != nil {
 			c.Close()
 		}
+		u.closeSessions(func(*sandboxConn) bool { return true })
 	}()
 	for ctx.Err() == nil {
 		cli, gen, _ := u.client()
@@ -155,6 +174,10 @@ func (u *upstream) run(ctx context.Context) {
 				u.err = err
 				u.mu.Unlock()
 				u.log.Warn("upstream connect failed; retrying", "err", err, "retry_in", backoff)
+				select { // a kick left by the failed attempt itself must not cut the backoff short
+				case <-u.kick:
+				default:
+				}
 				select {
 				case <-ctx.Done():
 					return
@@ -176,8 +199,9 @@ func (u *upstream) run(ctx context.Context) {
 				u.broken(gen, fmt.Errorf("list catalog: %w", err))
 			}
 		case <-ping.C:
+			u.closeIdleSessions()
 			pctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout.D())
-			err := cli.Ping(pctx)
+			err := alive(pctx, cli)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				u.broken(gen, fmt.Errorf("ping: %w", err))
@@ -186,46 +210,32 @@ func (u *upstream) run(ctx context.Context) {
 	}
 }
 
-// connect starts a transport, initializes a session and lists the catalog.
+// alive checks that the upstream answers: ping on the legacy protocol; on 2026-07-28 and later,
+// which removed ping, server/discover.
+func alive(ctx context.Context, cli *client.Client) error {
+	method := string(mcp.MethodPing)
+	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
+		method = string(mcp.MethodServerDiscover)
+	}
+	_, err := rpc(ctx, cli, method, nil)
+	return err
+}
+
+// connect opens the shared connection and lists the catalog.
 func (u *upstream) connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout.D())
 	defer cancel()
-	var tr transport.Interface
-	if u.cfg.IsStdio() {
-		tr = transport.NewStdioWithOptions(u.cfg.Command, nil, u.cfg.Args,
-			transport.WithCommandFunc(u.command), transport.WithCommandLogger(u.log))
-	} else {
-		h, err := transport.NewStreamableHTTP(u.cfg.URL,
-			transport.WithHTTPBasicClient(u.http),
-			transport.WithHTTPHeaderFunc(u.headers),
-			transport.WithHTTPLogger(u.log))
-		if err != nil {
-			return fmt.Errorf("streamable HTTP transport for %s: %w", u.cfg.URL, err)
-		}
-		tr = h
+	// The newest protocol revision both sides speak is negotiated (server/discover, falling
+	// back to initialize); protocol_version pins one for upstreams that need it.
+	version := u.cfg.ProtocolVersion
+	u.mu.RLock()
+	if u.legacy && version == "" {
+		version = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	}
-	cli := client.NewClient(tr,
-		client.WithLegacyProtocolOnly(),
-		client.WithSamplingHandler(u.hooks.sampling),
-		client.WithElicitationHandler(u.hooks.elicitation),
-		client.WithRootsHandler(u.hooks.roots))
-	// The transport outlives this function's timeout: start it with a context that lasts.
-	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("start transport: %w", err)
-	}
-	cli.OnNotification(func(n mcp.JSONRPCNotification) { u.hooks.notification(u, n) })
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "sandgate", Version: "1"}
-	if _, err := cli.Initialize(ctx, init); err != nil {
-		cli.Close()
-		return fmt.Errorf("initialize: %w", err)
-	}
-	// The upstream sends every log message; each sandbox session's own level filters them.
-	if cli.GetServerCapabilities().Logging != nil {
-		if err := cli.SetLevel(ctx, mcp.SetLevelRequest{Params: mcp.SetLevelParams{Level: mcp.LoggingLevelDebug}}); err != nil {
-			u.log.Debug("upstream refused logging/setLevel", "err", err)
-		}
+	u.mu.RUnlock()
+	cli, err := u.dial(ctx, version, u.hooks.conn(u, ""))
+	if err != nil {
+		return err
 	}
 	u.mu.Lock()
 	u.gen++
@@ -233,42 +243,104 @@ func (u *upstream) connect(ctx context.Context) error {
 	u.cli, u.err = cli, nil
 	u.mu.Unlock()
 	if err := u.list(ctx, cli, gen); err != nil {
+		var unsupported mcp.UnsupportedProtocolVersionError
+		if mcp.IsModernProtocol(cli.ProtocolVersion()) && errors.As(err, &unsupported) {
+			u.log.Warn("upstream negotiated 2026-07-28 but refuses it; speaking the legacy revision to it", "err", err)
+			u.mu.Lock()
+			u.legacy = true
+			u.mu.Unlock()
+		}
 		u.broken(gen, fmt.Errorf("list catalog: %w", err))
 		return fmt.Errorf("list catalog: %w", err)
 	}
-	u.log.Info("upstream connected", "tools", len(u.catalog().tools))
+	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
+		u.listen(context.WithoutCancel(ctx), cli)
+	}
+	u.log.Info("upstream connected", "tools", len(u.catalog().tools), "protocol_version", cli.ProtocolVersion())
 	return nil
 }
 
-// list fetches every list the upstream declares and publishes the catalog.
+// listen opens the subscriptions/listen stream of a 2026-07-28 connection for the list changes
+// the upstream declares, which that revision sends nowhere else. It ends with the connection.
+func (u *upstream) listen(ctx context.Context, cli *client.Client) {
+	caps := cli.GetServerCapabilities()
+	var f mcp.SubscriptionFilter
+	f.ToolsListChanged = caps.Tools != nil && caps.Tools.ListChanged
+	f.PromptsListChanged = caps.Prompts != nil && caps.Prompts.ListChanged
+	f.ResourcesListChanged = caps.Resources != nil && caps.Resources.ListChanged
+	if f.IsEmpty() {
+		return
+	}
+	if _, err := cli.ListenAsync(ctx, f, func(err error) { u.log.Debug("upstream subscriptions/listen ended", "err", err) }); err != nil {
+		u.log.Warn("upstream subscriptions/listen not opened; list changes are noticed on reconnect", "err", err)
+	}
+}
+
+// dial starts a transport and initializes a session on it.
+func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*client.Client, error) {
+	var tr transport.Interface
+	if u.cfg.IsStdio() {
+		tr = transport.NewStdioWithOptions(u.cfg.Command, nil, u.cfg.Args,
+			transport.WithCommandFunc(u.command), transport.WithCommandLogger(u.log))
+	} else {
+		t, err := transport.NewStreamableHTTP(u.cfg.URL,
+			transport.WithHTTPBasicClient(u.http),
+			transport.WithHTTPHeaderFunc(u.headers),
+			transport.WithHTTPLogger(u.log))
+		if err != nil {
+			return nil, fmt.Errorf("streamable HTTP transport for %s: %w", u.cfg.URL, err)
+		}
+		tr = t
+	}
+	cli := client.NewClient(tr,
+		client.WithProtocolVersion(version),
+		client.WithSamplingHandler(h.sampling),
+		client.WithElicitationHandler(h.elicitation),
+		client.WithRootsHandler(h.roots))
+	// The transport outlives the caller's timeout: start it with a context that lasts.
+	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("start transport: %w", err)
+	}
+	cli.OnNotification(h.notification)
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = version
+	init.Params.ClientInfo = clientInfo
+	if _, err := cli.Initialize(ctx, init); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	// The upstream sends every log message; each sandbox session's own level filters them. On
+	// 2026-07-28 and later the level travels in every request's _meta instead (rpc).
+	if !mcp.IsModernProtocol(cli.ProtocolVersion()) && cli.GetServerCapabilities().Logging != nil {
+		if _, err := rpc(ctx, cli, string(mcp.MethodSetLogLevel), mcp.SetLevelParams{Level: mcp.LoggingLevelDebug}); err != nil {
+			u.log.Debug("upstream refused logging/setLevel", "err", err)
+		}
+	}
+	return cli, nil
+}
+
+// list fetches every list the upstream declares, verbatim, and publishes the catalog.
 func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) error {
 	var cat catalog
 	caps := cli.GetServerCapabilities()
+	var err error
 	if caps.Tools != nil {
-		r, err := cli.ListTools(ctx, mcp.ListToolsRequest{})
-		if err != nil {
-			return fmt.Errorf("tools/list: %w", err)
+		if cat.tools, err = listTyped(ctx, cli, listTools, typedTool); err != nil {
+			return err
 		}
-		cat.tools = r.Tools
 	}
 	if caps.Resources != nil {
-		r, err := cli.ListResources(ctx, mcp.ListResourcesRequest{})
-		if err != nil {
-			return fmt.Errorf("resources/list: %w", err)
+		if cat.resources, err = listTyped(ctx, cli, listResources, typedJSON[mcp.Resource]); err != nil {
+			return err
 		}
-		cat.resources = r.Resources
-		t, err := cli.ListResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{})
-		if err != nil {
-			return fmt.Errorf("resources/templates/list: %w", err)
+		if cat.templates, err = listTyped(ctx, cli, listTemplates, typedJSON[mcp.ResourceTemplate]); err != nil {
+			return err
 		}
-		cat.templates = t.ResourceTemplates
 	}
 	if caps.Prompts != nil {
-		r, err := cli.ListPrompts(ctx, mcp.ListPromptsRequest{})
-		if err != nil {
-			return fmt.Errorf("prompts/list: %w", err)
+		if cat.prompts, err = listTyped(ctx, cli, listPrompts, typedJSON[mcp.Prompt]); err != nil {
+			return err
 		}
-		cat.prompts = r.Prompts
 	}
 	u.mu.Lock()
 	if u.gen != gen {
@@ -279,6 +351,35 @@ func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) err
 	u.mu.Unlock()
 	u.hooks.catalogChanged()
 	return nil
+}
+
+// entry is one catalog entry: its mcp-go form and the upstream's own JSON.
+type entry[T any] struct {
+	rawEntry
+	def T
+}
+
+// listTyped lists k verbatim and decodes each entry with typed.
+func listTyped[T any](ctx context.Context, cli *client.Client, k listKind, typed func(rawEntry) (T, error)) ([]entry[T], error) {
+	raw, err := listAll(ctx, cli, k)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]entry[T], 0, len(raw))
+	for _, e := range raw {
+		def, err := typed(e)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k.method, err)
+		}
+		out = append(out, entry[T]{e, def})
+	}
+	return out, nil
+}
+
+func typedJSON[T any](e rawEntry) (T, error) {
+	var v T
+	err := json.Unmarshal(e.raw, &v)
+	return v, err
 }
 
 // headers is the credential header of every request to an HTTP upstream, read at request
@@ -314,39 +415,6 @@ func (u *upstream) command(ctx context.Context, command string, _ []string, args
 	return cmd, nil
 }
 
-// do runs one request on the current session. When the session was ended by the upstream
-// (404, e.g. after a restart) it reconnects once and retries: the request was not processed.
-func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *client.Client) (T, error)) (T, error) {
-	var zero T
-	for attempt := 0; ; attempt++ {
-		cli, gen, err := u.client()
-		if err != nil {
-			return zero, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, u.cfg.CallTimeout.D())
-		res, err := f(cctx, cli)
-		timedOut := cctx.Err() != nil
-		cancel()
-		if err == nil {
-			return res, nil
-		}
-		if ctx.Err() != nil {
-			return zero, err
-		}
-		if errors.Is(err, transport.ErrSessionTerminated) && attempt == 0 {
-			u.broken(gen, err)
-			if werr := u.waitConnected(ctx); werr != nil {
-				return zero, fmt.Errorf("upstream session expired and could not be re-established: %w", werr)
-			}
-			continue
-		}
-		if isTransportError(err) && !timedOut {
-			u.broken(gen, err)
-		}
-		return zero, err
-	}
-}
-
 // waitConnected waits up to the connect timeout for the supervisor to reconnect.
 func (u *upstream) waitConnected(ctx context.Context) error {
 	deadline := time.NewTimer(u.cfg.ConnectTimeout.D())
@@ -366,6 +434,13 @@ func (u *upstream) waitConnected(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// streamEndedEarly reports a response stream the upstream ended before the response without
+// an event ID to resume from (SEP-1699 polling without an event store): that request is lost,
+// the connection is not.
+func streamEndedEarly(err error) bool {
+	return strings.Contains(err.Error(), "unexpected nil response")
 }
 
 // isTransportError tells a broken connection from a JSON-RPC error the upstream answered.

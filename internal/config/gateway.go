@@ -81,7 +81,28 @@ type Upstream struct {
 	CallTimeout Duration `json:"call_timeout"`
 	// ConnectTimeout bounds connecting and initializing. Default 10s.
 	ConnectTimeout Duration `json:"connect_timeout"`
+	// ProtocolVersion pins the MCP revision spoken to the upstream, for an upstream that
+	// mishandles negotiation. Empty (the default) negotiates the newest both sides speak; a
+	// revision before 2026-07-28 keeps the initialize handshake and its session.
+	ProtocolVersion string `json:"protocol_version"`
+	// Sessions is per-sandbox (the default) or shared. per-sandbox gives every sandbox session
+	// its own upstream session on a stateful (pre-2026-07-28) HTTP upstream, so that log
+	// messages, subscriptions, sampling and elicitation of one sandbox never meet another's;
+	// shared sends every sandbox's requests on one upstream session. A stdio upstream is one
+	// process and always shared; a 2026-07-28 upstream keeps no session state and shares one
+	// connection.
+	Sessions string `json:"sessions"`
+	// MaxSessions bounds the per-sandbox sessions open to this upstream (default 256): at the
+	// limit the least recently used idle one is closed; when none is idle, calls use the shared
+	// session. Sessions idle for gateway.session_idle_timeout are closed.
+	MaxSessions int `json:"max_sessions"`
 }
+
+// Upstream session models.
+const (
+	SessionsPerSandbox = "per-sandbox"
+	SessionsShared     = "shared"
+)
 
 // IsStdio reports whether the upstream is a command Sandgate starts.
 func (u Upstream) IsStdio() bool { return u.Command != "" }
@@ -118,6 +139,12 @@ func (x *Gateway) applyDefaults(c *Config) {
 		}
 		if u.ConnectTimeout == 0 {
 			u.ConnectTimeout = Duration(10 * time.Second)
+		}
+		if u.Sessions == "" {
+			u.Sessions = SessionsPerSandbox
+		}
+		if u.MaxSessions == 0 {
+			u.MaxSessions = 256
 		}
 		u.Credential.applyDefaults()
 		if u.Command != "" && strings.ContainsRune(u.Command, '/') {
@@ -165,40 +192,53 @@ func (x *Gateway) validate(c *Config, errs *fieldErrors) {
 			errs.add(f+".name", "%q is already defined by gateway.upstreams[%d]", u.Name, j)
 		}
 		names[u.Name] = i
-		if (u.URL == "") == (u.Command == "") {
-			errs.add(f, "set exactly one of url (Streamable HTTP) or command (stdio)")
+		u.validate(c, f, errs)
+	}
+}
+
+// validate checks one upstream's fields other than its name; f names it in errors.
+func (u Upstream) validate(c *Config, f string, errs *fieldErrors) {
+	if (u.URL == "") == (u.Command == "") {
+		errs.add(f, "set exactly one of url (Streamable HTTP) or command (stdio)")
+	}
+	if u.URL != "" {
+		pu, err := url.Parse(u.URL)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			errs.add(f+".url", "%q is not an http(s) URL", u.URL)
+		} else if pu.User != nil {
+			errs.add(f+".url", "must not carry user info; use credential instead")
 		}
-		if u.URL != "" {
-			pu, err := url.Parse(u.URL)
-			if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-				errs.add(f+".url", "%q is not an http(s) URL", u.URL)
-			} else if pu.User != nil {
-				errs.add(f+".url", "must not carry user info; use credential instead")
-			}
-			if len(u.Args) > 0 || len(u.Env) > 0 || len(u.CredentialEnv) > 0 {
-				errs.add(f, "args, env and credential_env apply to stdio upstreams (command) only")
-			}
+		if len(u.Args) > 0 || len(u.Env) > 0 || len(u.CredentialEnv) > 0 {
+			errs.add(f, "args, env and credential_env apply to stdio upstreams (command) only")
 		}
-		if u.Command != "" && u.Credential != nil {
-			errs.add(f+".credential", "applies to HTTP upstreams only; use credential_env for a command")
+	}
+	if u.Command != "" && u.Credential != nil {
+		errs.add(f+".credential", "applies to HTTP upstreams only; use credential_env for a command")
+	}
+	switch u.Prefix {
+	case PrefixAlways, PrefixNever, PrefixOnConflict:
+	default:
+		errs.add(f+".prefix", "%q is not one of always, never, on-conflict", u.Prefix)
+	}
+	switch u.Sessions {
+	case SessionsPerSandbox, SessionsShared:
+	default:
+		errs.add(f+".sessions", "%q is not one of per-sandbox, shared", u.Sessions)
+	}
+	if u.MaxSessions < 0 {
+		errs.add(f+".max_sessions", "must not be negative, got %d", u.MaxSessions)
+	}
+	u.Credential.validate(c, f+".credential", errs)
+	for env, cred := range u.CredentialEnv {
+		if !c.HasCredential(cred) {
+			errs.add(f+".credential_env."+env, "no credential named %q in credentials", cred)
 		}
-		switch u.Prefix {
-		case PrefixAlways, PrefixNever, PrefixOnConflict:
-		default:
-			errs.add(f+".prefix", "%q is not one of always, never, on-conflict", u.Prefix)
-		}
-		u.Credential.validate(c, f+".credential", errs)
-		for env, cred := range u.CredentialEnv {
-			if !c.HasCredential(cred) {
-				errs.add(f+".credential_env."+env, "no credential named %q in credentials", cred)
-			}
-		}
-		if u.CallTimeout.D() < 10*time.Millisecond {
-			errs.add(f+".call_timeout", "must be at least 10ms")
-		}
-		if u.ConnectTimeout.D() < 10*time.Millisecond {
-			errs.add(f+".connect_timeout", "must be at least 10ms")
-		}
+	}
+	if u.CallTimeout.D() < 10*time.Millisecond {
+		errs.add(f+".call_timeout", "must be at least 10ms")
+	}
+	if u.ConnectTimeout.D() < 10*time.Millisecond {
+		errs.add(f+".connect_timeout", "must be at least 10ms")
 	}
 }
 

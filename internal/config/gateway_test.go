@@ -57,6 +57,8 @@ func TestGatewayValidation(t *testing.T) {
 		{"upstream url that is not http is refused", `upstreams: [{name: a, url: "ftp://a.example"}]`, "gateway.upstreams[0].url"},
 		{"upstream url with user info is refused", `upstreams: [{name: a, url: "https://u:p@a.example"}]`, "gateway.upstreams[0].url"},
 		{"unknown prefix mode is refused", `upstreams: [{name: a, url: "https://a.example", prefix: sometimes}]`, "gateway.upstreams[0].prefix"},
+		{"unknown session model is refused", `upstreams: [{name: a, url: "https://a.example", sessions: per-call}]`, "gateway.upstreams[0].sessions"},
+		{"negative max_sessions is refused", `upstreams: [{name: a, url: "https://a.example", max_sessions: -1}]`, "gateway.upstreams[0].max_sessions"},
 		{"undefined credential is refused", `upstreams: [{name: a, url: "https://a.example", credential: {name: nope}}]`, "gateway.upstreams[0].credential.name"},
 		{"credential format without {value} is refused", `upstreams: [{name: a, url: "https://a.example", credential: {name: github, format: "Bearer x"}}]`, "gateway.upstreams[0].credential.format"},
 		{"credential header with a space is refused", `upstreams: [{name: a, url: "https://a.example", credential: {name: github, header: "X Key"}}]`, "gateway.upstreams[0].credential.header"},
