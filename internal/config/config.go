@@ -373,18 +373,22 @@ func (f *fieldErrors) add(field, format string, args ...any) {
 
 func (f fieldErrors) err() error { return errors.Join(f...) }
 
-func (c *Config) validate() error {
-	var errs fieldErrors
-	for _, l := range []struct{ field, addr string }{
-		{"listen.mcp", c.Listen.MCP}, {"listen.proxy", c.Listen.Proxy}, {"listen.admin", c.Listen.Admin},
+func (l Listen) validate(errs *fieldErrors) {
+	for _, a := range []struct{ field, addr string }{
+		{"listen.mcp", l.MCP}, {"listen.proxy", l.Proxy}, {"listen.admin", l.Admin},
 	} {
-		if l.addr != "" {
-			validateHostPort(&errs, l.field, l.addr, "127.0.0.1:8080 or :8080")
+		if a.addr != "" {
+			validateHostPort(errs, a.field, a.addr, "127.0.0.1:8080 or :8080")
 		}
 	}
-	if c.Listen.MaxConnsPerSource < 0 {
-		errs.add("listen.max_conns_per_source", "must not be negative, got %d", c.Listen.MaxConnsPerSource)
+	if l.MaxConnsPerSource < 0 {
+		errs.add("listen.max_conns_per_source", "must not be negative, got %d", l.MaxConnsPerSource)
 	}
+}
+
+func (c *Config) validate() error {
+	var errs fieldErrors
+	c.Listen.validate(&errs)
 	switch c.Audit.File.Fsync {
 	case "batch", "always", "never":
 	default:
