@@ -237,6 +237,9 @@ func TestWatchFollowsTheFolderWhenItIsReplaced(t *testing.T) {
 						return
 					}
 					last = n
+					// Pacing, not synchronisation: decisions keep coming throughout without this
+					// goroutine taking a whole core from the watcher on a 2-core machine.
+					time.Sleep(200 * time.Microsecond)
 				}
 			})
 
