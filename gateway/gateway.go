@@ -275,9 +275,8 @@ func (g *Gateway) rebuild() {
 	var templates []templateEntry
 	var tmplList []server.ServerResourceTemplate
 	for _, u := range g.upstreams {
-		if u.health() != nil {
-			continue
-		}
+		// A down upstream keeps the catalog it last listed (empty if it never was): its tools stay
+		// visible to whom policy shows them and answer upstream_unavailable meanwhile.
 		cat := u.catalog()
 		toolDefs[u], promptDefs[u] = map[string]entry[mcp.Tool]{}, map[string]entry[mcp.Prompt]{}
 		for _, t := range cat.tools {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
 )
 
@@ -30,7 +31,19 @@ func TestUpstreamKilledAndRestartedRecoversWithoutRestartingSandgate(t *testing.
 	}
 	require.Eventually(t, func() bool { return h.gw.Ready() != nil }, 10*time.Second, 20*time.Millisecond)
 	assert.Contains(t, h.gw.Ready().Error(), "upstream http down")
-	assert.Empty(t, toolNames(t, c), "the tools of a down upstream are absent")
+	assert.ElementsMatch(t, []string{"echo", "add"}, toolNames(t, c), "a down upstream's tools stay listed")
+	res, err = callTool(t, c, "echo", map[string]any{"message": "down"})
+	require.NoError(t, err)
+	assert.True(t, res.IsError)
+	assert.Contains(t, resultText(res), "upstream_unavailable", "not 'not found': the tool exists, its upstream is down")
+	require.Eventually(t, func() bool {
+		for _, ev := range h.auditEvents(t) {
+			if ev.Kind == audit.KindToolsCall && ev.Outcome.Error == "upstream_unavailable" {
+				return ev.Outcome.Status == http.StatusServiceUnavailable && ev.Decision.Allow
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond, "the call is audited as upstream_unavailable (503), not as hidden")
 
 	// Restarted on the same address, as a new process would be: its sessions are new.
 	startHTTPUpstream(t, addr)
