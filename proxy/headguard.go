@@ -202,7 +202,10 @@ func (g *headGuard) scan(p []byte) {
 				if g.head == 0 && len(bytes.TrimSpace(seg)) > 0 {
 					g.started++
 				}
-				g.head += len(seg) + 1
+				g.head += len(seg)
+				if i >= 0 {
+					g.head++ // the line's '\n', when this read holds it
+				}
 				if g.head > g.maxHead && g.bad == 0 {
 					g.flag(&call.Refusal{Code: call.CodeHeaderTooLarge, Reason: "request head exceeds " + strconv.Itoa(g.maxHead) + " bytes", Close: true})
 					g.st = gsOversize
