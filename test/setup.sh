@@ -3,7 +3,8 @@
 # Safe to run again: each step checks whether its result is already there.
 #   apt:  redis-server, etcd-server, curl, iproute2 (netns attack tests)
 #   Go:   opa (policy tests), helm (chart tests), everything-server (MCP conformance upstream),
-#         kube-apiserver (built from test/kube-apiserver)
+#         kube-apiserver (built from test/kube-apiserver), agent-sandbox CRDs + controller (pinned
+#         v0.5.6 from the Go module proxy, zip hash checked)
 #   npm:  node@22, @modelcontextprotocol/conformance, @anthropic-ai/sdk (test/node)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,6 +48,34 @@ if [ -d "$root/test/kube-apiserver" ]; then
     mv -f "$bin/.kube-apiserver.tmp" "$bin/kube-apiserver"
     echo "$stamp" > "$bin/.kube-apiserver.stamp"
   fi
+fi
+
+
+# Agent Sandbox (kubernetes-sigs/agent-sandbox): the real CRDs and controller for the kube
+# tests. The release comes from the Go module proxy, pinned, and its zip is checked against the
+# hash below before anything in it is used; the CRDs are copied to .tools/agent-sandbox/crds
+# (test/kubetest installs them) and the controller is built to .tools/bin.
+agent_sandbox_version=v0.5.6
+agent_sandbox_zip_sha256=741cb91279958a3591a4e9509820931f3de84ca454f3c20cff06b631fbc506a8
+agent_sandbox_h1='h1:+lIxbO5MIPYqmnbv4eWZDm+bh9Y6qHvZ+qXEe4MJVkU='
+stamp="$agent_sandbox_version-${agent_sandbox_zip_sha256:0:16}"
+if [ ! -x "$bin/agent-sandbox-controller" ] || [ "$(cat "$tools/agent-sandbox/.stamp" 2>/dev/null)" != "$stamp" ]; then
+  log "agent-sandbox $agent_sandbox_version: download, check, copy CRDs, build the controller"
+  info=$(cd "${TMPDIR:-/tmp}" && GOFLAGS=-mod=mod GOSUMDB=off go mod download -json "sigs.k8s.io/agent-sandbox@$agent_sandbox_version")
+  field() { printf '%s\n' "$info" | sed -n "s/^[[:space:]]*\"$1\": \"\\(.*\\)\",\\{0,1\\}\$/\\1/p"; }
+  zip=$(field Zip) dir=$(field Dir) sum=$(field Sum)
+  echo "$agent_sandbox_zip_sha256  $zip" | sha256sum -c --quiet - || { log "agent-sandbox zip hash mismatch: $zip"; exit 1; }
+  [ "$sum" = "$agent_sandbox_h1" ] || { log "agent-sandbox module hash $sum, want $agent_sandbox_h1"; exit 1; }
+  rm -rf "$tools/agent-sandbox.tmp" && mkdir -p "$tools/agent-sandbox.tmp/crds"
+  # From the checked zip itself, not the extracted folder, so what is installed is what was hashed.
+  unzip -q -j "$zip" "sigs.k8s.io/agent-sandbox@$agent_sandbox_version/k8s/crds/*.yaml" -d "$tools/agent-sandbox.tmp/crds"
+  unzip -q "$zip" -d "$tools/agent-sandbox.tmp/src"
+  (cd "$tools/agent-sandbox.tmp/src/sigs.k8s.io/agent-sandbox@$agent_sandbox_version" && \
+    GOFLAGS=-mod=mod GOSUMDB=off go build -o "$bin/.agent-sandbox-controller.tmp" ./cmd/agent-sandbox-controller)
+  mv -f "$bin/.agent-sandbox-controller.tmp" "$bin/agent-sandbox-controller"
+  rm -rf "$tools/agent-sandbox.tmp/src" "$tools/agent-sandbox"
+  mv "$tools/agent-sandbox.tmp" "$tools/agent-sandbox"
+  echo "$stamp" > "$tools/agent-sandbox/.stamp"
 fi
 
 if [ -f "$root/test/node/package.json" ]; then

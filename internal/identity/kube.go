@@ -3,6 +3,7 @@ package identity
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -25,10 +26,21 @@ const (
 	LabelSandboxNameHash = "agents.x-k8s.io/sandbox-name-hash"
 	// AnnotationTemplateRef on a Sandbox names the SandboxTemplate it was created from.
 	AnnotationTemplateRef = "agents.x-k8s.io/sandbox-template-ref"
+	// LabelTemplateRefHash is on the pods of sandboxes created from a template: TemplateRefHash
+	// of the template name.
+	LabelTemplateRefHash = "agents.x-k8s.io/sandbox-template-ref-hash"
 	// SandboxGroup is the API group of Sandbox; SandboxClaimGroup that of SandboxClaim.
 	SandboxGroup      = "agents.x-k8s.io"
 	SandboxClaimGroup = "extensions.agents.x-k8s.io"
 )
+
+// TemplateRefHash is the value of LabelTemplateRefHash for a template name: FNV-1a 32-bit,
+// eight lowercase hex digits, as the Agent Sandbox controller computes it (NameHash).
+func TemplateRefHash(template string) string {
+	h := fnv.New32a()
+	h.Write([]byte(template))
+	return fmt.Sprintf("%08x", h.Sum32())
+}
 
 // SandboxResource is the Sandbox resource (agents.x-k8s.io/v1beta1).
 func SandboxResource() schema.GroupVersionResource {

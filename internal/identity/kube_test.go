@@ -48,7 +48,8 @@ func TestKubeResolver(t *testing.T) {
 	}
 
 	ipA := netip.MustParseAddr("10.1.0.5")
-	claim := kubetest.Claim(t, adminDyn, ns, "claim-1", "coding-agent")
+	kubetest.WarmPool(t, adminDyn, ns, "wp-coding", "coding-agent", 0)
+	claim := kubetest.Claim(t, adminDyn, ns, "claim-1", "wp-coding")
 	sb1 := kubetest.Sandbox(t, adminDyn, ns, "sb-1", "coding-agent", claim)
 	sb2 := kubetest.Sandbox(t, adminDyn, ns, "sb-2", "", nil)
 

@@ -1,9 +1,6 @@
 package kube
 
 import (
-	"fmt"
-	"hash/fnv"
-
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sandgate/sandgate/internal/identity"
@@ -15,7 +12,7 @@ const (
 	LabelSandboxNameHash = identity.LabelSandboxNameHash
 	// LabelTemplateRefHash is on the pods of sandboxes created from a template: the FNV-1a
 	// hash of the template name (TemplateRefHash).
-	LabelTemplateRefHash = "agents.x-k8s.io/sandbox-template-ref-hash"
+	LabelTemplateRefHash = identity.LabelTemplateRefHash
 	// AnnotationTemplateRef on a Sandbox names its SandboxTemplate.
 	AnnotationTemplateRef = identity.AnnotationTemplateRef
 	// LabelNamespaceName is the label Kubernetes puts on every namespace (since 1.22).
@@ -57,10 +54,5 @@ const (
 	KindSandboxClaim    = "SandboxClaim"
 )
 
-// TemplateRefHash is the value of LabelTemplateRefHash for a template name: FNV-1a 32-bit,
-// eight lowercase hex digits, as the Agent Sandbox controller computes it.
-func TemplateRefHash(template string) string {
-	h := fnv.New32a()
-	h.Write([]byte(template))
-	return fmt.Sprintf("%08x", h.Sum32())
-}
+// TemplateRefHash is the value of LabelTemplateRefHash for a template name.
+func TemplateRefHash(template string) string { return identity.TemplateRefHash(template) }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/test/kubetest"
 )
 
@@ -101,9 +102,12 @@ func TestChartAppliesToRealAPIServer(t *testing.T) {
 
 	t.Run("example SandboxTemplate and its netpol output", func(t *testing.T) {
 		ensureNamespace(t, ctx, cs, "sandboxes")
-		for _, f := range []string{"sandbox-template.yaml", "sandbox-template.netpol.yaml"} {
+		// The template is the user's; the rules are Sandgate's, applied under its own field
+		// manager (as the netpol file's header says). Under one manager the second apply would
+		// drop spec.podTemplate, which the CRD requires.
+		for f, manager := range map[string]string{"sandbox-template.yaml": "kubectl", "sandbox-template.netpol.yaml": kube.FieldManager} {
 			for _, o := range parseObjects(t, readFile(t, filepath.Join(repoRoot, "examples", f))) {
-				apply(t, ctx, dyn, mapper, o)
+				applyAs(t, ctx, dyn, mapper, o, manager)
 			}
 		}
 		got, err := dyn.Resource(kubetest.SandboxTemplateGVR).Namespace("sandboxes").Get(ctx, "coding-agent", metav1.GetOptions{})
@@ -136,6 +140,12 @@ func ensureNamespace(t *testing.T, ctx context.Context, cs kubernetes.Interface,
 // apply server-side applies o as Helm's own field manager would own it.
 func apply(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, o *unstructured.Unstructured) {
 	t.Helper()
+	applyAs(t, ctx, dyn, mapper, o, "helm")
+}
+
+// applyAs server-side applies o under field manager.
+func applyAs(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, o *unstructured.Unstructured, manager string) {
+	t.Helper()
 	gvk := o.GroupVersionKind()
 	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	require.NoError(t, err, "%s is not served", gvk)
@@ -143,7 +153,7 @@ func apply(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 		res = dyn.Resource(mapping.Resource).Namespace(o.GetNamespace())
 	}
-	_, err = res.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "helm", Force: true})
+	_, err = res.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: manager, Force: true})
 	require.NoError(t, err, "apply %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
 }
 
