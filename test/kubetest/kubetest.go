@@ -305,9 +305,16 @@ func installCRDs(t testing.TB, cfg *rest.Config, files []string) {
 			served = append(served, schema.GroupVersionResource{Group: group, Version: name, Resource: plural})
 		}
 	}
+	// Served, and in discovery: a controller that starts before discovery lists a kind fails to
+	// set up its controller for it and exits.
+	cs, _ := Clients(t, cfg)
 	for _, gvr := range served {
 		for {
-			if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{}); err == nil {
+			_, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			if err == nil {
+				err = inDiscovery(cs, gvr)
+			}
+			if err == nil {
 				break
 			} else if ctx.Err() != nil {
 				t.Fatalf("kubetest: %s not served: %v", gvr, err)
@@ -315,6 +322,19 @@ func installCRDs(t testing.TB, cfg *rest.Config, files []string) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+}
+
+func inDiscovery(cs kubernetes.Interface, gvr schema.GroupVersionResource) error {
+	l, err := cs.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil {
+		return err
+	}
+	for _, r := range l.APIResources {
+		if r.Name == gvr.Resource {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s not in discovery yet", gvr)
 }
 
 func freePort(t testing.TB) int {
