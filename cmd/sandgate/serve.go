@@ -265,7 +265,7 @@ func newResolver(cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry,
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	k, err := identity.NewKube(client, dyn, cfg.Kubernetes.Namespaces, log.With("component", "identity"))
+	k, err := identity.NewKube(client, dyn, cfg.Kubernetes.Namespaces, log.With("component", "identity"), identity.WithRegisterer(tel.Registerer()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes identity: %w", err)
 	}

@@ -14,14 +14,18 @@ import (
 // ClusterRole is needed.
 
 // SandboxNamespaceRules are Sandgate's permissions in each namespace that holds sandboxes:
-// reading pods and Sandboxes (identity), reading and applying SandboxTemplates
+// watching pods, Sandboxes, SandboxClaims and SandboxWarmPools (identity: informers only list
+// and watch, so no get), reading and applying SandboxTemplates
 // (spec.networkPolicy of Managed templates), owning NetworkPolicies (Unmanaged templates and
 // the deny-all), and recording drift events. controller: false drops what only the controller
 // needs.
 func SandboxNamespaceRules(controller bool) []rbacv1.PolicyRule {
 	rules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{SandboxGVR.Group}, Resources: []string{SandboxGVR.Resource}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{SandboxGVR.Group}, Resources: []string{SandboxGVR.Resource}, Verbs: []string{"list", "watch"}},
+		// The claim binding (status.sandbox.name) and the warm pool's template reference are the
+		// facts a sandbox's template and claim are verified against.
+		{APIGroups: []string{SandboxClaimGVR.Group}, Resources: []string{SandboxClaimGVR.Resource, SandboxWarmPoolGVR.Resource}, Verbs: []string{"list", "watch"}},
 	}
 	if controller {
 		rules = append(rules,
