@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -270,6 +271,10 @@ func newResolver(cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry,
 		return nil, nil, fmt.Errorf("kubernetes identity: %w", err)
 	}
 	k.OnSandboxGone(sandboxGone)
+	k.OnClaimGone(func(key string) {
+		ns, claim, _ := strings.Cut(key, "/")
+		sandboxGone(grants.ClaimKey(ns, claim))
+	})
 	ready.Add("kubernetes identity cache", synced(k.HasSynced))
 	comps := []component{componentFunc(k.Run)}
 	if cfg.Kubernetes.Controller.Enabled {

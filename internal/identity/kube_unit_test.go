@@ -211,3 +211,30 @@ func TestKubeSandboxGone(t *testing.T) {
 		t.Fatal("the deleted sandbox was not reported")
 	}
 }
+
+// TestKubeClaimGone checks that a deleted SandboxClaim is reported, for grants kept per claim.
+func TestKubeClaimGone(t *testing.T) {
+	dyn := fakeDynamic()
+	claim := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
+		"metadata": map[string]any{"name": "task-2", "namespace": "ns", "uid": "u-claim"}}}
+	_, err := dyn.Resource(SandboxClaimResource()).Namespace("ns").Create(context.Background(), claim, metav1.CreateOptions{})
+	require.NoError(t, err)
+	k, err := NewKube(fake.NewClientset(), dyn, []string{"ns"}, nil)
+	require.NoError(t, err)
+	gone := make(chan string, 1)
+	k.OnClaimGone(func(key string) { gone <- key })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = k.Run(ctx) }()
+	waitCtx, waitCancel := context.WithTimeout(ctx, 10*time.Second)
+	defer waitCancel()
+	require.True(t, k.WaitForSync(waitCtx))
+
+	require.NoError(t, dyn.Resource(SandboxClaimResource()).Namespace("ns").Delete(context.Background(), "task-2", metav1.DeleteOptions{}))
+	select {
+	case key := <-gone:
+		assert.Equal(t, "ns/task-2", key)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deleted claim was not reported")
+	}
+}
