@@ -80,7 +80,7 @@ func RenderTemplate(cfg config.Kubernetes, t Template) Desired {
 }
 
 // SandboxRules are the rules of every templated sandbox: egress only to Sandgate's MCP and proxy
-// ports (and the cluster DNS on port 53 when cfg.DNS.Allow), ingress only from the
+// ports (and the cluster DNS on port 53 when cfg.DNS.Allowed()), ingress only from the
 // cfg.IngressFrom peers.
 func SandboxRules(cfg config.Kubernetes) TemplateNetworkPolicySpec {
 	spec := TemplateNetworkPolicySpec{
@@ -93,7 +93,7 @@ func SandboxRules(cfg config.Kubernetes) TemplateNetworkPolicySpec {
 			Ports: tcpPorts(cfg.Sandgate.Ports.MCP, cfg.Sandgate.Ports.Proxy),
 		}},
 	}
-	if cfg.DNS.Allow {
+	if cfg.DNS.Allowed() {
 		spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: maps.Clone(cfg.DNS.NamespaceSelector)},

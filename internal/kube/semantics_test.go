@@ -25,7 +25,7 @@ func testConfig(dns bool) config.Kubernetes {
 			PodSelector: map[string]string{"app.kubernetes.io/name": "sandgate"},
 			Ports:       config.KubePorts{MCP: 8080, Proxy: 3128, Admin: 9090},
 		},
-		DNS: config.KubeDNS{Allow: dns,
+		DNS: config.KubeDNS{Allow: &dns,
 			NamespaceSelector: map[string]string{LabelNamespaceName: "kube-system"},
 			PodSelector:       map[string]string{"k8s-app": "kube-dns"}},
 		IngressFrom: []config.KubePeer{{Name: "router",
