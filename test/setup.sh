@@ -4,8 +4,9 @@
 # Safe to run again: each step checks whether its result is already there.
 #   apt:  redis-server, etcd-server, curl, iproute2 (netns attack tests)
 #   Go:   opa (policy tests), helm (chart tests), staticcheck (make lint), everything-server (MCP
-#         conformance upstream),
-#         kube-apiserver (built from test/kube-apiserver)
+#         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
+#         CRDs + controller (pinned v0.5.6 from the Go module proxy, zip hash checked), cyclonus
+#         v0.5.6 (NetworkPolicy cross-check, zip hash checked)
 #   npm:  node@22, @modelcontextprotocol/conformance, @anthropic-ai/sdk (test/node)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,6 +60,55 @@ if [ -d "$root/test/kube-apiserver" ]; then
     mv -f "$bin/.kube-apiserver.tmp" "$bin/kube-apiserver"
     echo "$stamp" > "$bin/.kube-apiserver.stamp"
   fi
+fi
+
+
+# module_zip MODULE VERSION SHA256 H1: downloads MODULE@VERSION from the Go module proxy, checks
+# its zip against the sha256 and module hash pinned below, and prints the zip's path.
+module_zip() {
+  local info zip sum
+  info=$(cd "${TMPDIR:-/tmp}" && GOFLAGS=-mod=mod GOSUMDB=off go mod download -json "$1@$2")
+  zip=$(printf '%s\n' "$info" | sed -n 's/^[[:space:]]*"Zip": "\(.*\)",\{0,1\}$/\1/p')
+  sum=$(printf '%s\n' "$info" | sed -n 's/^[[:space:]]*"Sum": "\(.*\)",\{0,1\}$/\1/p')
+  echo "$3  $zip" | sha256sum -c --quiet - >&2 || { log "$1@$2: zip sha256 is not $3"; return 1; }
+  [ "$sum" = "$4" ] || { log "$1@$2: module hash $sum, want $4"; return 1; }
+  printf '%s\n' "$zip"
+}
+
+# Agent Sandbox (kubernetes-sigs/agent-sandbox): the real CRDs and controller for the kube
+# tests. The release comes from the Go module proxy, pinned, and its zip is checked against the
+# hashes below before anything in it is used; the CRDs are copied to .tools/agent-sandbox/crds
+# (test/kubetest installs them) and the controller is built to .tools/bin.
+agent_sandbox_version=v0.5.6
+agent_sandbox_zip_sha256=741cb91279958a3591a4e9509820931f3de84ca454f3c20cff06b631fbc506a8
+agent_sandbox_h1='h1:+lIxbO5MIPYqmnbv4eWZDm+bh9Y6qHvZ+qXEe4MJVkU='
+stamp="$agent_sandbox_version-${agent_sandbox_zip_sha256:0:16}"
+if [ ! -x "$bin/agent-sandbox-controller" ] || [ "$(cat "$tools/agent-sandbox/.stamp" 2>/dev/null)" != "$stamp" ]; then
+  log "agent-sandbox $agent_sandbox_version: download, check, copy CRDs, build the controller"
+  zip=$(module_zip sigs.k8s.io/agent-sandbox "$agent_sandbox_version" "$agent_sandbox_zip_sha256" "$agent_sandbox_h1")
+  rm -rf "$tools/agent-sandbox.tmp" && mkdir -p "$tools/agent-sandbox.tmp/crds"
+  # From the checked zip itself, not the extracted folder, so what is installed is what was hashed.
+  unzip -q -j "$zip" "sigs.k8s.io/agent-sandbox@$agent_sandbox_version/k8s/crds/*.yaml" -d "$tools/agent-sandbox.tmp/crds"
+  unzip -q "$zip" -d "$tools/agent-sandbox.tmp/src"
+  (cd "$tools/agent-sandbox.tmp/src/sigs.k8s.io/agent-sandbox@$agent_sandbox_version" && \
+    GOFLAGS=-mod=mod GOSUMDB=off go build -o "$bin/.agent-sandbox-controller.tmp" ./cmd/agent-sandbox-controller)
+  mv -f "$bin/.agent-sandbox-controller.tmp" "$bin/agent-sandbox-controller"
+  rm -rf "$tools/agent-sandbox.tmp/src" "$tools/agent-sandbox"
+  mv "$tools/agent-sandbox.tmp" "$tools/agent-sandbox"
+  echo "$stamp" > "$tools/agent-sandbox/.stamp"
+fi
+
+# cyclonus: an independent NetworkPolicy evaluator, to cross-check internal/kube/netpoleval cell
+# by cell. The module is checked like agent-sandbox; its own go.sum pins its dependencies.
+cyclonus_version=v0.5.6
+cyclonus_zip_sha256=27b1fc6b589400f0005e6801d74c931b350956bd64419b5be108b89c14602180
+cyclonus_h1='h1:8bZ+v2Kcn4H7Z+OhX1l3BQrAHqUdmBwdBBiDIk3Wj7s='
+if [ ! -x "$bin/cyclonus" ] || [ ! -f "$bin/.cyclonus.$cyclonus_version-${cyclonus_zip_sha256:0:16}" ]; then
+  log "cyclonus $cyclonus_version: download, check, install"
+  module_zip github.com/mattfenwick/cyclonus "$cyclonus_version" "$cyclonus_zip_sha256" "$cyclonus_h1" >/dev/null
+  (cd "${TMPDIR:-/tmp}" && GOBIN="$bin" go install "github.com/mattfenwick/cyclonus/cmd/cyclonus@$cyclonus_version")
+  rm -f "$bin"/.cyclonus.*
+  touch "$bin/.cyclonus.$cyclonus_version-${cyclonus_zip_sha256:0:16}"
 fi
 
 if [ -f "$root/test/node/package.json" ]; then

@@ -113,8 +113,8 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 		if err := applier.Apply(ctx, desired); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.stdout, "applied %d NetworkPolicies and %d SandboxTemplate rules (field manager %q)\n",
-			len(desired.NetworkPolicies), len(desired.Templates), kube.FieldManager)
+		fmt.Fprintf(env.stdout, "applied %d NetworkPolicies, %d SandboxTemplate rules and %d ConfigMaps (field manager %q)\n",
+			len(desired.NetworkPolicies), len(desired.Templates), len(desired.ConfigMaps), kube.FieldManager)
 		return nil
 	}
 	objs, err := kube.Manifests(desired)

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/test/kubetest"
 )
 
@@ -95,7 +96,7 @@ func TestNetpolAgainstAPIServer(t *testing.T) {
 	t.Run("without --template every template of the namespaces is rendered", func(t *testing.T) {
 		out, err := run()
 		require.NoError(t, err)
-		for _, want := range []string{"name: sandgate-sandbox-default-deny", "name: sandgate-template-cilium", "name: sandgate-ingress", "kind: SandboxTemplate", "name: coder"} {
+		for _, want := range []string{"name: sandgate-sandbox-default-deny", "name: sandgate-template-cilium", "name: sandgate-ingress", "kind: SandboxTemplate", "name: coder", "name: sandgate-template-rules"} {
 			assert.Contains(t, out, want)
 		}
 	})
@@ -108,10 +109,13 @@ func TestNetpolAgainstAPIServer(t *testing.T) {
 	t.Run("--apply writes everything with server-side apply", func(t *testing.T) {
 		out, err := run("--apply")
 		require.NoError(t, err)
-		assert.Contains(t, out, "applied 3 NetworkPolicies and 1 SandboxTemplate rules")
+		assert.Contains(t, out, "applied 3 NetworkPolicies, 1 SandboxTemplate rules and 1 ConfigMaps")
 		np, err := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(context.Background(), "sandgate-template-cilium", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "sandgate", np.ManagedFields[0].Manager)
+		cm, err := cs.CoreV1().ConfigMaps("sandgate").Get(context.Background(), kube.RulesConfigMapName, metav1.GetOptions{})
+		require.NoError(t, err, "the admission policy's parameter, for installs without the controller")
+		assert.Contains(t, cm.Data[kube.RulesConfigMapKey], "egress=ports:TCP:")
 	})
 	t.Run("a missing template is an error naming it", func(t *testing.T) {
 		_, err := run("--template", "nope")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -334,11 +335,15 @@ func newResolver(cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry,
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	k, err := identity.NewKube(client, dyn, cfg.Kubernetes.Namespaces, log.With("component", "identity"))
+	k, err := identity.NewKube(client, dyn, cfg.Kubernetes.Namespaces, log.With("component", "identity"), identity.WithRegisterer(tel.Registerer()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes identity: %w", err)
 	}
 	k.OnSandboxGone(sandboxGone)
+	k.OnClaimGone(func(key string) {
+		ns, claim, _ := strings.Cut(key, "/")
+		sandboxGone(grants.ClaimKey(ns, claim))
+	})
 	ready.Add("kubernetes identity cache", synced(k.HasSynced))
 	comps := []component{componentFunc(k.Run)}
 	if cfg.Kubernetes.Controller.Enabled {

@@ -81,7 +81,7 @@ func (a *Admission) Admit(ctx context.Context, in *policy.Input) *Refusal {
 		in.Usage = usage
 	}
 	if a.grants != nil {
-		g, err := a.grants.Get(ctx, in.Identity.Key())
+		g, err := a.grantsOf(ctx, in.Identity)
 		if err != nil {
 			a.storeError(ctx, "grants", in.Identity, err)
 		} else {
@@ -89,6 +89,23 @@ func (a *Admission) Admit(ctx context.Context, in *policy.Input) *Refusal {
 		}
 	}
 	return nil
+}
+
+// grantsOf returns the grants of the caller's claim (Identity.Claim, set only when the claim is
+// verifiably bound to this sandbox) with those of the sandbox itself over them.
+func (a *Admission) grantsOf(ctx context.Context, id identity.Identity) (map[string]any, error) {
+	own, err := a.grants.Get(ctx, id.Key())
+	if err != nil || id.Claim == "" {
+		return own, err
+	}
+	claimed, err := a.grants.Get(ctx, grants.ClaimKey(id.Namespace, id.Claim))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range own {
+		claimed[k] = v
+	}
+	return claimed, nil
 }
 
 // AcquireToolCall takes one of the caller's concurrent tool call slots. release is never nil and

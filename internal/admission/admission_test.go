@@ -67,3 +67,35 @@ func TestAdmit(t *testing.T) {
 		release2()
 	})
 }
+
+// TestAdmitClaimGrants: a dispatcher registers grants by the claim it created; the sandbox the
+// claim is bound to (whatever its name, a warm pool's included) sees them, with its own grants
+// over them, and no other sandbox does.
+func TestAdmitClaimGrants(t *testing.T) {
+	ctx := context.Background()
+	g := grants.NewMemory()
+	require.NoError(t, g.Put(ctx, grants.ClaimKey("agents", "task-2"), "github_repos", []any{"acme/api"}, time.Hour))
+	require.NoError(t, g.Put(ctx, grants.ClaimKey("agents", "task-2"), "mode", "claim", time.Hour))
+	require.NoError(t, g.Put(ctx, "agents/wp-coding-x7k2q", "mode", "sandbox", time.Hour))
+	a, err := New(nil, g, nil, nil)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		id   identity.Identity
+		want map[string]any
+	}{
+		{"the claim's sandbox, named after the warm pool, sees the claim's grants under its own",
+			identity.Identity{Namespace: "agents", Sandbox: "wp-coding-x7k2q", Claim: "task-2", Known: true},
+			map[string]any{"github_repos": []any{"acme/api"}, "mode": "sandbox"}},
+		{"a sandbox of another claim sees none of them",
+			identity.Identity{Namespace: "agents", Sandbox: "task-3", Claim: "task-3", Known: true}, map[string]any{}},
+		{"a claim of the same name in another namespace is another claim",
+			identity.Identity{Namespace: "other", Sandbox: "x", Claim: "task-2", Known: true}, map[string]any{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &policy.Input{Kind: audit.KindToolsCall, Identity: tc.id}
+			require.Nil(t, a.Admit(ctx, in))
+			assert.Equal(t, tc.want, in.Grants)
+		})
+	}
+}

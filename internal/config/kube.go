@@ -19,7 +19,7 @@ import (
 //	    pod_selector: {app.kubernetes.io/name: sandgate}
 //	  dns: {allow: true}
 //	  ingress_from:
-//	  - {name: router, namespace_selector: {kubernetes.io/metadata.name: sandbox-router}, pod_selector: {app: router}}
+//	  - {name: router, namespace_selector: {kubernetes.io/metadata.name: agent-sandbox-system}, pod_selector: {app: sandbox-router}}
 //	  monitoring:
 //	  - {name: prometheus, namespace_selector: {kubernetes.io/metadata.name: monitoring}}
 type Kubernetes struct {
@@ -62,12 +62,18 @@ type KubePorts struct {
 
 // KubeDNS allows sandboxes to reach the cluster DNS on port 53 (UDP and TCP).
 type KubeDNS struct {
-	Allow bool `json:"allow"`
+	// Allow defaults to true, as the chart's kubernetes.dns: a sandbox in another namespace can
+	// only name Sandgate's Service through DNS (docs/kubernetes.md has the trade-off). Read it
+	// with Allowed.
+	Allow *bool `json:"allow"`
 	// NamespaceSelector and PodSelector locate the DNS pods. Defaults:
 	// kubernetes.io/metadata.name=kube-system and k8s-app=kube-dns.
 	NamespaceSelector map[string]string `json:"namespace_selector"`
 	PodSelector       map[string]string `json:"pod_selector"`
 }
+
+// Allowed reports whether sandboxes may reach the cluster DNS (Allow, default true).
+func (d KubeDNS) Allowed() bool { return d.Allow == nil || *d.Allow }
 
 // KubePeer is a named set of pods: those matching PodSelector in the namespaces matching
 // NamespaceSelector. An empty NamespaceSelector means every namespace; an empty PodSelector

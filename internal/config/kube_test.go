@@ -15,7 +15,10 @@ func TestKubernetesDefaults(t *testing.T) {
 	assert.Equal(t, map[string]string{"app.kubernetes.io/name": "sandgate"}, k.Sandgate.PodSelector)
 	assert.Equal(t, KubePorts{MCP: 8080, Proxy: 3128, Admin: 9090}, k.Sandgate.Ports)
 	assert.Equal(t, map[string]string{"k8s-app": "kube-dns"}, k.DNS.PodSelector)
-	assert.False(t, k.DNS.Allow, "DNS stays closed unless asked for")
+	assert.True(t, k.DNS.Allowed(), "sandboxes can resolve Sandgate's Service name unless told otherwise")
+	c, err = Parse([]byte("kubernetes:\n  enabled: true\n  namespaces: [sandboxes]\n  dns: {allow: false}\n"), "/etc/sandgate")
+	require.NoError(t, err)
+	assert.False(t, c.Kubernetes.DNS.Allowed(), "allow: false closes it")
 	assert.Equal(t, "10m0s", k.Controller.Resync.D().String())
 }
 

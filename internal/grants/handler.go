@@ -15,10 +15,16 @@ import (
 
 // NewHandler serves the grants admin API:
 //
-//	PUT    /v1/grants/{namespace}/{sandbox}/{name}   body {"value": <any JSON>, "ttl": "30m"}
-//	GET    /v1/grants/{namespace}/{sandbox}          → {"grants": {name: value, …}}
-//	DELETE /v1/grants/{namespace}/{sandbox}/{name}
-//	DELETE /v1/grants/{namespace}/{sandbox}
+//	PUT    /v1/grants/{namespace}/claims/{claim}/{name}   body {"value": <any JSON>, "ttl": "30m"}
+//	GET    /v1/grants/{namespace}/claims/{claim}          → {"grants": {name: value, …}}
+//	DELETE /v1/grants/{namespace}/claims/{claim}/{name}
+//	DELETE /v1/grants/{namespace}/claims/{claim}
+//
+// and the same four under /v1/grants/{namespace}/{sandbox} for grants of one sandbox by name.
+// Claim grants are what a dispatcher should use: it knows the SandboxClaim it created, not the
+// sandbox the claim is bound to (a warm-pool sandbox keeps the pool's name). They reach the
+// sandbox the Kubernetes identity source verifies the claim is bound to (Identity.Claim). A
+// sandbox literally named "claims" cannot use the sandbox form of the claim-shaped DELETE.
 //
 // Every request must carry "Authorization: Bearer <token>" where token is what token returns at
 // that moment (so a rotated secret takes effect without a restart); while token returns "" every
@@ -28,6 +34,10 @@ import (
 func NewHandler(store Store, token func() string) http.Handler {
 	h := &handler{store: store}
 	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /v1/grants/{namespace}/claims/{claim}/{name}", h.put)
+	mux.HandleFunc("GET /v1/grants/{namespace}/claims/{claim}", h.get)
+	mux.HandleFunc("DELETE /v1/grants/{namespace}/claims/{claim}/{name}", h.deleteOne)
+	mux.HandleFunc("DELETE /v1/grants/{namespace}/claims/{claim}", h.deleteSandbox)
 	mux.HandleFunc("PUT /v1/grants/{namespace}/{sandbox}/{name}", h.put)
 	mux.HandleFunc("GET /v1/grants/{namespace}/{sandbox}", h.get)
 	mux.HandleFunc("DELETE /v1/grants/{namespace}/{sandbox}/{name}", h.deleteOne)
@@ -119,8 +129,12 @@ func (h *handler) put(w http.ResponseWriter, r *http.Request) {
 		writeStoreError(w, err)
 		return
 	}
+	target := "sandbox"
+	if r.PathValue("claim") != "" {
+		target = "claim"
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"sandbox": key, "name": name, "ttl": ttl.String(), "expires_at": time.Now().Add(ttl).UTC().Format(time.RFC3339),
+		target: r.PathValue("namespace") + "/" + r.PathValue(target), "name": name, "ttl": ttl.String(), "expires_at": time.Now().Add(ttl).UTC().Format(time.RFC3339),
 	})
 }
 
@@ -161,11 +175,15 @@ func (h *handler) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pathKey returns the sandbox key ("namespace/sandbox") and grant name of the request path,
+// pathKey returns the store key (SandboxKey or ClaimKey) and grant name of the request path,
 // writing a 400 when they are not Kubernetes names (or a valid grant name).
 func pathKey(w http.ResponseWriter, r *http.Request) (key, name string, ok bool) {
-	ns, sb := r.PathValue("namespace"), r.PathValue("sandbox")
-	for _, p := range []struct{ what, v string }{{"namespace", ns}, {"sandbox", sb}} {
+	ns, sb, claim := r.PathValue("namespace"), r.PathValue("sandbox"), r.PathValue("claim")
+	what, v := "sandbox", sb
+	if claim != "" {
+		what, v = "claim", claim
+	}
+	for _, p := range []struct{ what, v string }{{"namespace", ns}, {what, v}} {
 		if !isDNSName(p.v) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q is not a Kubernetes name (lowercase letters, digits, '-', '.')", p.what, p.v))
 			return "", "", false
@@ -177,6 +195,9 @@ func pathKey(w http.ResponseWriter, r *http.Request) (key, name string, ok bool)
 			writeError(w, http.StatusBadRequest, err.Error())
 			return "", "", false
 		}
+	}
+	if claim != "" {
+		return ClaimKey(ns, claim), name, true
 	}
 	return ns + "/" + sb, name, true
 }

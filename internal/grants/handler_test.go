@@ -62,6 +62,11 @@ func TestHandler(t *testing.T) {
 		{"delete of one grant answers 204", "DELETE", "/v1/grants/team-a/alice/repo", bearer, "", 204, ""},
 		{"delete of a sandbox answers 204", "DELETE", "/v1/grants/team-a/alice", bearer, "", 204, ""},
 		{"a wrong method is refused", "POST", "/v1/grants/team-a/alice", bearer, "", 405, ""},
+		{"a put by claim stores a grant", "PUT", "/v1/grants/team-a/claims/task-2/repo", bearer, `{"value": "acme/widgets", "ttl": "30m"}`, 200, ""},
+		{"a claim that is no Kubernetes name is a 400", "PUT", "/v1/grants/team-a/claims/Task_2/repo", bearer, `{"value": 1, "ttl": "1m"}`, 400, `claim "Task_2" is not a Kubernetes name`},
+		{"get by claim answers 200", "GET", "/v1/grants/team-a/claims/task-2", bearer, "", 200, ""},
+		{"delete of one claim grant answers 204", "DELETE", "/v1/grants/team-a/claims/task-2/repo", bearer, "", 204, ""},
+		{"delete of a claim answers 204", "DELETE", "/v1/grants/team-a/claims/task-2", bearer, "", 204, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +85,34 @@ func TestHandler(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHandlerClaimGrants: grants put by claim are stored under the claim's key, apart from a
+// sandbox's, and deleted with the claim.
+func TestHandlerClaimGrants(t *testing.T) {
+	store := grants.NewMemory()
+	h := grants.NewHandler(store, func() string { return token })
+	bearer := "Bearer " + token
+	ctx := context.Background()
+
+	status, out := do(t, h, "PUT", "/v1/grants/team-a/claims/task-2/repo", bearer, `{"value": "acme/widgets", "ttl": "30m"}`)
+	require.Equal(t, 200, status, out)
+	assert.Equal(t, "team-a/task-2", out["claim"])
+	g, err := store.Get(ctx, grants.ClaimKey("team-a", "task-2"))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"repo": "acme/widgets"}, g)
+	g, err = store.Get(ctx, "team-a/task-2")
+	require.NoError(t, err)
+	assert.Empty(t, g, "a sandbox named like the claim does not get the claim's grants")
+
+	status, out = do(t, h, "GET", "/v1/grants/team-a/claims/task-2", bearer, "")
+	require.Equal(t, 200, status)
+	assert.Equal(t, map[string]any{"grants": map[string]any{"repo": "acme/widgets"}}, out)
+	status, _ = do(t, h, "DELETE", "/v1/grants/team-a/claims/task-2", bearer, "")
+	require.Equal(t, 204, status)
+	g, err = store.Get(ctx, grants.ClaimKey("team-a", "task-2"))
+	require.NoError(t, err)
+	assert.Empty(t, g)
 }
 
 func TestHandlerRefusesEverythingWithoutAConfiguredToken(t *testing.T) {

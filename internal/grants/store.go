@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// Store holds grants by sandbox. sandboxKey is identity.Identity.Key() ("namespace/sandbox").
-// Implementations are safe for concurrent use.
+// Store holds grants by sandbox or by claim. sandboxKey is identity.Identity.Key()
+// ("namespace/sandbox") or ClaimKey ("namespace/claims/claim", which no sandbox key can be: a
+// Kubernetes name has no '/'). Implementations are safe for concurrent use.
 type Store interface {
 	// Put sets grant name of the sandbox to value (anything encoding/json accepts) for ttl,
 	// replacing an existing grant of that name and its TTL.
@@ -22,6 +23,9 @@ type Store interface {
 	// DeleteSandbox removes all grants of the sandbox (when it goes away).
 	DeleteSandbox(ctx context.Context, sandboxKey string) error
 }
+
+// ClaimKey is the store key of the grants of a SandboxClaim.
+func ClaimKey(namespace, claim string) string { return namespace + "/claims/" + claim }
 
 // Errors a Store returns for a request that cannot be stored. The admin API answers 400 for
 // ErrInvalid and 413 for ErrTooLarge.

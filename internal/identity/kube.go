@@ -2,16 +2,20 @@ package identity
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"maps"
 	"net/netip"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -23,16 +27,40 @@ import (
 const (
 	// LabelSandboxNameHash is on every sandbox pod; only pods carrying it are watched.
 	LabelSandboxNameHash = "agents.x-k8s.io/sandbox-name-hash"
-	// AnnotationTemplateRef on a Sandbox names the SandboxTemplate it was created from.
+	// AnnotationTemplateRef on a Sandbox names the SandboxTemplate it was created from. Whoever
+	// creates a Sandbox can write it: it is never evidence of a template on its own.
 	AnnotationTemplateRef = "agents.x-k8s.io/sandbox-template-ref"
+	// LabelTemplateRefHash is on the pods of sandboxes created from a template: TemplateRefHash
+	// of the template name. The controller maintains it on pods (a Sandbox's pod template cannot
+	// set it) and only for sandboxes controlled by a SandboxClaim or SandboxWarmPool.
+	LabelTemplateRefHash = "agents.x-k8s.io/sandbox-template-ref-hash"
 	// SandboxGroup is the API group of Sandbox; SandboxClaimGroup that of SandboxClaim.
 	SandboxGroup      = "agents.x-k8s.io"
 	SandboxClaimGroup = "extensions.agents.x-k8s.io"
 )
 
+// TemplateRefHash is the value of LabelTemplateRefHash for a template name: FNV-1a 32-bit,
+// eight lowercase hex digits, as the Agent Sandbox controller computes it (NameHash).
+func TemplateRefHash(template string) string {
+	h := fnv.New32a()
+	h.Write([]byte(template))
+	return fmt.Sprintf("%08x", h.Sum32())
+}
+
 // SandboxResource is the Sandbox resource (agents.x-k8s.io/v1beta1).
 func SandboxResource() schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: SandboxGroup, Version: "v1beta1", Resource: "sandboxes"}
+}
+
+// SandboxClaimResource and SandboxWarmPoolResource are the extension resources that control
+// Sandboxes (extensions.agents.x-k8s.io/v1beta1).
+func SandboxClaimResource() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: SandboxClaimGroup, Version: "v1beta1", Resource: "sandboxclaims"}
+}
+
+// SandboxWarmPoolResource: see SandboxClaimResource.
+func SandboxWarmPoolResource() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: SandboxClaimGroup, Version: "v1beta1", Resource: "sandboxwarmpools"}
 }
 
 // podsBySandbox indexes pods by "namespace/sandbox" of their controlling Sandbox.
@@ -41,101 +69,187 @@ const podsBySandbox = "sandbox"
 // Kube resolves pod IPs to sandboxes from informer caches of the configured namespaces.
 //
 // A pod maps only while it is live: it carries LabelSandboxNameHash, is controlled by a Sandbox
-// that exists with the UID of the ownerReference, is not being deleted and has not finished. A
-// deleted pod stops mapping as soon as its delete event arrives; an IP reassigned to a new pod
-// maps to the new pod only, whatever order the events of the two pods arrive in. Resolve is a
-// read-locked map lookup and never calls the API.
+// that exists with the UID of the ownerReference, is not being deleted and has not finished.
+// Its template and claim come only from facts the Sandbox's creator cannot write (see
+// provenance); when those do not agree the pod is an unknown caller, logged and counted in
+// sandgate_identity_unverified_total. A deleted pod stops mapping as soon as its delete event
+// arrives. An address claimed by several live pods belongs to the newest (creation time, then
+// UID), whatever order their events arrive in. Resolve is a read-locked map lookup and never
+// calls the API.
 type Kube struct {
 	logger *slog.Logger
-	pods   []cache.SharedIndexInformer
-	boxes  []cache.SharedIndexInformer
+	ns     map[string]*nsCaches
 	synced []cache.InformerSynced
 	start  []func(stop <-chan struct{})
 	stop   []func()
 
+	unverified *prometheus.CounterVec
+
 	// update serialises the event handlers of all informers, so that an identity computed
 	// from the caches is never stored after a newer event has removed it.
 	update sync.Mutex
+	// refused is the last refusal logged per pod key, so a pod is logged once per change.
+	refused map[string]Provenance
 	// gone are called with the key ("namespace/sandbox") of each deleted Sandbox.
-	gone   []func(key string)
-	mu     sync.RWMutex // guards byIP and podIPs for Resolve
-	byIP   map[netip.Addr]ipEntry
-	podIPs map[string][]netip.Addr // pod key → addresses it is mapped under
+	gone []func(key string)
+	// goneClaim are called with "namespace/claim" of each deleted SandboxClaim.
+	goneClaim []func(key string)
+
+	mu      sync.RWMutex // guards byIP, holders and podIPs
+	byIP    map[netip.Addr]ipEntry
+	holders map[netip.Addr]map[string]ipEntry // every live pod that has the address
+	podIPs  map[string][]netip.Addr           // pod key → addresses it holds
+}
+
+// nsCaches are the informers of one namespace.
+type nsCaches struct {
+	pods, boxes, claims, pools cache.SharedIndexInformer
+}
+
+func (c *nsCaches) claim(ns, name string) *unstructured.Unstructured { return get(c.claims, ns, name) }
+func (c *nsCaches) warmPool(ns, name string) *unstructured.Unstructured {
+	return get(c.pools, ns, name)
+}
+
+func get(inf cache.SharedIndexInformer, ns, name string) *unstructured.Unstructured {
+	if name == "" {
+		return nil
+	}
+	obj, ok, err := inf.GetStore().GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	u, _ := obj.(*unstructured.Unstructured)
+	return u
 }
 
 type ipEntry struct {
-	pod string
-	id  Identity
+	pod     string
+	created metav1.Time
+	uid     types.UID
+	id      Identity
 }
 
-// NewKube builds a resolver watching sandbox pods and Sandboxes in namespaces. Call Run to
-// start it; Ready reports when its caches are filled. It needs get/list/watch on pods and
-// sandboxes.agents.x-k8s.io in those namespaces (kube.RBACRules lists them).
-func NewKube(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, logger *slog.Logger) (*Kube, error) {
+// newer reports whether a is the newer pod of two that claim one address: later creation
+// time, then the greater UID (a total order every replica agrees on).
+func (a ipEntry) newer(b ipEntry) bool {
+	if !a.created.Equal(&b.created) {
+		return b.created.Before(&a.created)
+	}
+	return a.uid > b.uid
+}
+
+// KubeOption configures NewKube.
+type KubeOption func(*Kube)
+
+// WithRegisterer registers the resolver's metrics with reg.
+func WithRegisterer(reg prometheus.Registerer) KubeOption {
+	return func(k *Kube) {
+		if reg != nil {
+			reg.MustRegister(k.unverified)
+		}
+	}
+}
+
+// NewKube builds a resolver watching sandbox pods, Sandboxes, SandboxClaims and
+// SandboxWarmPools in namespaces. Call Run to start it; Ready reports when its caches are
+// filled. It needs list/watch on those resources in those namespaces (kube.RBACRules lists them).
+func NewKube(client kubernetes.Interface, dyn dynamic.Interface, namespaces []string, logger *slog.Logger, opts ...KubeOption) (*Kube, error) {
 	if len(namespaces) == 0 {
 		return nil, fmt.Errorf("kubernetes identity: no namespace to watch")
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	k := &Kube{logger: logger, byIP: map[netip.Addr]ipEntry{}, podIPs: map[string][]netip.Addr{}}
+	k := &Kube{logger: logger, ns: map[string]*nsCaches{}, refused: map[string]Provenance{},
+		byIP: map[netip.Addr]ipEntry{}, holders: map[netip.Addr]map[string]ipEntry{}, podIPs: map[string][]netip.Addr{},
+		unverified: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_identity_unverified_total",
+			Help: "Sandbox pods resolved as unknown callers because their template or claim could not be verified, by reason.",
+		}, []string{"reason"}),
+	}
+	for _, o := range opts {
+		o(k)
+	}
 	for _, ns := range namespaces {
 		pf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelSandboxNameHash }))
-		pods := pf.Core().V1().Pods().Informer()
-		if err := pods.AddIndexers(cache.Indexers{podsBySandbox: indexPodBySandbox}); err != nil {
+		c := &nsCaches{pods: pf.Core().V1().Pods().Informer()}
+		if err := c.pods.AddIndexers(cache.Indexers{podsBySandbox: indexPodBySandbox}); err != nil {
 			return nil, fmt.Errorf("kubernetes identity: index pods: %w", err)
 		}
 		bf := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, nil)
-		boxes := bf.ForResource(SandboxResource()).Informer()
-		k.pods = append(k.pods, pods)
-		k.boxes = append(k.boxes, boxes)
+		c.boxes = bf.ForResource(SandboxResource()).Informer()
+		c.claims = bf.ForResource(SandboxClaimResource()).Informer()
+		c.pools = bf.ForResource(SandboxWarmPoolResource()).Informer()
+		k.ns[ns] = c
 		k.start = append(k.start, pf.Start, bf.Start)
 		k.stop = append(k.stop, pf.Shutdown, bf.Shutdown)
 	}
-	for i := range k.pods {
-		boxes := k.boxes[i]
-		reg, err := k.pods[i].AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { k.podChanged(obj, boxes) },
-			UpdateFunc: func(_, obj any) { k.podChanged(obj, boxes) },
-			DeleteFunc: k.podDeleted,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("kubernetes identity: watch pods: %w", err)
+	for _, c := range k.ns {
+		regs := make([]cache.ResourceEventHandlerRegistration, 0, 4)
+		add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+			reg, err := inf.AddEventHandler(h)
+			regs = append(regs, reg)
+			return err
 		}
-		pods := k.pods[i]
-		breg, err := boxes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { k.sandboxChanged(obj, pods, boxes) },
-			UpdateFunc: func(_, obj any) { k.sandboxChanged(obj, pods, boxes) },
-			DeleteFunc: func(obj any) {
-				k.sandboxChanged(obj, pods, boxes)
-				k.sandboxGone(obj)
-			},
-		})
+		err := errors.Join(
+			add(c.pods, cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { k.podChanged(obj, c) },
+				UpdateFunc: func(_, obj any) { k.podChanged(obj, c) },
+				DeleteFunc: k.podDeleted,
+			}),
+			add(c.boxes, cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { k.sandboxChanged(obj, c) },
+				UpdateFunc: func(_, obj any) { k.sandboxChanged(obj, c) },
+				DeleteFunc: func(obj any) {
+					k.sandboxChanged(obj, c)
+					k.notifyGone(obj, k.gone)
+				},
+			}),
+			add(c.claims, cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { k.claimChanged(obj, c) },
+				UpdateFunc: func(old, obj any) { k.claimChanged(old, c); k.claimChanged(obj, c) },
+				DeleteFunc: func(obj any) {
+					k.claimChanged(obj, c)
+					k.notifyGone(obj, k.goneClaim)
+				},
+			}),
+			add(c.pools, cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(any) { k.namespaceChanged(c) },
+				UpdateFunc: func(any, any) { k.namespaceChanged(c) },
+				DeleteFunc: func(any) { k.namespaceChanged(c) },
+			}),
+		)
 		if err != nil {
-			return nil, fmt.Errorf("kubernetes identity: watch sandboxes: %w", err)
+			return nil, fmt.Errorf("kubernetes identity: watch: %w", err)
 		}
-		k.synced = append(k.synced, reg.HasSynced, breg.HasSynced)
+		for _, r := range regs {
+			k.synced = append(k.synced, r.HasSynced)
+		}
 	}
 	return k, nil
 }
 
 // OnSandboxGone registers f to be called with the key ("namespace/sandbox", as Identity.Key) of
-// every Sandbox that is deleted, for state kept per sandbox (grants). Register before Run. f runs
-// on the informer's goroutine and should return quickly; every replica calls it, so it must be
+// every Sandbox that is deleted, for state kept per sandbox. Register before Run. f runs on the
+// informer's goroutine and should return quickly; every replica calls it, so it must be
 // idempotent.
 func (k *Kube) OnSandboxGone(f func(key string)) { k.gone = append(k.gone, f) }
 
-func (k *Kube) sandboxGone(obj any) {
+// OnClaimGone is OnSandboxGone for SandboxClaims ("namespace/claim"), for grants kept per claim.
+func (k *Kube) OnClaimGone(f func(key string)) { k.goneClaim = append(k.goneClaim, f) }
+
+func (k *Kube) notifyGone(obj any, fs []func(string)) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	sb, ok := obj.(*unstructured.Unstructured)
+	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return
 	}
-	for _, f := range k.gone {
-		f(sb.GetNamespace() + "/" + sb.GetName())
+	for _, f := range fs {
+		f(u.GetNamespace() + "/" + u.GetName())
 	}
 }
 
@@ -183,19 +297,19 @@ func (k *Kube) Resolve(addr netip.Addr) Identity {
 	return e.id
 }
 
-func (k *Kube) podChanged(obj any, boxes cache.SharedIndexInformer) {
+func (k *Kube) podChanged(obj any, c *nsCaches) {
 	k.update.Lock()
 	defer k.update.Unlock()
-	k.applyPod(obj, boxes)
+	k.applyPod(obj, c)
 }
 
-func (k *Kube) applyPod(obj any, boxes cache.SharedIndexInformer) {
+func (k *Kube) applyPod(obj any, c *nsCaches) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
 	}
 	key := pod.Namespace + "/" + pod.Name
-	id, ips, live := k.identityOf(pod, boxes)
+	id, ips, live := k.identityOf(pod, c)
 	if !live {
 		k.forget(key)
 		return
@@ -207,19 +321,46 @@ func (k *Kube) applyPod(obj any, boxes cache.SharedIndexInformer) {
 		keep[ip] = true
 	}
 	for _, old := range k.podIPs[key] {
-		if !keep[old] && k.byIP[old].pod == key {
-			delete(k.byIP, old)
+		if !keep[old] {
+			k.release(old, key)
 		}
 	}
 	for _, ip := range ips {
-		if prev, taken := k.byIP[ip]; taken && prev.pod != key {
-			k.logger.Debug("pod IP moved to another pod", "ip", ip, "from", prev.pod, "to", key)
-		}
-		e := ipEntry{pod: key, id: id}
+		e := ipEntry{pod: key, created: pod.CreationTimestamp, uid: pod.UID, id: id}
 		e.id.SourceIP = ip.String()
-		k.byIP[ip] = e
+		if k.holders[ip] == nil {
+			k.holders[ip] = map[string]ipEntry{}
+		}
+		k.holders[ip][key] = e
+		k.elect(ip)
 	}
 	k.podIPs[key] = ips
+}
+
+// elect gives ip to the newest pod that holds it. Called with mu held.
+func (k *Kube) elect(ip netip.Addr) {
+	var best ipEntry
+	found := false
+	for _, e := range k.holders[ip] {
+		if !found || e.newer(best) {
+			best, found = e, true
+		}
+	}
+	if !found {
+		delete(k.byIP, ip)
+		delete(k.holders, ip)
+		return
+	}
+	if prev, ok := k.byIP[ip]; ok && prev.pod != best.pod {
+		k.logger.Debug("pod IP moved to the newest pod that has it", "ip", ip, "from", prev.pod, "to", best.pod)
+	}
+	k.byIP[ip] = best
+}
+
+// release drops pod key from the holders of ip. Called with mu held.
+func (k *Kube) release(ip netip.Addr, key string) {
+	delete(k.holders[ip], key)
+	k.elect(ip)
 }
 
 func (k *Kube) podDeleted(obj any) {
@@ -230,45 +371,71 @@ func (k *Kube) podDeleted(obj any) {
 		k.update.Lock()
 		defer k.update.Unlock()
 		k.forget(pod.Namespace + "/" + pod.Name)
+		delete(k.refused, pod.Namespace+"/"+pod.Name)
 	}
 }
 
-// forget removes a pod's addresses, except those already taken over by another pod.
+// forget removes a pod from the holders of its addresses; each goes to the newest remaining
+// holder, if any.
 func (k *Kube) forget(key string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, ip := range k.podIPs[key] {
-		if k.byIP[ip].pod == key {
-			delete(k.byIP, ip)
-		}
+		k.release(ip, key)
 	}
 	delete(k.podIPs, key)
 }
 
 // sandboxChanged re-resolves the pods of a Sandbox whose annotations or owners may have changed
 // (or that appeared after its pods, or went away).
-func (k *Kube) sandboxChanged(obj any, pods, boxes cache.SharedIndexInformer) {
+func (k *Kube) sandboxChanged(obj any, c *nsCaches) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	sb, ok := obj.(*unstructured.Unstructured)
+	if sb, ok := obj.(*unstructured.Unstructured); ok {
+		k.sandboxPodsChanged(sb.GetNamespace(), sb.GetName(), c)
+	}
+}
+
+// claimChanged re-resolves the pods of the sandbox a claim is bound to (called with the old and
+// the new object of an update, so the sandbox it no longer names is re-resolved too).
+func (k *Kube) claimChanged(obj any, c *nsCaches) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	cl, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return
 	}
-	objs, err := pods.GetIndexer().ByIndex(podsBySandbox, sb.GetNamespace()+"/"+sb.GetName())
+	if name, _, _ := unstructured.NestedString(cl.Object, "status", "sandbox", "name"); name != "" {
+		k.sandboxPodsChanged(cl.GetNamespace(), name, c)
+	}
+}
+
+func (k *Kube) sandboxPodsChanged(ns, name string, c *nsCaches) {
+	objs, err := c.pods.GetIndexer().ByIndex(podsBySandbox, ns+"/"+name)
 	if err != nil {
-		k.logger.Warn("kubernetes identity: look up pods of sandbox", "sandbox", sb.GetNamespace()+"/"+sb.GetName(), "error", err)
+		k.logger.Warn("kubernetes identity: look up pods of sandbox", "sandbox", ns+"/"+name, "error", err)
 		return
 	}
 	k.update.Lock()
 	defer k.update.Unlock()
 	for _, o := range objs {
-		k.applyPod(o, boxes)
+		k.applyPod(o, c)
+	}
+}
+
+// namespaceChanged re-resolves every pod of a namespace (a warm pool changed: rare).
+func (k *Kube) namespaceChanged(c *nsCaches) {
+	k.update.Lock()
+	defer k.update.Unlock()
+	for _, o := range c.pods.GetStore().List() {
+		k.applyPod(o, c)
 	}
 }
 
 // identityOf returns the identity of a live sandbox pod and its addresses.
-func (k *Kube) identityOf(pod *corev1.Pod, boxes cache.SharedIndexInformer) (Identity, []netip.Addr, bool) {
+func (k *Kube) identityOf(pod *corev1.Pod, c *nsCaches) (Identity, []netip.Addr, bool) {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return Identity{}, nil, false
 	}
@@ -279,23 +446,36 @@ func (k *Kube) identityOf(pod *corev1.Pod, boxes cache.SharedIndexInformer) (Ide
 	if owner == nil {
 		return Identity{}, nil, false
 	}
-	obj, exists, err := boxes.GetStore().GetByKey(pod.Namespace + "/" + owner.Name)
-	if err != nil || !exists {
-		return Identity{}, nil, false
-	}
-	sb, ok := obj.(*unstructured.Unstructured)
-	if !ok || sb.GetUID() != owner.UID || sb.GetDeletionTimestamp() != nil {
+	sb := get(c.boxes, pod.Namespace, owner.Name)
+	if sb == nil || sb.GetUID() != owner.UID || sb.GetDeletionTimestamp() != nil {
 		return Identity{}, nil, false
 	}
 	ips := podAddrs(pod)
 	if len(ips) == 0 {
 		return Identity{}, nil, false
 	}
+	key := pod.Namespace + "/" + pod.Name
+	template, claim, why := provenance(sb, pod.Labels[LabelTemplateRefHash], c)
+	if why == ProvenancePending {
+		k.logger.Debug("sandbox pod waits for its claim to name it", "pod", key, "sandbox", sb.GetName())
+		return Identity{}, nil, false
+	}
+	if why != ProvenanceVerified {
+		if k.refused[key] != why {
+			k.refused[key] = why
+			k.unverified.WithLabelValues(string(why)).Inc()
+			k.logger.Warn("sandbox pod is an unknown caller: its template or claim cannot be verified",
+				"reason", string(why), "pod", key, "sandbox", sb.GetName(), "ips", ips,
+				"annotation", sb.GetAnnotations()[AnnotationTemplateRef], "template_hash", pod.Labels[LabelTemplateRefHash])
+		}
+		return Identity{}, nil, false
+	}
+	delete(k.refused, key)
 	id := Identity{
 		Namespace: pod.Namespace,
 		Sandbox:   sb.GetName(),
-		Template:  sb.GetAnnotations()[AnnotationTemplateRef],
-		Claim:     claimOf(sb),
+		Template:  template,
+		Claim:     claim,
 		Labels:    maps.Clone(pod.Labels),
 		Known:     true,
 	}
@@ -308,15 +488,6 @@ func sandboxOwner(pod *corev1.Pod) *metav1.OwnerReference {
 		return nil
 	}
 	return ref
-}
-
-func claimOf(sb *unstructured.Unstructured) string {
-	for _, ref := range sb.GetOwnerReferences() {
-		if ref.Controller != nil && *ref.Controller && ref.Kind == "SandboxClaim" && groupOf(ref.APIVersion) == SandboxClaimGroup {
-			return ref.Name
-		}
-	}
-	return ""
 }
 
 func groupOf(apiVersion string) string {

@@ -1,14 +1,22 @@
 package identity_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
@@ -17,8 +25,8 @@ import (
 	"github.com/sandgate/sandgate/test/kubetest"
 )
 
-// TestKubeResolver runs the resolver against a real kube-apiserver, authenticated as a user
-// holding only the identity rules (pods and sandboxes: get, list, watch).
+// TestKubeResolver runs the resolver against a real kube-apiserver with the upstream CRDs,
+// authenticated as a user holding only the identity rules (kube.SandboxNamespaceRules).
 func TestKubeResolver(t *testing.T) {
 	cluster := kubetest.Start(t)
 	admin, adminDyn := kubetest.Clients(t, cluster.Admin)
@@ -48,12 +56,15 @@ func TestKubeResolver(t *testing.T) {
 	}
 
 	ipA := netip.MustParseAddr("10.1.0.5")
-	claim := kubetest.Claim(t, adminDyn, ns, "claim-1", "coding-agent")
+	kubetest.WarmPool(t, adminDyn, ns, "wp-coding", "coding-agent", 0)
+	claim := kubetest.Claim(t, adminDyn, ns, "claim-1", "wp-coding")
 	sb1 := kubetest.Sandbox(t, adminDyn, ns, "sb-1", "coding-agent", claim)
 	sb2 := kubetest.Sandbox(t, adminDyn, ns, "sb-2", "", nil)
 
+	var sb1Pod *corev1.Pod
+
 	t.Run("a pod with its IP set resolves to its sandbox, template and claim", func(t *testing.T) {
-		kubetest.SandboxPod(t, admin, sb1, "sb-1-pod", map[string]string{"team": "red"})
+		sb1Pod = kubetest.SandboxPod(t, admin, sb1, "sb-1-pod", map[string]string{"team": "red"})
 		kubetest.SetPodIPs(t, admin, ns, "sb-1-pod", ipA.String(), "fd00::5")
 		want := identity.Identity{Namespace: ns, Sandbox: "sb-1", Template: "coding-agent", Claim: "claim-1", SourceIP: ipA.String(), Known: true}
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -78,6 +89,12 @@ func TestKubeResolver(t *testing.T) {
 	})
 
 	t.Run("an IP reassigned to another pod maps to the new pod only", func(t *testing.T) {
+		// Creation times have a resolution of one second and the newer pod is the later one:
+		// create the second pod in a later second than the first (the same second would leave
+		// the order to the UIDs, which TestKubeNewestPodWins covers).
+		require.NotNil(t, sb1Pod)
+		require.Eventually(t, func() bool { return time.Now().Truncate(time.Second).After(sb1Pod.CreationTimestamp.Time) },
+			2*time.Second, 10*time.Millisecond)
 		kubetest.SandboxPod(t, admin, sb2, "sb-2-pod", nil)
 		kubetest.SetPodIPs(t, admin, ns, "sb-2-pod", ipA.String())
 		require.Eventually(t, func() bool { return r.Resolve(ipA).Sandbox == "sb-2" }, 10*time.Second, 20*time.Millisecond)
@@ -111,4 +128,136 @@ func TestKubeResolver(t *testing.T) {
 		require.NoError(t, adminDyn.Resource(kubetest.SandboxGVR).Namespace(ns).Delete(ctx, "sb-1", metav1.DeleteOptions{}))
 		require.Eventually(t, func() bool { return !r.Resolve(ipC).Known }, 10*time.Second, 20*time.Millisecond)
 	})
+}
+
+// TestKubeResolverWithController runs the resolver beside the upstream Agent Sandbox controller:
+// a claim served from a warm pool resolves to the pool's sandbox with the pool's template and
+// the claim; a Sandbox its creator annotated with a template is an unknown caller, logged and
+// counted.
+func TestKubeResolverWithController(t *testing.T) {
+	cluster := kubetest.Start(t)
+	cluster.StartController(t)
+	admin, adminDyn := kubetest.Clients(t, cluster.Admin)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	const ns = "agents"
+	kubetest.Namespace(t, admin, ns, nil)
+	kubetest.BindRules(t, admin, ns, kubetest.SandgateUser, kube.SandboxNamespaceRules(false))
+
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	client, dyn := kubetest.Clients(t, cluster.Sandgate)
+	r, err := identity.NewKube(client, dyn, []string{ns}, slog.New(slog.NewTextHandler(&logs, nil)), identity.WithRegisterer(reg))
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer syncCancel()
+	require.True(t, r.WaitForSync(syncCtx), "caches sync")
+
+	kubetest.Template(t, adminDyn, ns, "coding-agent", "Unmanaged")
+	kubetest.WarmPool(t, adminDyn, ns, "wp-coding", "coding-agent", 1)
+	pooled := waitForPod(t, admin, ns, func(name string) bool { return strings.HasPrefix(name, "wp-coding-") })
+	ipPool := netip.MustParseAddr("10.2.0.1")
+	kubetest.SetPodIPs(t, admin, ns, pooled, ipPool.String())
+
+	t.Run("an unclaimed warm-pool sandbox has the pool's template and no claim", func(t *testing.T) {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			got := r.Resolve(ipPool)
+			assert.True(c, got.Known)
+			assert.Equal(c, "coding-agent", got.Template)
+			assert.Empty(c, got.Claim)
+		}, 30*time.Second, 50*time.Millisecond)
+	})
+
+	t.Run("a claim adopts the pool's sandbox, which keeps the pool's name, and resolves to the claim", func(t *testing.T) {
+		kubetest.Claim(t, adminDyn, ns, "task-2", "wp-coding")
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			got := r.Resolve(ipPool)
+			assert.Equal(c, "task-2", got.Claim)
+			assert.Equal(c, pooled, got.Sandbox)
+			assert.Equal(c, "coding-agent", got.Template)
+		}, 30*time.Second, 50*time.Millisecond)
+	})
+
+	t.Run("a Sandbox created directly with a template annotation and hash label is an unknown caller", func(t *testing.T) {
+		forged := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+			"metadata": map[string]any{"name": "forged", "namespace": ns,
+				"annotations": map[string]any{identity.AnnotationTemplateRef: "coding-agent"},
+				"labels":      map[string]any{identity.LabelTemplateRefHash: identity.TemplateRefHash("coding-agent")}},
+			"spec": map[string]any{"podTemplate": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{identity.LabelTemplateRefHash: identity.TemplateRefHash("coding-agent")}},
+				"spec":     kubetest.PodTemplate()["spec"]}},
+		}}
+		_, err := adminDyn.Resource(kubetest.SandboxGVR).Namespace(ns).Create(ctx, forged, metav1.CreateOptions{})
+		require.NoError(t, err)
+		waitForPod(t, admin, ns, func(name string) bool { return name == "forged" })
+		pod, err := admin.CoreV1().Pods(ns).Get(ctx, "forged", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.NotContains(t, pod.Labels, identity.LabelTemplateRefHash, "the controller does not propagate a forged hash")
+		ipForged := netip.MustParseAddr("10.2.0.9")
+		kubetest.SetPodIPs(t, admin, ns, "forged", ipForged.String())
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Contains(c, logs.String(), "template_annotation_mismatch")
+		}, 30*time.Second, 50*time.Millisecond)
+		assert.False(t, r.Resolve(ipForged).Known, "an unverifiable template is an unknown caller")
+		assert.Contains(t, logs.String(), "pod=agents/forged")
+		assert.InDelta(t, 1, counterValue(t, reg, "template_annotation_mismatch"), 0)
+		assert.True(t, r.Resolve(ipPool).Known, "the real sandbox still resolves")
+		assert.NotContains(t, logs.String(), "pod="+ns+"/"+pooled, "adoption is not a refusal")
+	})
+}
+
+// waitForPod waits until a pod whose name matches exists in ns (the controller creates it) and
+// returns its name.
+func waitForPod(t *testing.T, cs kubernetes.Interface, ns string, match func(string) bool) string {
+	t.Helper()
+	var found string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		require.NoError(c, err)
+		for _, p := range pods.Items {
+			if match(p.Name) {
+				found = p.Name
+			}
+		}
+		assert.NotEmpty(c, found)
+	}, 60*time.Second, 100*time.Millisecond)
+	return found
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// syncBuffer is a bytes.Buffer safe for the informer goroutines that log into it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

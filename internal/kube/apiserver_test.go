@@ -155,6 +155,14 @@ func TestControllerConverges(t *testing.T) {
 		converged(t, "start", []*networkingv1.NetworkPolicy{NamespaceDeny("sandboxes"), SandgateIngress(cfg)}, map[string]bool{"coder": true})
 		assert.True(t, c.HasSynced())
 	})
+	t.Run("it keeps the admission policy's parameter in its namespace, with its RBAC only", func(t *testing.T) {
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			cm, err := admin.CoreV1().ConfigMaps("sandgate").Get(ctx, RulesConfigMapName, metav1.GetOptions{})
+			if assert.NoError(ct, err) {
+				assert.Equal(ct, CanonicalRules(rules), cm.Data[RulesConfigMapKey])
+			}
+		}, 20*time.Second, 50*time.Millisecond)
+	})
 	t.Run("an Unmanaged template created later gets its own NetworkPolicy", func(t *testing.T) {
 		kubetest.Template(t, adminDyn, "sandboxes", "cilium-coder", Unmanaged)
 		converged(t, "unmanaged created", []*networkingv1.NetworkPolicy{TemplatePolicy("sandboxes", "cilium-coder", rules, true)}, map[string]bool{"coder": true})

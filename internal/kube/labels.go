@@ -1,9 +1,6 @@
 package kube
 
 import (
-	"fmt"
-	"hash/fnv"
-
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/sandgate/sandgate/internal/identity"
@@ -15,7 +12,7 @@ const (
 	LabelSandboxNameHash = identity.LabelSandboxNameHash
 	// LabelTemplateRefHash is on the pods of sandboxes created from a template: the FNV-1a
 	// hash of the template name (TemplateRefHash).
-	LabelTemplateRefHash = "agents.x-k8s.io/sandbox-template-ref-hash"
+	LabelTemplateRefHash = identity.LabelTemplateRefHash
 	// AnnotationTemplateRef on a Sandbox names its SandboxTemplate.
 	AnnotationTemplateRef = identity.AnnotationTemplateRef
 	// LabelNamespaceName is the label Kubernetes puts on every namespace (since 1.22).
@@ -41,6 +38,7 @@ const (
 	RoleTemplate      = "template"
 	RoleNamespaceDeny = "namespace-deny"
 	RoleIngress       = "sandgate-ingress"
+	RoleTemplateRules = "template-rules"
 )
 
 // Agent Sandbox resources Sandgate reads (and, for templates, applies spec.networkPolicy to).
@@ -48,6 +46,7 @@ var (
 	SandboxGVR         = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
 	SandboxTemplateGVR = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxtemplates"}
 	SandboxClaimGVR    = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxclaims"}
+	SandboxWarmPoolGVR = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxwarmpools"}
 )
 
 // Kinds of the resources above, as they appear in ownerReferences.
@@ -57,10 +56,5 @@ const (
 	KindSandboxClaim    = "SandboxClaim"
 )
 
-// TemplateRefHash is the value of LabelTemplateRefHash for a template name: FNV-1a 32-bit,
-// eight lowercase hex digits, as the Agent Sandbox controller computes it.
-func TemplateRefHash(template string) string {
-	h := fnv.New32a()
-	h.Write([]byte(template))
-	return fmt.Sprintf("%08x", h.Sum32())
-}
+// TemplateRefHash is the value of LabelTemplateRefHash for a template name.
+func TemplateRefHash(template string) string { return identity.TemplateRefHash(template) }

@@ -14,14 +14,18 @@ import (
 // ClusterRole is needed.
 
 // SandboxNamespaceRules are Sandgate's permissions in each namespace that holds sandboxes:
-// reading pods and Sandboxes (identity), reading and applying SandboxTemplates
+// watching pods, Sandboxes, SandboxClaims and SandboxWarmPools (identity: informers only list
+// and watch, so no get), reading and applying SandboxTemplates
 // (spec.networkPolicy of Managed templates), owning NetworkPolicies (Unmanaged templates and
 // the deny-all), and recording drift events. controller: false drops what only the controller
 // needs.
 func SandboxNamespaceRules(controller bool) []rbacv1.PolicyRule {
 	rules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{SandboxGVR.Group}, Resources: []string{SandboxGVR.Resource}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{SandboxGVR.Group}, Resources: []string{SandboxGVR.Resource}, Verbs: []string{"list", "watch"}},
+		// The claim binding (status.sandbox.name) and the warm pool's template reference are the
+		// facts a sandbox's template and claim are verified against.
+		{APIGroups: []string{SandboxClaimGVR.Group}, Resources: []string{SandboxClaimGVR.Resource, SandboxWarmPoolGVR.Resource}, Verbs: []string{"list", "watch"}},
 	}
 	if controller {
 		rules = append(rules,
@@ -35,9 +39,15 @@ func SandboxNamespaceRules(controller bool) []rbacv1.PolicyRule {
 }
 
 // SandgateNamespaceRules are the controller's permissions in Sandgate's own namespace: owning
-// the sandgate-ingress NetworkPolicy and recording events about it.
+// the sandgate-ingress NetworkPolicy and the admission policy's parameter ConfigMap, and
+// recording events.
 func SandgateNamespaceRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{networkPolicyRule(), eventRule()}
+	return []rbacv1.PolicyRule{networkPolicyRule(), eventRule(), configMapRule()}
+}
+
+// configMapRule: server-side apply of RulesConfigMapName (create cannot be limited to a name).
+func configMapRule() rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "patch"}}
 }
 
 // networkPolicyRule: server-side apply of an object that does not exist yet needs create as
@@ -75,7 +85,11 @@ func RBAC(cfg config.Kubernetes, subject RBACSubject) []any {
 	}
 	controller := cfg.Controller.Enabled
 	for _, ns := range cfg.Namespaces {
-		add(ns, SandboxNamespaceRules(controller)) // a superset of SandgateNamespaceRules
+		rules := SandboxNamespaceRules(controller) // a superset of SandgateNamespaceRules but the ConfigMap
+		if controller && ns == cfg.Sandgate.Namespace {
+			rules = append(rules, configMapRule())
+		}
+		add(ns, rules)
 	}
 	if controller && !slices.Contains(cfg.Namespaces, cfg.Sandgate.Namespace) {
 		add(cfg.Sandgate.Namespace, SandgateNamespaceRules())

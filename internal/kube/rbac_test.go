@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,19 +19,22 @@ func TestRBAC(t *testing.T) {
 		}
 		return nil
 	}
-	t.Run("identity alone only reads pods and sandboxes", func(t *testing.T) {
+	t.Run("identity alone only lists and watches pods, sandboxes, claims and warm pools", func(t *testing.T) {
 		rules := SandboxNamespaceRules(false)
-		assert.Len(t, rules, 2)
-		assert.Equal(t, []string{"get", "list", "watch"}, verbs(rules, "pods"))
-		assert.Equal(t, []string{"get", "list", "watch"}, verbs(rules, "sandboxes"))
+		assert.Len(t, rules, 3)
+		for _, res := range []string{"pods", "sandboxes", "sandboxclaims", "sandboxwarmpools"} {
+			assert.Equal(t, []string{"list", "watch"}, verbs(rules, res), res)
+		}
 	})
 	t.Run("the controller may patch templates but never create or delete them", func(t *testing.T) {
 		assert.Equal(t, []string{"get", "list", "watch", "patch"}, verbs(SandboxNamespaceRules(true), "sandboxtemplates"))
 	})
-	t.Run("nothing reads secrets, claims or anything cluster-wide", func(t *testing.T) {
+	t.Run("nothing reads secrets, writes claims or touches anything cluster-wide", func(t *testing.T) {
 		for _, r := range append(SandboxNamespaceRules(true), SandgateNamespaceRules()...) {
 			assert.NotContains(t, r.Resources, "secrets")
-			assert.NotContains(t, r.Resources, "sandboxclaims")
+			if slices.Contains(r.Resources, "sandboxclaims") {
+				assert.Equal(t, []string{"list", "watch"}, r.Verbs)
+			}
 			assert.NotContains(t, r.Verbs, "*")
 		}
 	})

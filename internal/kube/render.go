@@ -31,10 +31,13 @@ type Desired struct {
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	// Templates are the spec.networkPolicy of Managed templates.
 	Templates []TemplateApply
+	// ConfigMaps are owned by Sandgate: the admission policy's parameter (RulesConfigMap).
+	ConfigMaps []*corev1.ConfigMap
 }
 
 // Render returns the rules for templates and for every namespace of cfg.Namespaces: per
-// template its rules, per namespace the sandbox deny-all, and Sandgate's ingress policy.
+// template its rules, per namespace the sandbox deny-all, Sandgate's ingress policy and the
+// admission policy's parameter.
 // Templates outside cfg.Namespaces are ignored. The output is sorted, so equal inputs render
 // byte-identical YAML.
 func Render(cfg config.Kubernetes, templates []Template) Desired {
@@ -45,6 +48,7 @@ func Render(cfg config.Kubernetes, templates []Template) Desired {
 		d.Templates = append(d.Templates, nd.Templates...)
 	}
 	d.NetworkPolicies = append(d.NetworkPolicies, SandgateIngress(cfg))
+	d.ConfigMaps = append(d.ConfigMaps, RulesConfigMap(cfg))
 	return d
 }
 
@@ -76,7 +80,7 @@ func RenderTemplate(cfg config.Kubernetes, t Template) Desired {
 }
 
 // SandboxRules are the rules of every templated sandbox: egress only to Sandgate's MCP and proxy
-// ports (and the cluster DNS on port 53 when cfg.DNS.Allow), ingress only from the
+// ports (and the cluster DNS on port 53 when cfg.DNS.Allowed()), ingress only from the
 // cfg.IngressFrom peers.
 func SandboxRules(cfg config.Kubernetes) TemplateNetworkPolicySpec {
 	spec := TemplateNetworkPolicySpec{
@@ -89,7 +93,7 @@ func SandboxRules(cfg config.Kubernetes) TemplateNetworkPolicySpec {
 			Ports: tcpPorts(cfg.Sandgate.Ports.MCP, cfg.Sandgate.Ports.Proxy),
 		}},
 	}
-	if cfg.DNS.Allow {
+	if cfg.DNS.Allowed() {
 		spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: maps.Clone(cfg.DNS.NamespaceSelector)},

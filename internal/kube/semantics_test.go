@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/kube/netpoleval"
+	"github.com/sandgate/sandgate/test/kubetest"
 )
 
 // testConfig is the configuration of the semantics and apiserver tests: sandboxes in
@@ -24,7 +25,7 @@ func testConfig(dns bool) config.Kubernetes {
 			PodSelector: map[string]string{"app.kubernetes.io/name": "sandgate"},
 			Ports:       config.KubePorts{MCP: 8080, Proxy: 3128, Admin: 9090},
 		},
-		DNS: config.KubeDNS{Allow: dns,
+		DNS: config.KubeDNS{Allow: &dns,
 			NamespaceSelector: map[string]string{LabelNamespaceName: "kube-system"},
 			PodSelector:       map[string]string{"k8s-app": "kube-dns"}},
 		IngressFrom: []config.KubePeer{{Name: "router",
@@ -42,6 +43,15 @@ func testConfig(dns bool) config.Kubernetes {
 // creates from a Managed template's spec.networkPolicy, and compares with the intent written
 // out independently below.
 func TestRenderedPoliciesAllowExactlyTheIntendedPairs(t *testing.T) {
+	testRenderedPolicies(t, false)
+}
+
+// TestRenderedPoliciesAgreeWithCyclonus is the same matrix, every cell also asked of cyclonus.
+func TestRenderedPoliciesAgreeWithCyclonus(t *testing.T) {
+	testRenderedPolicies(t, true)
+}
+
+func testRenderedPolicies(t *testing.T, crossCheck bool) {
 	pod := func(name, ns string, ip string, labels map[string]string) *netpoleval.Pod {
 		return &netpoleval.Pod{Name: name, Namespace: ns, Labels: labels, IP: netip.MustParseAddr(ip)}
 	}
@@ -112,6 +122,9 @@ func TestRenderedPoliciesAllowExactlyTheIntendedPairs(t *testing.T) {
 				return true
 			}
 		}
+		var names []string
+		var traffic []kubetest.CyclonusTraffic
+		var ours []bool
 		for _, src := range eps {
 			if src.ep.Pod == nil {
 				continue // traffic from outside the cluster is not modelled (no LoadBalancer)
@@ -119,10 +132,36 @@ func TestRenderedPoliciesAllowExactlyTheIntendedPairs(t *testing.T) {
 			for _, dst := range eps {
 				for _, p := range ports {
 					name := fmt.Sprintf("dns=%v %s to %s %s/%d", dnsAllowed, src.name, dst.name, p.proto, p.port)
-					got := cluster.Allowed(netpoleval.Connection{From: src.ep, To: dst.ep, Protocol: p.proto, Port: p.port})
+					conn := netpoleval.Connection{From: src.ep, To: dst.ep, Protocol: p.proto, Port: p.port}
+					got := cluster.Allowed(conn)
 					assert.Equal(t, intended(src.name, dst.name, p.proto, p.port), got, name)
+					names, ours = append(names, name), append(ours, got)
+					traffic = append(traffic, cyclonusTraffic(conn))
 				}
 			}
 		}
+		// The same cells, asked of cyclonus, an evaluator written independently of netpoleval.
+		if crossCheck {
+			theirs := kubetest.Cyclonus(t, policies, traffic)
+			for i := range names {
+				assert.Equal(t, ours[i], theirs[i], "netpoleval and cyclonus disagree: %s", names[i])
+			}
+		}
 	}
+}
+
+// cyclonusTraffic is conn for kubetest.Cyclonus (namespaces carry only their name label here).
+func cyclonusTraffic(conn netpoleval.Connection) kubetest.CyclonusTraffic {
+	peer := func(e netpoleval.Endpoint) kubetest.CyclonusPeer {
+		if e.Pod == nil {
+			return kubetest.CyclonusPeer{External: true, IP: e.IP.String()}
+		}
+		return kubetest.CyclonusPeer{IP: e.IP.String(), Namespace: e.Pod.Namespace,
+			NamespaceLabels: map[string]string{LabelNamespaceName: e.Pod.Namespace}, PodLabels: e.Pod.Labels}
+	}
+	proto := conn.Protocol
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	return kubetest.CyclonusTraffic{Source: peer(conn.From), Destination: peer(conn.To), Port: int(conn.Port), Protocol: string(proto)}
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/test/kubetest"
 )
 
@@ -74,6 +75,9 @@ func TestChartAppliesToRealAPIServer(t *testing.T) {
 			for _, o := range objs {
 				apply(t, ctx, dyn, mapper, o)
 			}
+			// Every case's admission policy binds the namespace "sandboxes", each with its own
+			// rules: the example template below is checked against the policy of its own release.
+			t.Cleanup(func() { deleteAdmissionPolicies(t, ctx, cs, objs) })
 			d, err := cs.AppsV1().Deployments(ns).Get(ctx, release, metav1.GetOptions{})
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), d.Generation)
@@ -99,11 +103,30 @@ func TestChartAppliesToRealAPIServer(t *testing.T) {
 		})
 	}
 
-	t.Run("example SandboxTemplate and its netpol output", func(t *testing.T) {
+	t.Run("example SandboxTemplate and its netpol output, admitted by the default chart's policy", func(t *testing.T) {
 		ensureNamespace(t, ctx, cs, "sandboxes")
-		for _, f := range []string{"sandbox-template.yaml", "sandbox-template.netpol.yaml"} {
+		ensureNamespace(t, ctx, cs, "sandgate")
+		// The example is for release "sandgate" in namespace "sandgate" (its header says so).
+		objs := render(t, chartCase{name: "default"}, "sandgate", "sandgate")
+		for _, o := range append(find(objs, "ValidatingAdmissionPolicy"), find(objs, "ValidatingAdmissionPolicyBinding")...) {
+			apply(t, ctx, dyn, mapper, o)
+		}
+		m := materialize(t, objs)
+		require.NoError(t, kube.Applier{Client: cs, Dynamic: dyn}.ApplyConfigMap(ctx, kube.RulesConfigMap(m.cfg.Kubernetes)))
+		require.Eventually(t, func() bool {
+			bare := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxTemplate",
+				"metadata": map[string]any{"generateName": "bare-", "namespace": "sandboxes"},
+				"spec":     map[string]any{"podTemplate": kubetest.PodTemplate()}}}
+			_, err := dyn.Resource(kubetest.SandboxTemplateGVR).Namespace("sandboxes").Create(ctx, bare, metav1.CreateOptions{})
+			return apierrors.IsForbidden(err)
+		}, 30*time.Second, 100*time.Millisecond, "the admission policy is not enforced")
+		// The template is the user's; the rules are Sandgate's, applied under its own field
+		// manager (as the netpol file's header says). Under one manager the second apply would
+		// drop spec.podTemplate, which the CRD requires.
+		for f, manager := range map[string]string{"sandbox-template.yaml": "kubectl", "sandbox-template.netpol.yaml": kube.FieldManager} {
 			for _, o := range parseObjects(t, readFile(t, filepath.Join(repoRoot, "examples", f))) {
-				apply(t, ctx, dyn, mapper, o)
+				applyAs(t, ctx, dyn, mapper, o, manager)
 			}
 		}
 		got, err := dyn.Resource(kubetest.SandboxTemplateGVR).Namespace("sandboxes").Get(ctx, "coding-agent", metav1.GetOptions{})
@@ -113,6 +136,18 @@ func TestChartAppliesToRealAPIServer(t *testing.T) {
 		mgmt, _, _ := unstructured.NestedString(got.Object, "spec", "networkPolicyManagement")
 		assert.Equal(t, "Managed", mgmt)
 	})
+}
+
+// deleteAdmissionPolicies deletes the ValidatingAdmissionPolicies and bindings of objs.
+func deleteAdmissionPolicies(t *testing.T, ctx context.Context, cs kubernetes.Interface, objs []*unstructured.Unstructured) {
+	t.Helper()
+	adm := cs.AdmissionregistrationV1()
+	for _, o := range find(objs, "ValidatingAdmissionPolicyBinding") {
+		require.NoError(t, adm.ValidatingAdmissionPolicyBindings().Delete(ctx, o.GetName(), metav1.DeleteOptions{}))
+	}
+	for _, o := range find(objs, "ValidatingAdmissionPolicy") {
+		require.NoError(t, adm.ValidatingAdmissionPolicies().Delete(ctx, o.GetName(), metav1.DeleteOptions{}))
+	}
 }
 
 func newMapper(t *testing.T, cs kubernetes.Interface) meta.ResettableRESTMapper {
@@ -136,6 +171,12 @@ func ensureNamespace(t *testing.T, ctx context.Context, cs kubernetes.Interface,
 // apply server-side applies o as Helm's own field manager would own it.
 func apply(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, o *unstructured.Unstructured) {
 	t.Helper()
+	applyAs(t, ctx, dyn, mapper, o, "helm")
+}
+
+// applyAs server-side applies o under field manager.
+func applyAs(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, o *unstructured.Unstructured, manager string) {
+	t.Helper()
 	gvk := o.GroupVersionKind()
 	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	require.NoError(t, err, "%s is not served", gvk)
@@ -143,7 +184,7 @@ func apply(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 		res = dyn.Resource(mapping.Resource).Namespace(o.GetNamespace())
 	}
-	_, err = res.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: "helm", Force: true})
+	_, err = res.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: manager, Force: true})
 	require.NoError(t, err, "apply %s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
 }
 

@@ -1,10 +1,13 @@
 // Package kubetest runs a real etcd and kube-apiserver for tests, on free loopback ports under
-// t.TempDir(), with RBAC enforced and the test CRDs of test/crds installed.
+// t.TempDir(), with RBAC enforced and the upstream Agent Sandbox CRDs installed; StartController
+// adds the upstream Agent Sandbox controller.
 //
 // The kube-apiserver binary is built from test/kube-apiserver by test/setup.sh into
 // .tools/bin/kube-apiserver (or named by $SANDGATE_KUBE_APISERVER); etcd comes from Debian's
-// etcd-server package (or $SANDGATE_ETCD). When the binary is missing the test is skipped,
-// unless $SANDGATE_REQUIRE_KUBE is set (CI), where it fails.
+// etcd-server package (or $SANDGATE_ETCD). The Agent Sandbox CRDs are those of the pinned
+// release, copied by test/setup.sh to .tools/agent-sandbox/crds (or $SANDGATE_AGENT_SANDBOX_CRDS),
+// and its controller is built to .tools/bin/agent-sandbox-controller. When something is missing
+// the test is skipped, unless $SANDGATE_REQUIRE_KUBE is set (CI), where it fails.
 //
 // There is no kubelet and no controller-manager: pods stay Pending, tests set status.podIPs
 // through the status subresource (SetPodIPs), and nothing garbage-collects owned objects.
@@ -67,6 +70,7 @@ type Cluster struct {
 func Start(t testing.TB) *Cluster {
 	t.Helper()
 	apiserver := binary(t)
+	crdFiles(t) // skip before starting anything when the CRDs are missing
 	etcdBin := os.Getenv("SANDGATE_ETCD")
 	if etcdBin == "" {
 		etcdBin = "etcd"
@@ -84,8 +88,9 @@ func Start(t testing.TB) *Cluster {
 	host := "https://127.0.0.1:" + strconv.Itoa(port)
 	c.Admin = c.config(host, AdminToken)
 	c.Sandgate = c.config(host, SandgateToken)
+	crds := crdFiles(t)
 	waitReady(t, c.Admin, filepath.Join(dir, "kube-apiserver.log"))
-	installCRDs(t, c.Admin)
+	installCRDs(t, c.Admin, crds)
 	return c
 }
 
@@ -244,14 +249,33 @@ func waitReady(t testing.TB, cfg *rest.Config, logPath string) {
 	t.Fatalf("kubetest: kube-apiserver not ready after 90s (last: %s)\n%s", last, tail(logPath, 40))
 }
 
-func installCRDs(t testing.TB, cfg *rest.Config) {
+// CRDDir is the folder of the upstream Agent Sandbox CRDs test/setup.sh copied from the pinned
+// release: $SANDGATE_AGENT_SANDBOX_CRDS, else .tools/agent-sandbox/crds.
+func CRDDir() string {
+	if d := os.Getenv("SANDGATE_AGENT_SANDBOX_CRDS"); d != "" {
+		return d
+	}
+	return filepath.Join(RepoRoot(), ".tools", "agent-sandbox", "crds")
+}
+
+func crdFiles(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(CRDDir(), "*.yaml"))
+	if err != nil || len(files) == 0 {
+		missing(t, "no Agent Sandbox CRDs under %s: run test/setup.sh (it copies them from the pinned release)", CRDDir())
+	}
+	return files
+}
+
+// installCRDs creates the upstream CRDs as released, except spec.conversion: the release
+// converts v1alpha1 through a webhook Service in agent-sandbox-system, which does not exist here
+// (the controller runs with --enable-webhook=false and says its CRDs must then use strategy
+// None; with Webhook the apiserver cannot even decode stored v1beta1 objects for its watch
+// cache). Every test object is v1beta1, the storage version.
+func installCRDs(t testing.TB, cfg *rest.Config, files []string) {
 	t.Helper()
 	_, dyn := Clients(t, cfg)
 	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	files, err := filepath.Glob(filepath.Join(RepoRoot(), "test", "crds", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("kubetest: no CRDs under test/crds (%v)", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var served []schema.GroupVersionResource
@@ -264,6 +288,9 @@ func installCRDs(t testing.TB, cfg *rest.Config) {
 		if err := yaml.Unmarshal(b, &obj.Object); err != nil {
 			t.Fatalf("kubetest: %s: %v", f, err)
 		}
+		if err := unstructured.SetNestedMap(obj.Object, map[string]any{"strategy": "None"}, "spec", "conversion"); err != nil {
+			t.Fatalf("kubetest: %s: %v", f, err)
+		}
 		if _, err := dyn.Resource(crdGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("kubetest: create CRD %s: %v", f, err)
 		}
@@ -272,12 +299,22 @@ func installCRDs(t testing.TB, cfg *rest.Config) {
 		versions, _, _ := unstructured.NestedSlice(obj.Object, "spec", "versions")
 		for _, v := range versions {
 			name, _, _ := unstructured.NestedString(v.(map[string]any), "name")
+			if storage, _, _ := unstructured.NestedBool(v.(map[string]any), "storage"); !storage {
+				continue
+			}
 			served = append(served, schema.GroupVersionResource{Group: group, Version: name, Resource: plural})
 		}
 	}
+	// Served, and in discovery: a controller that starts before discovery lists a kind fails to
+	// set up its controller for it and exits.
+	cs, _ := Clients(t, cfg)
 	for _, gvr := range served {
 		for {
-			if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{}); err == nil {
+			_, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			if err == nil {
+				err = inDiscovery(cs, gvr)
+			}
+			if err == nil {
 				break
 			} else if ctx.Err() != nil {
 				t.Fatalf("kubetest: %s not served: %v", gvr, err)
@@ -285,6 +322,19 @@ func installCRDs(t testing.TB, cfg *rest.Config) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+}
+
+func inDiscovery(cs kubernetes.Interface, gvr schema.GroupVersionResource) error {
+	l, err := cs.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil {
+		return err
+	}
+	for _, r := range l.APIResources {
+		if r.Name == gvr.Resource {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s not in discovery yet", gvr)
 }
 
 func freePort(t testing.TB) int {

@@ -13,13 +13,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
-// Agent Sandbox resources of the test CRDs.
+// Agent Sandbox resources (the v1beta1 storage versions of the upstream CRDs).
 var (
 	SandboxGVR         = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
 	SandboxTemplateGVR = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxtemplates"}
 	SandboxClaimGVR    = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxclaims"}
+	SandboxWarmPoolGVR = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxwarmpools"}
 )
 
 // Namespace creates a namespace (the apiserver adds kubernetes.io/metadata.name).
@@ -31,40 +34,79 @@ func Namespace(t testing.TB, cs kubernetes.Interface, name string, labels map[st
 	}
 }
 
-// Claim creates a SandboxClaim.
-func Claim(t testing.TB, dyn dynamic.Interface, ns, name, template string) *unstructured.Unstructured {
+// PodTemplate is the smallest valid spec.podTemplate of a Sandbox or SandboxTemplate: one
+// container (the CRDs require spec.containers).
+func PodTemplate() map[string]any {
+	return map[string]any{"spec": map[string]any{"containers": []any{
+		map[string]any{"name": "agent", "image": "example.invalid/agent:1"},
+	}}}
+}
+
+// WarmPool creates a SandboxWarmPool of replicas sandboxes from template. A v1beta1
+// SandboxClaim names a warm pool, never a template.
+func WarmPool(t testing.TB, dyn dynamic.Interface, ns, name, template string, replicas int) *unstructured.Unstructured {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxWarmPool",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec":     map[string]any{"replicas": int64(replicas), "sandboxTemplateRef": map[string]any{"name": template}},
+	}}
+	return create(t, dyn, SandboxWarmPoolGVR, obj)
+}
+
+// Claim creates a SandboxClaim served from warmPool (spec.warmPoolRef, required in v1beta1).
+func Claim(t testing.TB, dyn dynamic.Interface, ns, name, warmPool string) *unstructured.Unstructured {
 	t.Helper()
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
 		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec":     map[string]any{"sandboxTemplateRef": map[string]any{"name": template}},
+		"spec":     map[string]any{"warmPoolRef": map[string]any{"name": warmPool}},
 	}}
 	return create(t, dyn, SandboxClaimGVR, obj)
 }
 
-// Sandbox creates a Sandbox annotated with its template (if any) and controlled by claim (if
-// not nil), as the Agent Sandbox claim controller does.
+// Sandbox creates a Sandbox as the Agent Sandbox claim controller leaves it, for tests without
+// the controller: with a template, the sandbox-template-ref annotation and template-ref-hash
+// label; with a claim, controlled by it and named in the claim's status.sandbox.name. A template
+// without a claim is what a user can write directly (the forged case): the controller would not
+// propagate the hash label to the pod, and SandboxPod does not either.
 func Sandbox(t testing.TB, dyn dynamic.Interface, ns, name, template string, claim *unstructured.Unstructured) *unstructured.Unstructured {
 	t.Helper()
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
 		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec":     map[string]any{"podTemplate": map[string]any{}},
+		"spec":     map[string]any{"podTemplate": PodTemplate()},
 	}}
 	if template != "" {
-		obj.SetAnnotations(map[string]string{"agents.x-k8s.io/sandbox-template-ref": template})
+		obj.SetAnnotations(map[string]string{identity.AnnotationTemplateRef: template})
+		obj.SetLabels(map[string]string{identity.LabelTemplateRefHash: identity.TemplateRefHash(template)})
 	}
 	if claim != nil {
 		obj.SetOwnerReferences([]metav1.OwnerReference{controllerRef(claim)})
 	}
-	return create(t, dyn, SandboxGVR, obj)
+	sb := create(t, dyn, SandboxGVR, obj)
+	if claim != nil {
+		BindClaim(t, dyn, claim, name)
+	}
+	return sb
+}
+
+// BindClaim writes status.sandbox.name of claim, as the claim controller does once it has
+// created or adopted the sandbox.
+func BindClaim(t testing.TB, dyn dynamic.Interface, claim *unstructured.Unstructured, sandbox string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"sandbox": map[string]any{"name": sandbox}}})
+	if _, err := dyn.Resource(SandboxClaimGVR).Namespace(claim.GetNamespace()).Patch(context.Background(), claim.GetName(),
+		types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("kubetest: bind claim %s/%s to %s: %v", claim.GetNamespace(), claim.GetName(), sandbox, err)
+	}
 }
 
 // Template creates a SandboxTemplate with the given networkPolicyManagement ("" keeps the
 // CRD default, Managed).
 func Template(t testing.TB, dyn dynamic.Interface, ns, name, management string) *unstructured.Unstructured {
 	t.Helper()
-	spec := map[string]any{"podTemplate": map[string]any{"spec": map[string]any{}}}
+	spec := map[string]any{"podTemplate": PodTemplate()}
 	if management != "" {
 		spec["networkPolicyManagement"] = management
 	}
@@ -77,10 +119,15 @@ func Template(t testing.TB, dyn dynamic.Interface, ns, name, management string) 
 }
 
 // SandboxPod creates a pod controlled by sandbox with the labels the Agent Sandbox controller
-// sets (sandbox-name-hash and, for templated sandboxes, sandbox-template-ref-hash).
+// sets: sandbox-name-hash, and the sandbox's template-ref-hash label when the sandbox is
+// controlled by an extensions object (a SandboxClaim or SandboxWarmPool), as upstream
+// propagates it only then.
 func SandboxPod(t testing.TB, cs kubernetes.Interface, sandbox *unstructured.Unstructured, name string, labels map[string]string) *corev1.Pod {
 	t.Helper()
-	l := map[string]string{"agents.x-k8s.io/sandbox-name-hash": "h" + string(sandbox.GetUID())[:8]}
+	l := map[string]string{identity.LabelSandboxNameHash: identity.TemplateRefHash(sandbox.GetName())}
+	if h := sandbox.GetLabels()[identity.LabelTemplateRefHash]; h != "" && extensionOwned(sandbox) {
+		l[identity.LabelTemplateRefHash] = h
+	}
 	for k, v := range labels {
 		l[k] = v
 	}
@@ -94,6 +141,16 @@ func SandboxPod(t testing.TB, cs kubernetes.Interface, sandbox *unstructured.Uns
 		t.Fatalf("kubetest: create pod %s: %v", name, err)
 	}
 	return p
+}
+
+func extensionOwned(obj *unstructured.Unstructured) bool {
+	for _, ref := range obj.GetOwnerReferences() {
+		if ref.Controller != nil && *ref.Controller {
+			gv, err := schema.ParseGroupVersion(ref.APIVersion)
+			return err == nil && gv.Group == identity.SandboxClaimGroup
+		}
+	}
+	return false
 }
 
 // SetPodIPs sets status.podIP and status.podIPs through the status subresource, as a kubelet

@@ -65,7 +65,7 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
   "dns" (dict "allow" .Values.kubernetes.dns)
   "ingress_from" .Values.kubernetes.ingressFrom
   "monitoring" .Values.kubernetes.monitoring
-  "controller" (dict "enabled" .Values.kubernetes.controller) -}}
+  "controller" (dict "enabled" (and .Values.kubernetes.enabled .Values.kubernetes.controller)) -}}
 {{- $base := dict
   "listen" (dict
     "mcp" (printf ":%d" (int .Values.ports.mcp))

@@ -48,18 +48,33 @@ func conn(from, to Endpoint, port int32) Connection {
 	return Connection{From: from, To: to, Port: port}
 }
 
+// allowedCase is one cell of the truth table: policies, a connection, the answer.
+type allowedCase struct {
+	name     string
+	policies []*networkingv1.NetworkPolicy
+	conn     Connection
+	want     bool
+}
+
+// testNamespaces are the namespace labels of every case (kubernetes.io/metadata.name implied).
+var testNamespaces = map[string]map[string]string{"c": {"team": "blue"}}
+
 func TestAllowed(t *testing.T) {
+	for _, tc := range allowedCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Cluster{Namespaces: testNamespaces, Policies: tc.policies}
+			assert.Equal(t, tc.want, c.Allowed(tc.conn))
+		})
+	}
+}
+
+func allowedCases() []allowedCase {
 	udp := corev1.ProtocolUDP
 	named := intstr.FromString("http")
 	namedDNS := intstr.FromString("dns")
 	p8000 := intstr.FromInt32(8000)
 	end := int32(8100)
-	cases := []struct {
-		name     string
-		policies []*networkingv1.NetworkPolicy
-		conn     Connection
-		want     bool
-	}{
+	return []allowedCase{
 		{"no policies allow everything", nil, conn(PodEndpoint(client), PodEndpoint(web), 80), true},
 		{"empty podSelector with no rules denies all ingress of the namespace",
 			[]*networkingv1.NetworkPolicy{np("a", metav1.LabelSelector{}, ingressOnly, nil, nil)},
@@ -165,11 +180,5 @@ func TestAllowed(t *testing.T) {
 			[]*networkingv1.NetworkPolicy{np("a", app("web"), ingressOnly,
 				[]networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "blue"}}}}}}, nil)},
 			conn(PodEndpoint(other), PodEndpoint(web), 80), true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c := Cluster{Namespaces: map[string]map[string]string{"c": {"team": "blue"}}, Policies: tc.policies}
-			assert.Equal(t, tc.want, c.Allowed(tc.conn))
-		})
 	}
 }
