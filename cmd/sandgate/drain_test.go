@@ -47,7 +47,9 @@ log: {level: warn, format: text}
 `, r.mcp, r.proxy, r.admin, repoPath(t, "policies"), r.auditDir, up.URL+"/mcp", coderAddr))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}, []string{"serve", "--config", cfg}) }()
+	go func() {
+		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}, []string{"serve", "--config", cfg})
+	}()
 	t.Cleanup(func() { cancel() })
 	require.Eventually(t, func() bool { // ready, and the upstream connected (not degraded)
 		resp, err := http.Get("http://" + r.admin + "/readyz")

@@ -69,45 +69,9 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	if *management != "" && *template == "" {
 		return usagef("--management needs --template")
 	}
-	offline := *management != "" && !*apply
-	var templates []kube.Template
-	var applier kube.Applier
-	if !offline {
-		kc := *kubeconfig
-		if kc == "" {
-			kc = k.Kubeconfig
-		}
-		rc, err := kube.RESTConfig(kc)
-		if err != nil {
-			return err
-		}
-		cs, dyn, err := kube.Clients(rc)
-		if err != nil {
-			return err
-		}
-		applier = kube.Applier{Client: cs, Dynamic: dyn}
-		if *template == "" {
-			if templates, err = kube.ListTemplates(ctx, dyn, k.Namespaces); err != nil {
-				return err
-			}
-		}
-	}
-	desired := kube.Render(k, templates)
-	if *template != "" {
-		ns, name := k.Namespaces[0], *template
-		if before, after, ok := strings.Cut(*template, "/"); ok {
-			ns, name = before, after
-		}
-		if !slices.Contains(k.Namespaces, ns) {
-			return fmt.Errorf("template %s/%s: namespace %q is not in kubernetes.namespaces of %s", ns, name, ns, path)
-		}
-		t := kube.Template{Namespace: ns, Name: name, Management: *management}
-		if *management == "" {
-			if t, err = kube.GetTemplate(ctx, applier.Dynamic, ns, name); err != nil {
-				return err
-			}
-		}
-		desired = kube.RenderTemplate(k, t)
+	desired, applier, err := netpolDesired(ctx, k, path, *template, *management, *apply, *kubeconfig)
+	if err != nil {
+		return err
 	}
 	if *apply {
 		if err := applier.Apply(ctx, desired); err != nil {
@@ -125,4 +89,52 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 		return errors.New("nothing to render")
 	}
 	return kube.WriteDocuments(env.stdout, *output, objs)
+}
+
+// netpolDesired renders what netpol prints or applies: every template's rules read from the
+// cluster, or one template's (read, or offline with --management). The applier is set unless
+// rendering offline.
+func netpolDesired(ctx context.Context, k config.Kubernetes, path, template, management string, apply bool, kubeconfig string) (kube.Desired, kube.Applier, error) {
+	offline := management != "" && !apply
+	var templates []kube.Template
+	var applier kube.Applier
+	if !offline {
+		kc := kubeconfig
+		if kc == "" {
+			kc = k.Kubeconfig
+		}
+		rc, err := kube.RESTConfig(kc)
+		if err != nil {
+			return kube.Desired{}, applier, err
+		}
+		cs, dyn, err := kube.Clients(rc)
+		if err != nil {
+			return kube.Desired{}, applier, err
+		}
+		applier = kube.Applier{Client: cs, Dynamic: dyn}
+		if template == "" {
+			if templates, err = kube.ListTemplates(ctx, dyn, k.Namespaces); err != nil {
+				return kube.Desired{}, applier, err
+			}
+		}
+	}
+	desired := kube.Render(k, templates)
+	if template != "" {
+		ns, name := k.Namespaces[0], template
+		if before, after, ok := strings.Cut(template, "/"); ok {
+			ns, name = before, after
+		}
+		if !slices.Contains(k.Namespaces, ns) {
+			return kube.Desired{}, applier, fmt.Errorf("template %s/%s: namespace %q is not in kubernetes.namespaces of %s", ns, name, ns, path)
+		}
+		t := kube.Template{Namespace: ns, Name: name, Management: management}
+		if management == "" {
+			var err error
+			if t, err = kube.GetTemplate(ctx, applier.Dynamic, ns, name); err != nil {
+				return kube.Desired{}, applier, err
+			}
+		}
+		desired = kube.RenderTemplate(k, t)
+	}
+	return desired, applier, nil
 }

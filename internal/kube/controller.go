@@ -249,6 +249,15 @@ func (c *Controller) reconcile(ctx context.Context, ns string) error {
 		}
 	}
 
+	if err := c.reconcilePolicies(ctx, ns, desired); err != nil {
+		return err
+	}
+	return c.reconcileTemplates(ctx, ns, desired)
+}
+
+// reconcilePolicies applies the namespace's desired NetworkPolicies that differ from what is
+// observed (reporting drift) and deletes the ones Sandgate manages that no rule asks for.
+func (c *Controller) reconcilePolicies(ctx context.Context, ns string, desired Desired) error {
 	store := c.policies[ns].GetStore()
 	want := map[string]bool{}
 	for _, np := range desired.NetworkPolicies {
@@ -286,6 +295,12 @@ func (c *Controller) reconcile(ctx context.Context, ns string) error {
 		c.logger.Info("deleted NetworkPolicy no rule asks for", "namespace", ns, "name", np.Name, "template", np.Annotations[AnnotationTemplate])
 	}
 
+	return nil
+}
+
+// reconcileTemplates writes Sandgate's rules into the SandboxTemplates whose
+// spec.networkPolicy differs, deciding on the live object, not the cache.
+func (c *Controller) reconcileTemplates(ctx context.Context, ns string, desired Desired) error {
 	for _, ta := range desired.Templates {
 		obj, exists, err := c.templates[ns].GetStore().GetByKey(ns + "/" + ta.Name)
 		if err != nil || !exists {
