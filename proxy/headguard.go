@@ -247,11 +247,14 @@ func (g *headGuard) endLine(l []byte, n int) {
 			g.flag(&call.Refusal{Code: call.CodeMalformedRequest, Reason: "obsolete header line folding", Close: true})
 			return
 		}
-		name, _, _ := bytes.Cut(l, []byte(":"))
+		name, value, ok := bytes.Cut(l, []byte(":"))
+		if !ok {
+			return // not a header line: net/http refuses the head itself (and Write audits that)
+		}
 		switch {
 		case bytes.EqualFold(bytes.TrimSpace(name), []byte("content-length")):
 			g.cl++
-			if v := bytes.TrimSpace(l[len(name)+1:]); g.cl == 1 {
+			if v := bytes.TrimSpace(value); g.cl == 1 {
 				g.rem, _ = strconv.ParseInt(string(v), 10, 64)
 			}
 		case bytes.EqualFold(bytes.TrimSpace(name), []byte("transfer-encoding")):
