@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/redisconn"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/proxy"
 )
@@ -14,7 +15,7 @@ import (
 // checkConfig is `serve --check-config`: everything serve would refuse at start, short of
 // binding the listeners and reaching Kubernetes or Redis. cfg has passed config.Load (fields,
 // addresses, durations). Then the files it names (config.CheckFiles), the credentials' values
-// (never printed), the proxy CA and the policies, compiled.
+// (never printed), the Redis TLS files (parsed), the proxy CA and the policies, compiled.
 //
 // offline checks a config rendered for a pod from outside it (docs/install.md): the credential
 // files and variables, the CA, the policy folder and the pod's environment are not there, so
@@ -36,6 +37,9 @@ func checkConfig(ctx context.Context, env *cliEnv, path string, cfg *config.Conf
 	}
 	if _, err := memoryLimitFromEnv(env.getenv); err != nil {
 		return err
+	}
+	if _, err := redisconn.TLSConfig(cfg.Redis.TLS); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
 	}
 	if cfg.Proxy.CA.Cert != "" {
 		if _, err := proxy.LoadCA(cfg.Proxy.CA.Cert, cfg.Proxy.CA.Key); err != nil {

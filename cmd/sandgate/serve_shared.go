@@ -18,15 +18,15 @@ import (
 	"github.com/sandgate/sandgate/internal/redisconn"
 )
 
-// sharedState is what replicas share through Redis when redis.addr is set, else its in-memory
+// sharedState is what replicas share through Redis when it is configured, else its in-memory
 // stand-ins: budget counters, grants, and the audit stream mirror (nil without Redis).
 type sharedState struct {
 	limits *limits.Limiter
 	grants grants.Store
 	// sessions shares MCP sessions between replicas (nil without Redis: they stay local).
 	sessions mcpsessions.Store
-	client   *redis.Client       // nil without Redis
-	mirror   *audit.StreamMirror // nil unless the audit stream is enabled
+	client   redis.UniversalClient // nil without Redis
+	mirror   *audit.StreamMirror   // nil unless the audit stream is enabled
 }
 
 // newSharedState connects to Redis when configured (lazily: go-redis dials on first use, so a
@@ -39,18 +39,13 @@ type sharedState struct {
 // Redis check is reported under "degraded" by /readyz, not under "failing".
 func newSharedState(cfg *config.Config, creds *credential.Store, replica string, log *slog.Logger, ready *readiness) (*sharedState, error) {
 	rc := cfg.Redis
-	if rc.Addr == "" {
+	if !rc.Enabled() {
 		return &sharedState{limits: limits.NewMemory(cfg.Limits), grants: grants.NewMemory()}, nil
 	}
-	password := ""
-	if rc.PasswordCredential != "" {
-		v, ok := creds.Get(rc.PasswordCredential)
-		if !ok {
-			return nil, fmt.Errorf("redis.password_credential: credential %q is not available", rc.PasswordCredential)
-		}
-		password = v
+	client, err := redisClient(rc, creds)
+	if err != nil {
+		return nil, err
 	}
-	client := redisconn.New(rc, password)
 	s := &sharedState{
 		client:   client,
 		limits:   limits.NewRedis(client, rc.KeyPrefix, cfg.Limits, limits.WithTimeout(rc.OpTimeout.D())),
@@ -72,8 +67,37 @@ func newSharedState(cfg *config.Config, creds *credential.Store, replica string,
 		s.mirror = m
 		ready.AddDegraded("audit stream mirror", m.Healthy)
 	}
-	log.Info("shared state in redis", "addr", rc.Addr, "key_prefix", rc.KeyPrefix, "audit_stream", rc.AuditStreamEnabled(), "replica", replica)
+	log.Info("shared state in redis", "topology", rc.Topology(), "addr", rc.Addr, "key_prefix", rc.KeyPrefix, "audit_stream", rc.AuditStreamEnabled(), "replica", replica)
 	return s, nil
+}
+
+// redisClient builds the client of rc's topology with the passwords its credentials hold.
+func redisClient(rc config.Redis, creds *credential.Store) (redis.UniversalClient, error) {
+	var pw redisconn.Passwords
+	for _, ref := range []struct {
+		field, name string
+		value       *string
+	}{
+		{"redis.password_credential", rc.PasswordCredential, &pw.Redis},
+		{"redis.sentinel.password_credential", sentinelCredential(rc), &pw.Sentinel},
+	} {
+		if ref.name == "" {
+			continue
+		}
+		v, ok := creds.Get(ref.name)
+		if !ok {
+			return nil, fmt.Errorf("%s: credential %q is not available", ref.field, ref.name)
+		}
+		*ref.value = v
+	}
+	return redisconn.New(rc, pw)
+}
+
+func sentinelCredential(rc config.Redis) string {
+	if rc.Sentinel == nil {
+		return ""
+	}
+	return rc.Sentinel.PasswordCredential
 }
 
 // admission is the request path's view of the shared state (gateway and proxy use the same).

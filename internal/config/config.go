@@ -137,12 +137,22 @@ type Credential struct {
 	Env string `json:"env"`
 }
 
-// Redis connects replicas to shared state. Empty Addr keeps everything in memory.
+// Redis connects replicas to shared state. Exactly one topology is set (Addr, Sentinel or
+// Cluster); none keeps everything in memory.
 type Redis struct {
+	// Addr is a single Redis server, host:port.
 	Addr string `json:"addr"`
+	// Sentinel finds the primary through Redis Sentinel and follows its failovers.
+	Sentinel *RedisSentinel `json:"sentinel"`
+	// Cluster is a Redis Cluster, found from any of its seed addresses.
+	Cluster *RedisCluster `json:"cluster"`
+	// Username is the ACL user (Redis 6+); empty is the default user.
+	Username string `json:"username"`
 	// PasswordCredential names a credential holding the Redis password.
 	PasswordCredential string `json:"password_credential"`
-	DB                 int    `json:"db"`
+	// TLS, when set, connects with TLS and verifies the server against CAFile.
+	TLS *RedisTLS `json:"tls"`
+	DB  int       `json:"db"`
 	// KeyPrefix starts every key Sandgate writes, so that several deployments can share one Redis.
 	// Default "sandgate:".
 	KeyPrefix string `json:"key_prefix"`
@@ -352,7 +362,7 @@ func (c *Config) applyDefaults() {
 	c.Gateway.applyDefaults(c)
 	c.Proxy.applyDefaults(c)
 	c.Kubernetes.applyDefaults(c)
-	c.Redis.applyDefaults()
+	c.Redis.applyDefaults(c)
 	c.Limits.applyDefaults()
 }
 
@@ -446,15 +456,10 @@ func (c *Config) validate() error {
 	if c.Audit.Checkpoint.EveryEvents < 0 {
 		errs.add("audit.checkpoint.every_events", "must be a positive number of events, got %d", c.Audit.Checkpoint.EveryEvents)
 	}
-	if c.Redis.PasswordCredential != "" {
-		if _, ok := names[c.Redis.PasswordCredential]; !ok {
-			errs.add("redis.password_credential", "no credential named %q in credentials", c.Redis.PasswordCredential)
-		}
-	}
 	c.Gateway.validate(c, &errs)
 	c.Proxy.validate(c, &errs)
 	c.Kubernetes.validate(c, &errs)
-	c.Redis.validate(&errs)
+	c.Redis.validate(c, &errs)
 	c.Limits.validate(&errs)
 	return errs.err()
 }

@@ -38,6 +38,13 @@ func (c *Config) CheckFiles(offline bool) error {
 	} else if !st.IsDir() {
 		errs.add("policy.dir", "%s is a file, not a folder of .rego files", c.Policy.Dir)
 	}
+	if t := c.Redis.TLS; t != nil {
+		for _, f := range [][2]string{{"redis.tls.ca_file", t.CAFile}, {"redis.tls.cert_file", t.CertFile}, {"redis.tls.key_file", t.KeyFile}} {
+			if f[1] != "" {
+				checkReadableFile(&errs, f[0], f[1])
+			}
+		}
+	}
 	if c.Kubernetes.Kubeconfig != "" {
 		checkReadableFile(&errs, "kubernetes.kubeconfig", c.Kubernetes.Kubeconfig)
 	}

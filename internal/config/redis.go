@@ -1,10 +1,45 @@
 package config
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// RedisSentinel finds the Redis primary through Sentinel.
+type RedisSentinel struct {
+	// MasterName is the name the sentinels monitor the primary under.
+	MasterName string `json:"master_name"`
+	// Addrs are the sentinels, host:port each (26379 is Sentinel's usual port).
+	Addrs []string `json:"addrs"`
+	// PasswordCredential names a credential holding the sentinels' own password, when they have
+	// one (redis.password_credential is the data nodes').
+	PasswordCredential string `json:"password_credential"`
+}
+
+// RedisCluster is a Redis Cluster.
+type RedisCluster struct {
+	// Addrs are seed nodes, host:port each; the client learns the others from them.
+	Addrs []string `json:"addrs"`
+}
+
+// RedisTLS connects to Redis (every node, and the sentinels) with TLS. Paths are relative to the
+// config file's folder.
+type RedisTLS struct {
+	// CAFile holds the PEM certificates the server's is verified against; empty uses the
+	// system's roots.
+	CAFile string `json:"ca_file"`
+	// CertFile and KeyFile are a client certificate, for servers that require one
+	// (tls-auth-clients); set both or neither.
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
+	// ServerName is the name the server's certificate must carry; default: the host dialled.
+	ServerName string `json:"server_name"`
+}
 
 // RedisAuditStream is the audit log's mirror in a Redis Stream.
 type RedisAuditStream struct {
-	// Enabled mirrors the audit log when redis.addr is set. Default true.
+	// Enabled mirrors the audit log when Redis is configured. Default true.
 	Enabled *bool `json:"enabled"`
 	// Name is the stream key. Default key_prefix + "audit".
 	Name string `json:"name"`
@@ -12,12 +47,28 @@ type RedisAuditStream struct {
 	MaxLen int64 `json:"max_len"`
 }
 
-// AuditStreamEnabled reports whether audit events are mirrored to a Redis Stream.
-func (r Redis) AuditStreamEnabled() bool {
-	return r.Addr != "" && (r.AuditStream.Enabled == nil || *r.AuditStream.Enabled)
+// Enabled reports whether a Redis topology is configured (else the shared state stays in memory).
+func (r Redis) Enabled() bool { return r.Addr != "" || r.Sentinel != nil || r.Cluster != nil }
+
+// Topology names the configured topology for logs: "single", "sentinel", "cluster" or "".
+func (r Redis) Topology() string {
+	switch {
+	case r.Sentinel != nil:
+		return "sentinel"
+	case r.Cluster != nil:
+		return "cluster"
+	case r.Addr != "":
+		return "single"
+	}
+	return ""
 }
 
-func (r *Redis) applyDefaults() {
+// AuditStreamEnabled reports whether audit events are mirrored to a Redis Stream.
+func (r Redis) AuditStreamEnabled() bool {
+	return r.Enabled() && (r.AuditStream.Enabled == nil || *r.AuditStream.Enabled)
+}
+
+func (r *Redis) applyDefaults(c *Config) {
 	if r.KeyPrefix == "" {
 		r.KeyPrefix = "sandgate:"
 	}
@@ -29,18 +80,25 @@ func (r *Redis) applyDefaults() {
 	}
 	if r.AuditStream.Name == "" {
 		r.AuditStream.Name = r.KeyPrefix + "audit"
+		if r.Cluster != nil {
+			r.AuditStream.Name = r.KeyPrefix + "{audit}" // see hasHashTag
+		}
 	}
 	if r.AuditStream.MaxLen == 0 {
 		r.AuditStream.MaxLen = 1_000_000
 	}
+	if t := r.TLS; t != nil {
+		t.CAFile, t.CertFile, t.KeyFile = c.Path(t.CAFile), c.Path(t.CertFile), c.Path(t.KeyFile)
+	}
 }
 
-func (r *Redis) validate(errs *fieldErrors) {
-	if r.Addr != "" {
-		validateHostPort(errs, "redis.addr", r.Addr, "redis:6379")
-	}
+func (r *Redis) validate(c *Config, errs *fieldErrors) {
+	r.validateTopology(errs)
 	if r.DB < 0 {
 		errs.add("redis.db", "must not be negative, got %d", r.DB)
+	}
+	if r.DB != 0 && r.Cluster != nil {
+		errs.add("redis.db", "a Redis Cluster has only database 0, got %d", r.DB)
 	}
 	if r.OpTimeout.D() > 10*time.Second {
 		errs.add("redis.op_timeout", "%s is longer than 10s: a Redis outage would hold requests that long", r.OpTimeout.D())
@@ -48,4 +106,75 @@ func (r *Redis) validate(errs *fieldErrors) {
 	if r.AuditStream.MaxLen < 0 {
 		errs.add("redis.audit_stream.max_len", "must be positive, got %d", r.AuditStream.MaxLen)
 	}
+	if r.Cluster != nil && r.AuditStreamEnabled() && !hasHashTag(r.AuditStream.Name) {
+		errs.add("redis.audit_stream.name", "%q needs a hash tag in a Redis Cluster, such as %q, so that the mirror's marker keys share the stream's slot",
+			r.AuditStream.Name, r.KeyPrefix+"{audit}")
+	}
+	if r.Username != "" && r.PasswordCredential == "" {
+		errs.add("redis.username", "an ACL user needs its password: set redis.password_credential too")
+	}
+	for _, ref := range [][2]string{
+		{"redis.password_credential", r.PasswordCredential},
+		{"redis.sentinel.password_credential", sentinelPassword(r.Sentinel)},
+	} {
+		if ref[1] != "" && !c.HasCredential(ref[1]) {
+			errs.add(ref[0], "no credential named %q in credentials", ref[1])
+		}
+	}
+	if t := r.TLS; t != nil {
+		if !r.Enabled() {
+			errs.add("redis.tls", "set redis.addr, redis.sentinel or redis.cluster too")
+		}
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			errs.add("redis.tls.cert_file", "set both redis.tls.cert_file and redis.tls.key_file, or neither")
+		}
+	}
+}
+
+// validateTopology checks that at most one topology is set, and its addresses.
+func (r *Redis) validateTopology(errs *fieldErrors) {
+	n := 0
+	for _, set := range []bool{r.Addr != "", r.Sentinel != nil, r.Cluster != nil} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		errs.add("redis", "set exactly one of redis.addr, redis.sentinel and redis.cluster, not %d", n)
+	}
+	if r.Addr != "" {
+		validateHostPort(errs, "redis.addr", r.Addr, "redis:6379")
+	}
+	if s := r.Sentinel; s != nil {
+		if s.MasterName == "" {
+			errs.add("redis.sentinel.master_name", "must not be empty (the name the sentinels monitor the primary under, often mymaster)")
+		}
+		validateAddrs(errs, "redis.sentinel.addrs", s.Addrs, "redis-sentinel:26379")
+	}
+	if cl := r.Cluster; cl != nil {
+		validateAddrs(errs, "redis.cluster.addrs", cl.Addrs, "redis-cluster:6379")
+	}
+}
+
+func validateAddrs(errs *fieldErrors, field string, addrs []string, example string) {
+	if len(addrs) == 0 {
+		errs.add(field, "must list at least one host:port (for example [%s])", example)
+	}
+	for i, a := range addrs {
+		validateHostPort(errs, fmt.Sprintf("%s[%d]", field, i), a, example)
+	}
+}
+
+func sentinelPassword(s *RedisSentinel) string {
+	if s == nil {
+		return ""
+	}
+	return s.PasswordCredential
+}
+
+// hasHashTag reports whether key has a non-empty {tag}: Redis Cluster then hashes only the tag,
+// so key + ":mirrored:" + source lands in key's slot.
+func hasHashTag(key string) bool {
+	open := strings.IndexByte(key, '{')
+	return open >= 0 && strings.IndexByte(key[open+1:], '}') > 0
 }

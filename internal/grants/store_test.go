@@ -18,7 +18,7 @@ import (
 // stores returns constructors of each Store implementation; each call of a constructor is a new
 // replica over the same state (Redis: a fresh prefix per test on one server).
 func stores(t *testing.T) map[string]func(t *testing.T) func(opts ...grants.Option) grants.Store {
-	srv := redistest.Start(t)
+	srv, cluster := redistest.Start(t), redistest.StartCluster(t, 3)
 	var seq atomic.Int64
 	return map[string]func(t *testing.T) func(opts ...grants.Option) grants.Store{
 		"memory": func(*testing.T) func(...grants.Option) grants.Store {
@@ -34,6 +34,12 @@ func stores(t *testing.T) map[string]func(t *testing.T) func(opts ...grants.Opti
 			prefix := fmt.Sprintf("t%d:", seq.Add(1))
 			return func(opts ...grants.Option) grants.Store {
 				return grants.NewRedis(srv.Client(t), prefix, opts...)
+			}
+		},
+		"redis cluster": func(t *testing.T) func(...grants.Option) grants.Store {
+			prefix := fmt.Sprintf("t%d:", seq.Add(1))
+			return func(opts ...grants.Option) grants.Store {
+				return grants.NewRedis(cluster.Client(t), prefix, opts...)
 			}
 		},
 	}

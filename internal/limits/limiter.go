@@ -222,7 +222,10 @@ func (l *Limiter) request(k Keys) request {
 	now := l.now().UTC()
 	per, total := cfg.For(k.Template)
 	minute, day := l.windows(now)
-	base := l.prefix + "{limits}:"
+	// One hash tag per sandbox and per template: a Cluster spreads sandboxes over its shards, and
+	// each scope's three keys share a slot whatever the name holds (a "}" in it only shortens the
+	// tag, the same way for the three).
+	sb, tpl := l.prefix+"limits:{sb:"+k.Sandbox+"}:", l.prefix+"limits:{tpl:"+k.Template+"}:"
 	r := request{
 		keys:  k,
 		now:   now,
@@ -230,16 +233,16 @@ func (l *Limiter) request(k Keys) request {
 	}
 	r.scopes = append(r.scopes, scope{
 		limits:   per,
-		rpmKey:   base + "sb:" + k.Sandbox + ":rpm:" + minute,
-		tokKey:   base + "sb:" + k.Sandbox + ":tok:" + day,
-		leaseKey: base + "sb:" + k.Sandbox + ":conc",
+		rpmKey:   sb + "rpm:" + minute,
+		tokKey:   sb + "tok:" + day,
+		leaseKey: sb + "conc",
 	})
 	if !total.IsZero() {
 		r.scopes = append(r.scopes, scope{
 			limits:   total,
-			rpmKey:   base + "tpl:" + k.Template + ":rpm:" + minute,
-			tokKey:   base + "tpl:" + k.Template + ":tok:" + day,
-			leaseKey: base + "tpl:" + k.Template + ":conc",
+			rpmKey:   tpl + "rpm:" + minute,
+			tokKey:   tpl + "tok:" + day,
+			leaseKey: tpl + "conc",
 		})
 	}
 	return r

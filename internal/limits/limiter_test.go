@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,6 +39,7 @@ type backend struct {
 
 func backends(t *testing.T) []backend {
 	srv := redistest.Start(t) // owned by the parent test, shared by its subtests
+	cluster := redistest.StartCluster(t, 3)
 	var seq atomic.Int64
 	return []backend{
 		{"memory", func(*testing.T) func(config.Limits, ...limits.Option) *limits.Limiter {
@@ -54,6 +56,13 @@ func backends(t *testing.T) []backend {
 			return func(cfg config.Limits, opts ...limits.Option) *limits.Limiter {
 				opts = append([]limits.Option{limits.WithTimeout(5 * time.Second)}, opts...)
 				return limits.NewRedis(srv.Client(t), prefix, cfg, opts...)
+			}
+		}},
+		{"redis cluster", func(t *testing.T) func(config.Limits, ...limits.Option) *limits.Limiter {
+			prefix := fmt.Sprintf("test%d:", seq.Add(1))
+			return func(cfg config.Limits, opts ...limits.Option) *limits.Limiter {
+				opts = append([]limits.Option{limits.WithTimeout(5 * time.Second)}, opts...)
+				return limits.NewRedis(cluster.Client(t), prefix, cfg, opts...)
 			}
 		}},
 	}
@@ -131,6 +140,10 @@ func TestLimiterBehaviour(t *testing.T) {
 			assert.False(t, v.Allowed)
 			assert.Equal(t, "rate limit of 5 requests/minute for template coding-agent (all its sandboxes together) is reached", v.Reason)
 			assert.Equal(t, int64(5), u[limits.UsageTemplateRequestsThisMinute])
+			assert.Equal(t, int64(2), u[limits.UsageRequestsThisMinute], "a call its template refused is not charged to the sandbox")
+			u, err = l.Usage(ctx, bob)
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), u[limits.UsageRequestsThisMinute])
 		}},
 		{"a template without an entry gets the default limits", func(t *testing.T, l *limits.Limiter, clk *clock) {
 			_, v, _ := l.Take(ctx, stray)
@@ -384,4 +397,26 @@ func TestReasonsAreSentences(t *testing.T) {
 	_, v, _ := l.AddTokens(context.Background(), limits.Keys{Sandbox: "anonymous"}, 10)
 	assert.Equal(t, "token budget of 10/day for sandbox anonymous is spent", v.Reason)
 	assert.False(t, strings.HasSuffix(v.Reason, "."))
+}
+
+func TestClusterSpreadsSandboxesOverItsShards(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	l := limits.NewRedis(client, "spread:", testLimits(), limits.WithTimeout(5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 30 {
+		_, v, err := l.Take(ctx, limits.Keys{Sandbox: fmt.Sprintf("team-a/s%d", i), Template: "coding-agent"})
+		require.NoError(t, err, "every script's keys sit in one slot")
+		require.Equal(t, i < 5, v.Allowed, "the template total of 5/minute holds across shards")
+	}
+	shards := 0
+	require.NoError(t, client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		keys, err := n.Keys(ctx, "spread:limits:{sb:*").Result()
+		if len(keys) > 0 {
+			shards++
+		}
+		return err
+	}))
+	assert.Equal(t, 3, shards, "the sandboxes' counters are on every primary")
 }

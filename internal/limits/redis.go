@@ -10,13 +10,14 @@ import (
 )
 
 // NewRedis returns a Limiter whose counters live in Redis under prefix (config redis.key_prefix),
-// shared by every replica using the same Redis and prefix. All keys carry the hash tag {limits}
-// so each script's keys sit in one slot of a Redis Cluster.
+// shared by every replica using the same Redis and prefix. A sandbox's counters carry its own hash
+// tag, and a template's totals theirs, so that in a Redis Cluster the counters spread over the
+// shards by sandbox and each script touches one slot (docs/shared-state.md has the key layout).
 //
 // The client's own timeouts should not be longer than WithTimeout's, and the client should have
 // ContextTimeoutEnabled so the deadline also bounds a hung connection.
 func NewRedis(client redis.UniversalClient, prefix string, cfg config.Limits, opts ...Option) *Limiter {
-	return newLimiter(&redisStore{client: client}, prefix, cfg, opts)
+	return newLimiter(newRedisStore(client), prefix, cfg, opts)
 }
 
 // Each script gets three keys per scope (requests counter, tokens counter, lease set) and ARGV:
@@ -82,57 +83,131 @@ return 0
 `)
 )
 
-type redisStore struct{ client redis.UniversalClient }
+// untakeScript gives back the request a take counted, in the scopes of KEYS (a take refused by a
+// later scope in a Redis Cluster, where each scope is its own script).
+var untakeScript = redis.NewScript(`
+for i = 1, #KEYS / 3 do
+  if redis.call('EXISTS', KEYS[3*i-2]) == 1 then redis.call('DECR', KEYS[3*i-2]) end
+end
+return 0
+`)
 
-func (s *redisStore) run(ctx context.Context, script *redis.Script, r request, opArg int64, leaseID string) (result, error) {
-	keys := make([]string, 0, 3*len(r.scopes))
-	args := make([]any, 0, 5+3*len(r.scopes))
-	nowMS := r.now.UnixMilli()
-	args = append(args, nowMS, rpmTTL.Milliseconds(), tokTTL.Milliseconds(), opArg, leaseID)
-	for _, sc := range r.scopes {
+// redisStore runs the scripts. On a single node or behind Sentinel one script covers every scope
+// of a call, atomically. In a Cluster the sandbox's keys and its template's keys sit in different
+// hash slots (see Limiter.request), so split runs one script per scope, in order, and undoes the
+// earlier scopes' take or acquire when a later scope refuses: counters never exceed a limit, but
+// a call refused by its template may briefly hold a sandbox slot or request another call sees.
+type redisStore struct {
+	client redis.UniversalClient
+	split  bool
+}
+
+func newRedisStore(client redis.UniversalClient) *redisStore {
+	_, cluster := client.(*redis.ClusterClient)
+	return &redisStore{client: client, split: cluster}
+}
+
+// scopeKeys lists the three keys of each scope, in the order the scripts read them.
+func scopeKeys(scopes []scope) []string {
+	keys := make([]string, 0, 3*len(scopes))
+	for _, sc := range scopes {
 		keys = append(keys, sc.rpmKey, sc.tokKey, sc.leaseKey)
+	}
+	return keys
+}
+
+// runScopes runs script over scopes (all of a request, or one in a Cluster).
+func (s *redisStore) runScopes(ctx context.Context, script *redis.Script, r request, scopes []scope, opArg int64, leaseID string) (result, error) {
+	args := make([]any, 0, 5+3*len(scopes))
+	args = append(args, r.now.UnixMilli(), rpmTTL.Milliseconds(), tokTTL.Milliseconds(), opArg, leaseID)
+	for _, sc := range scopes {
 		args = append(args, sc.limits.RequestsPerMinute, sc.limits.TokensPerDay, sc.limits.ConcurrentToolCalls)
 	}
-	vals, err := script.Run(ctx, s.client, keys, args...).Int64Slice()
+	vals, err := script.Run(ctx, s.client, scopeKeys(scopes), args...).Int64Slice()
 	if err != nil {
 		return result{}, fmt.Errorf("redis: %w", err)
 	}
-	if len(vals) != 1+3*len(r.scopes) {
-		return result{}, fmt.Errorf("redis: script returned %d values, want %d", len(vals), 1+3*len(r.scopes))
+	if len(vals) != 1+3*len(scopes) {
+		return result{}, fmt.Errorf("redis: script returned %d values, want %d", len(vals), 1+3*len(scopes))
 	}
-	res := result{counts: make([]counts, len(r.scopes))}
+	res := result{counts: make([]counts, len(scopes))}
 	if code := vals[0]; code != 0 {
 		res.scope, res.refused = int(code/10)-1, limit(code%10)
 	}
-	for i := range r.scopes {
+	for i := range scopes {
 		res.counts[i] = counts{vals[1+3*i], vals[2+3*i], vals[3+3*i]}
 	}
 	return res, nil
 }
 
+// run runs script over every scope of r: in one call, or in a Cluster scope by scope. undo, when
+// set, reverts the script's effect in the scopes before the one that refused, and in their counts.
+func (s *redisStore) run(ctx context.Context, script *redis.Script, r request, opArg int64, leaseID string, undo func([]scope, []counts) error) (result, error) {
+	if !s.split || len(r.scopes) < 2 {
+		return s.runScopes(ctx, script, r, r.scopes, opArg, leaseID)
+	}
+	out := result{counts: make([]counts, len(r.scopes))}
+	for i := range r.scopes {
+		res, err := s.runScopes(ctx, script, r, r.scopes[i:i+1], opArg, leaseID)
+		if err == nil && res.refused != limitNone && undo != nil && i > 0 {
+			err = undo(r.scopes[:i], out.counts[:i])
+		}
+		if err != nil {
+			return result{}, err
+		}
+		out.counts[i] = res.counts[0]
+		if res.refused != limitNone && out.refused == limitNone {
+			out.refused, out.scope = res.refused, i
+			if undo != nil {
+				return out, nil
+			}
+		}
+	}
+	return out, nil
+}
+
 func (s *redisStore) take(ctx context.Context, r request) (result, error) {
-	return s.run(ctx, takeScript, r, 0, "")
+	return s.run(ctx, takeScript, r, 0, "", func(done []scope, c []counts) error {
+		for i := range c {
+			c[i].requests--
+		}
+		return s.runScript(ctx, untakeScript, done, "")
+	})
 }
 
 func (s *redisStore) addTokens(ctx context.Context, r request, n int64) (result, error) {
-	return s.run(ctx, addTokensScript, r, n, "")
+	return s.run(ctx, addTokensScript, r, n, "", nil) // tokens are spent: every scope is charged
 }
 
 func (s *redisStore) acquire(ctx context.Context, r request, id string) (result, error) {
-	return s.run(ctx, acquireScript, r, r.now.Add(r.lease).UnixMilli(), id)
+	return s.run(ctx, acquireScript, r, r.now.Add(r.lease).UnixMilli(), id, func(done []scope, c []counts) error {
+		for i := range c {
+			c[i].concurrent--
+		}
+		return s.runScript(ctx, releaseScript, done, id)
+	})
 }
 
 func (s *redisStore) release(ctx context.Context, r request, id string) error {
-	keys := make([]string, 0, 3*len(r.scopes))
-	for _, sc := range r.scopes {
-		keys = append(keys, sc.rpmKey, sc.tokKey, sc.leaseKey)
+	if !s.split {
+		return s.runScript(ctx, releaseScript, r.scopes, id)
 	}
-	if err := releaseScript.Run(ctx, s.client, keys, 0, 0, 0, 0, id).Err(); err != nil {
+	for i := range r.scopes {
+		if err := s.runScript(ctx, releaseScript, r.scopes[i:i+1], id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runScript runs a script that returns nothing of interest (release, untake) over scopes.
+func (s *redisStore) runScript(ctx context.Context, script *redis.Script, scopes []scope, id string) error {
+	if err := script.Run(ctx, s.client, scopeKeys(scopes), 0, 0, 0, 0, id).Err(); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
 	return nil
 }
 
 func (s *redisStore) usage(ctx context.Context, r request) (result, error) {
-	return s.run(ctx, usageScript, r, 0, "")
+	return s.run(ctx, usageScript, r, 0, "", nil)
 }

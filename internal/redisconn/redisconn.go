@@ -2,7 +2,11 @@ package redisconn
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -10,15 +14,29 @@ import (
 	"github.com/sandgate/sandgate/internal/config"
 )
 
-// New returns a client for cfg (cfg.Addr must be set). password is the value of
-// cfg.PasswordCredential ("" for none). Dial is bounded by cfg.DialTimeout, each command by
+// Passwords are the values of the credentials the redis section names ("" for none).
+type Passwords struct {
+	// Redis is redis.password_credential's value: the data nodes' (ACL user's) password.
+	Redis string
+	// Sentinel is redis.sentinel.password_credential's value.
+	Sentinel string
+}
+
+// New returns a client for cfg's topology (a single node, Sentinel or Cluster; cfg.Enabled() must
+// hold), with TLS when cfg.TLS is set. Dial is bounded by cfg.DialTimeout, each command by
 // cfg.OpTimeout and by the caller's context deadline; failed commands are not retried, since the
 // callers have their own failure modes and retries (a retry would double the worst-case delay).
-func New(cfg config.Redis, password string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                  cfg.Addr,
-		Password:              password,
+// A Cluster client still follows MOVED and ASK redirections: they are answers, not failures.
+func New(cfg config.Redis, pw Passwords) (redis.UniversalClient, error) {
+	tlsConfig, err := TLSConfig(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	o := &redis.UniversalOptions{
+		Username:              cfg.Username,
+		Password:              pw.Redis,
 		DB:                    cfg.DB,
+		TLSConfig:             tlsConfig,
 		DialTimeout:           cfg.DialTimeout.D(),
 		ReadTimeout:           cfg.OpTimeout.D(),
 		WriteTimeout:          cfg.OpTimeout.D(),
@@ -28,11 +46,65 @@ func New(cfg config.Redis, password string) *redis.Client {
 		DisableIdentity:       true,
 		// Redis 7.0 knows no CLIENT MAINT_NOTIFICATIONS; asking on every connect only costs a round trip.
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
+	}
+	switch {
+	case cfg.Sentinel != nil:
+		o.MasterName, o.Addrs = cfg.Sentinel.MasterName, cfg.Sentinel.Addrs
+		o.SentinelPassword = pw.Sentinel
+		return redis.NewFailoverClient(o.Failover()), nil
+	case cfg.Cluster != nil:
+		o.Addrs = cfg.Cluster.Addrs
+		return redis.NewClusterClient(o.Cluster()), nil
+	case cfg.Addr != "":
+		o.Addrs = []string{cfg.Addr}
+		return redis.NewClient(o.Simple()), nil
+	}
+	return nil, errors.New("redis: no topology configured (redis.addr, redis.sentinel or redis.cluster)")
 }
 
-// Check pings Redis, for readiness: nil when it answers within ctx.
+// TLSConfig returns the client TLS configuration for t (nil for none): the server is verified
+// against t.CAFile (or the system's roots), under t.ServerName when set; TLS 1.2 at least.
+// Errors name the field.
+func TLSConfig(t *config.RedisTLS) (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.ca_file: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis.tls.ca_file: %s holds no PEM certificate", t.CAFile)
+		}
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.cert_file, redis.tls.key_file: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// Check pings Redis, for readiness: nil when it answers within ctx. A Cluster client pings
+// every primary it knows, so one unreachable shard is reported.
 func Check(ctx context.Context, c redis.UniversalClient) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			if err := n.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("%s: %w", n.Options().Addr, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("redis cluster: %w", err)
+		}
+		return nil
+	}
 	if err := c.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}

@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -32,6 +33,10 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	// args are added to the command line (cluster mode, TLS); tls, when set, is how PING reaches
+	// the server.
+	args []string
+	tls  *tls.Config
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -43,33 +48,54 @@ type Server struct {
 // is killed when the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin := os.Getenv("SANDGATE_REDIS_SERVER")
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			msg := "redis-server not found on PATH (install it with test/setup.sh or apt-get install redis-server, or set SANDGATE_REDIS_SERVER)"
-			if os.Getenv("SANDGATE_REQUIRE_TOOLS") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
+	return startServer(t, "redis-server", nil, nil)
+}
+
+// startServer runs bin (redis-server, or redis-sentinel's equivalent) with args added.
+func startServer(t testing.TB, name string, args []string, tlsConf *tls.Config) *Server {
+	t.Helper()
+	s := newServer(t, name)
+	s.args, s.tls = args, tlsConf
+	t.Cleanup(s.kill)
+	if err := s.start(); err != nil {
+		t.Fatalf("redistest: %v", err)
 	}
+	return s
+}
+
+// newServer finds the binary and a free port; the process is not started.
+func newServer(t testing.TB, name string) *Server {
+	t.Helper()
+	bin := tool(t, name)
 	port, err := freePort()
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	s := &Server{
+	return &Server{
 		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		t:    t,
 		bin:  bin,
 		dir:  t.TempDir(),
 		port: port,
 	}
-	t.Cleanup(s.kill)
-	if err := s.start(); err != nil {
-		t.Fatalf("redistest: %v", err)
+}
+
+// tool finds redis-server or redis-cli ($SANDGATE_REDIS_SERVER names redis-server), or skips the
+// test (fails it when $SANDGATE_REQUIRE_TOOLS is set).
+func tool(t testing.TB, name string) string {
+	t.Helper()
+	if bin := os.Getenv("SANDGATE_REDIS_SERVER"); bin != "" && name == "redis-server" {
+		return bin
 	}
-	return s
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		msg := name + " not found on PATH (install it with test/setup.sh or apt-get install redis-server, or set SANDGATE_REDIS_SERVER)"
+		if os.Getenv("SANDGATE_REQUIRE_TOOLS") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return bin
 }
 
 // Client returns a go-redis client for the server with short timeouts, closed when the test ends.
@@ -149,10 +175,14 @@ func (s *Server) start() error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(s.bin,
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
-		"--save", "", "--appendonly", "no", "--dir", s.dir,
+	port := []string{"--port", strconv.Itoa(s.port)}
+	if s.tls != nil {
+		port = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}
+	}
+	args := append([]string{"--bind", "127.0.0.1"}, port...)
+	args = append(args, "--save", "", "--appendonly", "no", "--dir", s.dir,
 		"--protected-mode", "yes", "--daemonize", "no")
+	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
@@ -165,7 +195,7 @@ func (s *Server) start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	for {
-		if err := ping(ctx, s.Addr); err == nil {
+		if err := ping(ctx, s.Addr, s.tls); err == nil {
 			return nil
 		}
 		select {
@@ -191,10 +221,16 @@ func (s *Server) kill() {
 	s.cmd, s.paused = nil, false
 }
 
-// ping sends an inline PING and expects +PONG.
-func ping(ctx context.Context, addr string) error {
+// ping sends an inline PING and expects +PONG, over TLS when tlsConf is set.
+func ping(ctx context.Context, addr string, tlsConf *tls.Config) error {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var conn net.Conn
+	var err error
+	if tlsConf != nil {
+		conn, err = (&tls.Dialer{NetDialer: &d, Config: tlsConf}).DialContext(ctx, "tcp", addr)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return err
 	}

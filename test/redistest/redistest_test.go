@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"testing"
 	"time"
 )
@@ -41,5 +42,35 @@ func TestServerStopRestartPause(t *testing.T) {
 	s.Resume()
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("ping after resume: %v", err)
+	}
+}
+
+func TestClusterServesEverySlot(t *testing.T) {
+	c := StartCluster(t, 3)
+	cc := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} { // spread over the three primaries
+		if err := cc.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatalf("set %s: %v", k, err)
+		}
+	}
+	if n, err := cc.DBSize(ctx).Result(); err != nil || n != 6 {
+		t.Fatalf("cluster holds %d keys (%v), want 6", n, err)
+	}
+}
+
+func TestTLSServerIsVerified(t *testing.T) {
+	s, files := StartTLS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ping(ctx, s.Addr, nil); err == nil {
+		t.Fatal("a plain-text PING was answered by a TLS-only server")
+	}
+	if err := ping(ctx, s.Addr, &tls.Config{ServerName: "127.0.0.1"}); err == nil {
+		t.Fatal("the server's certificate was accepted without the test CA")
+	}
+	if files.ClientCert == "" || files.ClientKey == "" {
+		t.Fatal("no client certificate made")
 	}
 }

@@ -1,0 +1,82 @@
+package redistest
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Cluster is a Redis Cluster of primaries without replicas, owned by a test.
+type Cluster struct {
+	// Addrs are the primaries' "127.0.0.1:PORT".
+	Addrs []string
+	Nodes []*Server
+}
+
+// StartCluster launches n (at least 3) cluster-enabled redis-servers on loopback, joins them
+// with redis-cli --cluster create (the slots split evenly, no replicas) and waits until every node
+// reports cluster_state:ok. The servers are killed when the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 3 {
+		t.Fatalf("redistest: a Redis Cluster needs at least 3 primaries, asked for %d", n)
+	}
+	cli := tool(t, "redis-cli")
+	c := &Cluster{}
+	for range n {
+		s := newServer(t, "redis-server")
+		s.args = []string{"--cluster-enabled", "yes", "--cluster-config-file", s.dir + "/nodes.conf",
+			"--cluster-node-timeout", "5000"}
+		t.Cleanup(s.kill)
+		if err := s.start(); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		c.Nodes, c.Addrs = append(c.Nodes, s), append(c.Addrs, s.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	args := append(append([]string{"--cluster", "create"}, c.Addrs...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, tail(string(out), 2000))
+	}
+	for _, s := range c.Nodes {
+		node := s.Client(t)
+		for {
+			info, err := node.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("redistest: cluster node %s not ok within %s: %v %s", s.Addr, startTimeout, err, info)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return c
+}
+
+// Client returns a cluster client with short timeouts, closed when the test ends. It sees the
+// whole cluster once the first command has loaded the slot map.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 c.Addrs,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DisableIdentity:       true,
+		Protocol:              2,
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeDisabled,
+		},
+	})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
