@@ -124,9 +124,12 @@ func TestChartAppliesToRealAPIServer(t *testing.T) {
 		// The template is the user's; the rules are Sandgate's, applied under its own field
 		// manager (as the netpol file's header says). Under one manager the second apply would
 		// drop spec.podTemplate, which the CRD requires.
-		for f, manager := range map[string]string{"sandbox-template.yaml": "kubectl", "sandbox-template.netpol.yaml": kube.FieldManager} {
-			for _, o := range parseObjects(t, readFile(t, filepath.Join(repoRoot, "examples", f))) {
-				applyAs(t, ctx, dyn, mapper, o, manager)
+		// In this order: the template first (a slice, not a map, whose order Go randomises).
+		for _, step := range []struct{ file, manager string }{
+			{"sandbox-template.yaml", "kubectl"}, {"sandbox-template.netpol.yaml", kube.FieldManager},
+		} {
+			for _, o := range parseObjects(t, readFile(t, filepath.Join(repoRoot, "examples", step.file))) {
+				applyAs(t, ctx, dyn, mapper, o, step.manager)
 			}
 		}
 		got, err := dyn.Resource(kubetest.SandboxTemplateGVR).Namespace("sandboxes").Get(ctx, "coding-agent", metav1.GetOptions{})
