@@ -63,6 +63,18 @@ type Event struct {
 	// with Hash itself empty: together a chain that reveals an edited, removed or reordered event.
 	PrevHash string `json:"prev_hash"`
 	Hash     string `json:"hash"`
+
+	// assignedID is the ID AssignID minted; Record keeps ev.ID only while it equals this.
+	assignedID string
+}
+
+// AssignID gives the event its ID before it is recorded, so that what is written about the call
+// earlier (the policy decision log) can name it. The ID is minted here, never chosen by the
+// caller: Record keeps it only while ev.ID is still the one AssignID set, and replaces any other.
+func (ev *Event) AssignID() string {
+	ev.ID = newID(time.Now())
+	ev.assignedID = ev.ID
+	return ev.ID
 }
 
 // Target is what the call was aimed at: an MCP upstream and tool, or an HTTP destination.

@@ -202,8 +202,8 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 	return w
 }
 
-// Record accepts one event for writing. It sets ev.ID (always: IDs are the writer's, so they are
-// unique) and ev.Time (when zero) before it returns, so the caller can log the ID; PrevHash and
+// Record accepts one event for writing. It sets ev.ID (always, unless Event.AssignID minted it:
+// IDs are never the caller's choice, so they are unique) and ev.Time (when zero) before it returns, so the caller can log the ID; PrevHash and
 // Hash are filled in on the writer's copy only. Record copies the event: the caller may reuse ev,
 // but must not modify the maps and pointers it shares (Identity.Labels, Target.Shown/Hidden).
 //
@@ -222,7 +222,9 @@ func (w *Writer) Record(ev *Event) error {
 		w.rejected.Add(1)
 		return err
 	}
-	ev.ID = newID(now)
+	if ev.ID == "" || ev.ID != ev.assignedID {
+		ev.ID = newID(now)
+	}
 
 	w.mu.RLock()
 	defer w.mu.RUnlock()

@@ -111,6 +111,33 @@ func TestRecordFillsIDAndTime(t *testing.T) {
 	}
 }
 
+func TestRecordKeepsOnlyTheIDAssignIDMinted(t *testing.T) {
+	tests := []struct {
+		name     string
+		prepare  func(ev *Event) string // returns the ID the written event must have, "" for any new one
+		keepsOwn bool
+	}{
+		{"an ID minted by AssignID is kept, so earlier records can name the event", func(ev *Event) string { return ev.AssignID() }, true},
+		{"an ID changed after AssignID is replaced", func(ev *Event) string { ev.AssignID(); ev.ID = "caller-chosen"; return "caller-chosen" }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := openWriter(t, FileConfig{Dir: dir})
+			ev := testEvent(1)
+			before := tt.prepare(&ev)
+			require.NoError(t, w.Record(&ev))
+			assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, ev.ID)
+			assert.Equal(t, tt.keepsOwn, ev.ID == before)
+			require.NoError(t, w.Close(context.Background()))
+			res, err := Query(context.Background(), dir, Filter{})
+			require.NoError(t, err)
+			require.Len(t, res.Events, 1)
+			assert.Equal(t, ev.ID, res.Events[0].ID)
+		})
+	}
+}
+
 func TestRecordRefusesEventsThatCannotBeEncoded(t *testing.T) {
 	tests := []struct {
 		name   string

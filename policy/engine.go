@@ -188,6 +188,11 @@ func (e *Engine) DecideDocument(ctx context.Context, doc any) Decision {
 }
 
 func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
+	return rev.decideTraced(ctx, val, nil)
+}
+
+// decideTraced is decide with a tracer (nil: none), for explanations.
+func (rev *revision) decideTraced(ctx context.Context, val ast.Value, tracer topdown.QueryTracer) Decision {
 	if d, done := abandoned(ctx, rev); done {
 		return d
 	}
@@ -203,6 +208,7 @@ func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
 		WithTransaction(txn).
 		WithInput(ast.NewTerm(val)).
 		WithStrictBuiltinErrors(true).
+		WithQueryTracer(tracer).
 		Iter(ctx, func(qr topdown.QueryResult) error {
 			result = qr[resultVar]
 			return nil

@@ -4,7 +4,8 @@
 //
 //	sandgate serve        run the gateway (admin, MCP and proxy listeners)
 //	sandgate policy test  run the Rego tests of a policy folder
-//	sandgate policy eval  print the decision for one input
+//	sandgate policy eval  print the decision for one input or one logged decision
+//	sandgate policy replay re-evaluate the decision log under a policy folder, print what changes
 //	sandgate audit query  read the audit log with filters
 //	sandgate audit verify check the audit log's hash chain and checkpoints
 //	sandgate audit keygen write the keys that key the chain and sign checkpoints
@@ -13,8 +14,9 @@
 //	sandgate version      print the version (also: sandgate --version)
 //	sandgate help CMD     print a command's usage (also: sandgate CMD --help)
 //
-// Exit codes: 0 success, 1 failure, 2 usage error, 3 audit verify found a mismatch, 4 audit
-// verify found the log intact but less protected than the keys given call for.
+// Exit codes: 0 success, 1 failure (for policy replay --fail-on-change: a decision would
+// change), 2 usage error, 3 audit verify found a mismatch, 4 audit verify found the log intact
+// but less protected than the keys given call for.
 package main
 
 import (
@@ -62,9 +64,10 @@ type cliEnv struct {
 func commands() []*command {
 	return []*command{
 		{name: "serve", summary: "run the gateway: admin, MCP and proxy listeners", run: runServe},
-		{name: "policy", summary: "test or evaluate Rego policies", subs: []*command{
+		{name: "policy", summary: "test, evaluate or replay Rego policies", subs: []*command{
 			{name: "test", summary: "run the Rego tests of policy folders (like opa test)", run: runPolicyTest},
-			{name: "eval", summary: "print the decision for one input document", run: runPolicyEval},
+			{name: "eval", summary: "print the decision for one input document or logged decision", run: runPolicyEval},
+			{name: "replay", summary: "re-evaluate the decision log under a policy folder and count what changes", run: runPolicyReplay},
 		}},
 		{name: "audit", summary: "query or verify the audit log", subs: []*command{
 			{name: "query", summary: "print audit events, filtered", run: runAuditQuery},

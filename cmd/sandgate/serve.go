@@ -170,11 +170,11 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if d.admission, err = shared.admission(d); err != nil {
 		return err
 	}
-	if d.core, err = call.New(call.Options{Policy: engine, Audit: writer, Admission: d.admission,
-		Meters: d.meters, Tracer: d.tracer, Log: log.With("component", "call")}); err != nil {
+	closeDecisions, err := newCore(d, engine, writer, replica, tel)
+	if err != nil {
 		return err
 	}
-
+	defer closeDecisions()
 	comps, err := serveComponents(d, engine, creds, shared, tel, kubeComps)
 	if err != nil {
 		return err
@@ -200,6 +200,48 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	shared.sync(flushCtx, log)
 	log.Info("sandgate stopped")
 	return runErr
+}
+
+// openDecisionLog opens policy.decision_log when a file is configured, else returns nil.
+func openDecisionLog(cfg *config.Config, replica string, log *slog.Logger, tel *telemetry.Telemetry) (*policy.DecisionLog, error) {
+	c := cfg.Policy.DecisionLog
+	if c.File == "" {
+		return nil, nil
+	}
+	dl, err := policy.OpenDecisionLog(policy.DecisionLogConfig{File: c.File, MaxSize: int64(c.MaxSizeMB) << 20,
+		MaxFiles: c.MaxFiles, Mask: c.Mask, Labels: map[string]string{"id": replica, "version": version},
+		Meters: tel.MeterProvider(), Log: log.With("component", "decision_log")})
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return dl, nil
+}
+
+// newCore builds the request path into d.core, with the decision log when one is configured.
+// The returned function closes the decision log; serve calls it once the listeners have
+// drained, when every decision they made is queued.
+func newCore(d *serveDeps, engine *policy.Engine, writer *audit.Writer, replica string, tel *telemetry.Telemetry) (func(), error) {
+	opts := call.Options{Policy: engine, Audit: writer, Admission: d.admission,
+		Meters: d.meters, Tracer: d.tracer, Log: d.log.With("component", "call")}
+	decisions, err := openDecisionLog(d.cfg, replica, d.log, tel)
+	if err != nil {
+		return nil, err
+	}
+	closeDecisions := func() {}
+	if decisions != nil {
+		opts.Decisions = decisions
+		closeDecisions = func() {
+			if err := decisions.Close(); err != nil {
+				d.log.Error("decision log close failed", "err", err)
+			}
+		}
+	}
+	d.core, err = call.New(opts)
+	if err != nil {
+		closeDecisions()
+		return nil, err
+	}
+	return closeDecisions, nil
 }
 
 // newPolicyEngine loads the policies and adds their readiness: ready means a policy is loaded. A

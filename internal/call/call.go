@@ -26,6 +26,12 @@ type Decider interface {
 	Revision() string
 }
 
+// DecisionRecorder receives every decision Authorize makes, with the ID of the call's audit
+// event (*policy.DecisionLog). It must not block.
+type DecisionRecorder interface {
+	Record(id string, in *policy.Input, d policy.Decision)
+}
+
 // Options are the Core's dependencies. Policy and Audit are required.
 type Options struct {
 	Policy Decider
@@ -38,6 +44,8 @@ type Options struct {
 	Log       *slog.Logger
 	// Rejections bounds the events of protocol-level rejections per source address.
 	Rejections RejectionLimit
+	// Decisions, if set, logs each call's decision and input (the policy decision log).
+	Decisions DecisionRecorder
 }
 
 // Core is the request path both halves share. It is safe for concurrent use.
@@ -116,6 +124,8 @@ func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity)
 	cl := &Call{core: c, start: time.Now()}
 	ctx, cl.span = c.tracer.Start(ctx, string(kind), trace.WithSpanKind(trace.SpanKindServer))
 	cl.Event = audit.Event{Kind: kind, Identity: id}
+	// Minted now, not when the event is recorded, so the decision log can name the event.
+	cl.Event.AssignID()
 	ctx = context.WithValue(ctx, callKey{}, cl)
 	cl.ctx = ctx
 	return ctx, cl
@@ -129,7 +139,8 @@ func (cl *Call) Span() trace.Span { return cl.span }
 
 // Authorize is the decision step: the audit log must be able to record the call (fail
 // closed), admission counts it when admit is set (and adds usage and grants to in), and
-// policy decides. The decision is recorded on the event. A nil refusal means the call may go
+// policy decides. The decision is recorded on the event and, with its input, in the decision
+// log under the event's ID (refusals before policy decides are not decisions). A nil refusal means the call may go
 // on; otherwise the half answers with the refusal and ends the call with Refuse.
 func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (policy.Decision, *Refusal) {
 	core := cl.core
@@ -148,6 +159,9 @@ func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (po
 		}
 	}
 	d := core.opts.Policy.Decide(ctx, in)
+	if core.opts.Decisions != nil {
+		core.opts.Decisions.Record(cl.Event.ID, in, d)
+	}
 	cl.Event.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	cl.span.SetAttributes(attribute.Bool("sandgate.decision.allow", d.Allow), attribute.String("sandgate.decision.code", d.Code))
 	if !d.Allow {

@@ -1,0 +1,247 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// DecisionPath is the path of every logged decision, OPA's name for the rule that decided.
+const DecisionPath = "sandgate/decision"
+
+// BundleName is the key of the policy revision in a logged decision's bundles.
+const BundleName = "sandgate"
+
+// DecisionLogConfig configures a DecisionLog. Zero values take the defaults.
+type DecisionLogConfig struct {
+	// File is the active log file; rotated files sit next to it as File.<UTC time>.
+	File string
+	// MaxSize in bytes rotates File before a line would grow it past this size (default 64 MiB).
+	MaxSize int64
+	// MaxFiles is how many rotated files are kept; older ones are removed (default 10).
+	MaxFiles int
+	// Mask lists JSON pointers (see CheckMask) whose values are replaced by MaskedValue. Nil
+	// takes DefaultMask; an empty, non-nil list masks nothing.
+	Mask []string
+	// QueueSize bounds the decisions waiting to be written (default 4096); Record drops and
+	// counts what does not fit.
+	QueueSize int
+	// Labels are written on every event (OPA writes id and version there).
+	Labels map[string]string
+	// Meters receives sandgate.policy.decision_log.dropped and .written.
+	Meters metric.MeterProvider
+	// Log receives write errors (never decision contents).
+	Log *slog.Logger
+}
+
+// DecisionLog writes every decision it is given as one line of OPA's decision-log event
+// (logs.EventV1) to a rotated file. Record never blocks: it hands the decision to a bounded
+// queue and a goroutine builds, masks and writes the event; a decision that finds the queue
+// full is dropped and counted, because the request path must not wait for a disk.
+//
+// The logged result is the decision as Sandgate read it (allow, reason, code, credential),
+// and engine-made denials (evaluation errors) are results with their code, never EventV1.Error,
+// which OPA's own type cannot decode.
+type DecisionLog struct {
+	queue  chan loggedDecision
+	file   *rotatingFile
+	masks  []maskPointer
+	labels map[string]string
+	log    *slog.Logger
+
+	mu     sync.RWMutex // orders Record's send against Close's close(queue)
+	closed bool
+	done   chan struct{}
+
+	dropped, written atomic.Uint64
+	droppedMetric    metric.Int64Counter
+	writtenMetric    metric.Int64Counter
+}
+
+type loggedDecision struct {
+	id string
+	at time.Time
+	in Input
+	d  Decision
+}
+
+// OpenDecisionLog opens (or continues) the log file and starts its writer; Close stops it.
+func OpenDecisionLog(cfg DecisionLogConfig) (*DecisionLog, error) {
+	if cfg.File == "" {
+		return nil, errors.New("decision log: no file")
+	}
+	if cfg.MaxSize <= 0 {
+		cfg.MaxSize = 64 << 20
+	}
+	if cfg.MaxFiles <= 0 {
+		cfg.MaxFiles = 10
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 4096
+	}
+	if cfg.Mask == nil {
+		cfg.Mask = DefaultMask
+	}
+	if cfg.Meters == nil {
+		cfg.Meters = noop.NewMeterProvider()
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	masks := make([]maskPointer, len(cfg.Mask))
+	for i, p := range cfg.Mask {
+		m, err := parseMask(p)
+		if err != nil {
+			return nil, fmt.Errorf("policy.decision_log.mask[%d]: %w", i, err)
+		}
+		masks[i] = m
+	}
+	f, err := openRotatingFile(cfg.File, cfg.MaxSize, cfg.MaxFiles)
+	if err != nil {
+		return nil, err
+	}
+	l := &DecisionLog{queue: make(chan loggedDecision, cfg.QueueSize), file: f, masks: masks,
+		labels: cfg.Labels, log: cfg.Log, done: make(chan struct{})}
+	m := cfg.Meters.Meter("github.com/sandgate/sandgate/policy")
+	l.droppedMetric, _ = m.Int64Counter("sandgate.policy.decision_log.dropped",
+		metric.WithDescription("Decisions not written to the decision log: its queue was full or the file could not be written."))
+	l.writtenMetric, _ = m.Int64Counter("sandgate.policy.decision_log.written",
+		metric.WithDescription("Decisions written to the decision log."))
+	go l.run()
+	return l, nil
+}
+
+// Record queues one decision for the log: id links it to the call's audit event, in is the
+// input the policy saw (it is read later, by the writer: the caller must not change it after
+// the decision) and d is the decision. It never blocks.
+func (l *DecisionLog) Record(id string, in *Input, d Decision) {
+	item := loggedDecision{id: id, at: time.Now(), in: *in, d: d}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		l.drop()
+		return
+	}
+	select {
+	case l.queue <- item:
+	default:
+		l.drop()
+	}
+}
+
+func (l *DecisionLog) drop() {
+	l.dropped.Add(1)
+	if l.droppedMetric != nil {
+		l.droppedMetric.Add(context.Background(), 1)
+	}
+}
+
+// Dropped is how many decisions were not written (queue full, write error, after Close).
+func (l *DecisionLog) Dropped() uint64 { return l.dropped.Load() }
+
+// Written is how many decisions were written.
+func (l *DecisionLog) Written() uint64 { return l.written.Load() }
+
+// Close writes what is queued and closes the file. Later Records are dropped.
+func (l *DecisionLog) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.queue)
+	l.mu.Unlock()
+	<-l.done
+	return l.file.close()
+}
+
+func (l *DecisionLog) run() {
+	defer close(l.done)
+	failing := false
+	for item := range l.queue {
+		ev, err := l.event(&item)
+		if err == nil {
+			err = l.file.writeJSON(ev)
+		}
+		if err == nil && len(l.queue) == 0 {
+			err = l.file.flush()
+		}
+		if err != nil {
+			l.drop()
+			if !failing {
+				l.log.Error("decision log not written; decisions are dropped until it recovers", "file", l.file.path, "err", err)
+			}
+			failing = true
+			continue
+		}
+		if failing {
+			l.log.Info("decision log written again", "file", l.file.path)
+		}
+		failing = false
+		l.written.Add(1)
+		l.writtenMetric.Add(context.Background(), 1)
+	}
+}
+
+// event builds the logged form of one decision: the input document exactly as the policy saw
+// it, masked.
+func (l *DecisionLog) event(item *loggedDecision) (*logs.EventV1, error) {
+	val, err := item.in.Value()
+	if err != nil {
+		// The engine denied this call for the same reason; log what can be logged.
+		val = ast.NewObject(ast.Item(kKind, ast.StringTerm(string(item.in.Kind))))
+	}
+	input, err := ast.JSON(val)
+	if err != nil {
+		return nil, fmt.Errorf("decision log input: %w", err)
+	}
+	result := ResultDocument(item.d)
+	ev := &logs.EventV1{
+		Labels:     l.labels,
+		DecisionID: item.id,
+		Bundles:    map[string]logs.BundleInfoV1{BundleName: {Revision: item.d.Revision}},
+		Path:       DecisionPath,
+		Input:      &input,
+		Result:     &result,
+		Timestamp:  item.at.UTC(),
+	}
+	for _, m := range l.masks {
+		if m.apply(ev) {
+			ev.Masked = append(ev.Masked, m.raw)
+		}
+	}
+	return ev, nil
+}
+
+// ResultDocument is the logged result of d; DecisionFromResult reads it back.
+func ResultDocument(d Decision) any {
+	r := map[string]any{"allow": d.Allow, "reason": d.Reason, "code": d.Code}
+	if d.Credential != "" {
+		r["credential"] = d.Credential
+	}
+	return r
+}
+
+// DecisionFromResult reads a logged result (ResultDocument's form); anything else is a deny.
+func DecisionFromResult(result *any, revision string) Decision {
+	d := Decision{Revision: revision}
+	if result == nil {
+		return d
+	}
+	r, _ := (*result).(map[string]any)
+	d.Allow, _ = r["allow"].(bool)
+	d.Reason, _ = r["reason"].(string)
+	d.Code, _ = r["code"].(string)
+	d.Credential, _ = r["credential"].(string)
+	return d
+}

@@ -1,0 +1,93 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
+)
+
+// MaskedValue replaces a masked value in a logged decision. Values are replaced, not removed,
+// so that a rule testing whether an argument is present replays as it decided; a rule reading
+// a masked value sees MaskedValue (replay counts such inputs).
+const MaskedValue = "**masked**"
+
+// DefaultMask masks every tool-call argument's value, the part of the input most likely to hold
+// a secret a sandbox was given or found.
+var DefaultMask = []string{"/input/mcp/arguments/*"}
+
+// maskPointer is one parsed mask: a JSON pointer (RFC 6901) into the event, rooted at /input or
+// /result, like OPA's system.log.mask. A last segment "*" means every member of the object (or
+// element of the array) found there.
+type maskPointer struct {
+	raw  string
+	root string   // "input" or "result"
+	path []string // below the root; unescaped
+}
+
+// CheckMask reports what is wrong with one mask pointer, such as "/input/mcp/arguments/token".
+func CheckMask(p string) error {
+	_, err := parseMask(p)
+	return err
+}
+
+func parseMask(p string) (maskPointer, error) {
+	if !strings.HasPrefix(p, "/") {
+		return maskPointer{}, fmt.Errorf("%q is not a JSON pointer (it starts with /input/ or /result/)", p)
+	}
+	parts := strings.Split(p[1:], "/")
+	if parts[0] != "input" && parts[0] != "result" {
+		return maskPointer{}, fmt.Errorf("%q: a mask starts with /input/ or /result/", p)
+	}
+	if len(parts) < 2 || parts[1] == "" {
+		return maskPointer{}, fmt.Errorf("%q: name a value below /%s, not the whole document", p, parts[0])
+	}
+	for i, s := range parts {
+		if strings.Contains(s, "*") && (s != "*" || i != len(parts)-1) {
+			return maskPointer{}, errors.New(p + `: "*" is allowed only as the whole last segment`)
+		}
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+	}
+	return maskPointer{raw: p, root: parts[0], path: parts[1:]}, nil
+}
+
+// apply masks ev and reports whether it replaced anything.
+func (m maskPointer) apply(ev *logs.EventV1) bool {
+	doc := ev.Input
+	if m.root == "result" {
+		doc = ev.Result
+	}
+	if doc == nil {
+		return false
+	}
+	node := *doc
+	last := len(m.path) - 1
+	for _, k := range m.path[:last] {
+		obj, ok := node.(map[string]any)
+		if !ok {
+			return false
+		}
+		if node, ok = obj[k]; !ok {
+			return false
+		}
+	}
+	masked := false
+	switch obj := node.(type) {
+	case map[string]any:
+		if m.path[last] == "*" {
+			for k := range obj {
+				obj[k], masked = MaskedValue, true
+			}
+		} else if _, ok := obj[m.path[last]]; ok {
+			obj[m.path[last]], masked = MaskedValue, true
+		}
+	case []any:
+		if m.path[last] == "*" {
+			for i := range obj {
+				obj[i], masked = MaskedValue, true
+			}
+		}
+	}
+	return masked
+}
