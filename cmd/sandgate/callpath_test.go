@@ -287,6 +287,7 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 		{"a request with both Content-Length and Transfer-Encoding", raw(cp.proxy, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), audit.KindHTTPRejected, "request_smuggling", 400, false},
 		{"a conflicting Content-Length that net/http refuses itself", raw(cp.proxy, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"), audit.KindHTTPRejected, "malformed_request", 400, false},
 		{"a malformed Transfer-Encoding that net/http refuses itself", raw(cp.proxy, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n"), audit.KindHTTPRejected, "malformed_request", 400, false},
+		{"a header line without a colon", raw(cp.proxy, "GET /routes/anthropic/v1/models HTTP/1.1\r\nHost: x\r\nContent-Length\r\n\r\n"), audit.KindHTTPRejected, "malformed_request", 400, false},
 		{"an HTTP/0.9 request", raw(cp.proxy, "GET /\r\n\r\n"), audit.KindHTTPRejected, "malformed_request", 400, false},
 		{"a CONNECT with a malformed authority", raw(cp.proxy, "CONNECT /x HTTP/1.1\r\nHost: x\r\n\r\n"), "", "", 0, false},
 		{"a head that never completes is cut at the header timeout", raw(cp.proxy, "GET /routes/anthropic/v1/models HTTP/1.1\r\nHost: x\r\n"), audit.KindHTTPRejected, "header_timeout", 408, false},
