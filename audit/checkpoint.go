@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/atomicfile"
 )
 
 // Checkpoint is a signed statement about the log: its first Count lines end with the line whose
@@ -316,7 +318,7 @@ func GenerateKeys(dir string, force bool) ([]string, error) {
 	}
 	modes := []os.FileMode{0o600, 0o644, 0o600}
 	for i, p := range paths {
-		if err := writeFileAtomic(p, contents[i], modes[i]); err != nil {
+		if err := atomicfile.Write(p, contents[i], modes[i]); err != nil {
 			return nil, err
 		}
 	}
@@ -335,27 +337,4 @@ func ReadKeyFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return b, nil
-}
-
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
