@@ -89,17 +89,19 @@ func (g *headGuard) Read(p []byte) (int, error) {
 // line, Transfer-Encoding or Content-Length, a bad Host, HTTP/0.9 …): it is audited here, since
 // no handler will.
 func (g *headGuard) Write(p []byte) (int, error) {
+	status := errorStatusLine(p) // checked first: most writes are no error status line, and take no lock
+	if status == 0 {
+		return g.Conn.Write(p)
+	}
 	var rf *call.Refusal
 	g.mu.Lock()
 	if g.unservedLocked() {
-		if status := errorStatusLine(p); status != 0 {
-			g.reported = g.started
-			code := call.CodeMalformedRequest
-			if status == 431 {
-				code = call.CodeHeaderTooLarge
-			}
-			rf = &call.Refusal{Code: code, Reason: "net/http refused the request: " + firstLine(p, 120)}
+		g.reported = g.started
+		code := call.CodeMalformedRequest
+		if status == 431 {
+			code = call.CodeHeaderTooLarge
 		}
+		rf = &call.Refusal{Code: code, Reason: "net/http refused the request: " + firstLine(p, 120)}
 	}
 	g.mu.Unlock()
 	if rf != nil && g.onHard != nil {
