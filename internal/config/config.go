@@ -404,6 +404,14 @@ func (f *fieldErrors) add(field, format string, args ...any) {
 
 func (f fieldErrors) err() error { return errors.Join(f...) }
 
+// unique records that list[i] is named name and reports a name an earlier entry already has.
+func (f *fieldErrors) unique(seen map[string]int, list string, i int, name string) {
+	if j, dup := seen[name]; dup && name != "" {
+		f.add(fmt.Sprintf("%s[%d].name", list, i), "%q is already defined by %s[%d]", name, list, j)
+	}
+	seen[name] = i
+}
+
 func (l Listen) validate(errs *fieldErrors) {
 	for _, a := range []struct{ field, addr string }{
 		{"listen.mcp", l.MCP}, {"listen.proxy", l.Proxy}, {"listen.admin", l.Admin},
@@ -451,10 +459,7 @@ func (c *Config) validate() error {
 		case !validName(cr.Name):
 			errs.add(f+".name", "%q may contain only letters, digits, '-', '_' and '.'", cr.Name)
 		}
-		if j, dup := names[cr.Name]; dup && cr.Name != "" {
-			errs.add(f+".name", "%q is already defined by credentials[%d]", cr.Name, j)
-		}
-		names[cr.Name] = i
+		errs.unique(names, "credentials", i, cr.Name)
 		if (cr.File == "") == (cr.Env == "") {
 			errs.add(f, "set exactly one of file or env (credential values are never written in the config)")
 		}

@@ -188,10 +188,7 @@ func (x *Gateway) validate(c *Config, errs *fieldErrors) {
 		case len(u.Name) > 32:
 			errs.add(f+".name", "%q is longer than 32 characters (it becomes a tool-name prefix)", u.Name)
 		}
-		if j, dup := names[u.Name]; dup && u.Name != "" {
-			errs.add(f+".name", "%q is already defined by gateway.upstreams[%d]", u.Name, j)
-		}
-		names[u.Name] = i
+		errs.unique(names, "gateway.upstreams", i, u.Name)
 		u.validate(c, f, errs)
 	}
 }

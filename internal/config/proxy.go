@@ -209,10 +209,7 @@ func (x *Proxy) validateRoutes(c *Config, errs *fieldErrors) {
 		case !validName(r.Name):
 			errs.add(f+".name", "%q may contain only letters, digits, '-', '_' and '.'", r.Name)
 		}
-		if j, dup := routes[r.Name]; dup && r.Name != "" {
-			errs.add(f+".name", "%q is already defined by proxy.routes[%d]", r.Name, j)
-		}
-		routes[r.Name] = i
+		errs.unique(routes, "proxy.routes", i, r.Name)
 		u, err := url.Parse(r.Upstream)
 		switch {
 		case r.Upstream == "":
