@@ -80,6 +80,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	runCgroups = newCgroups()
+	defer runCgroups.remove()
 	var up *Upstreams
 	if o.UpstreamsExe != "" {
 		up, err = startUpstreamsProcess(ctx, o.UpstreamsExe, filepath.Join(root, "upstream-ca"))
@@ -118,6 +120,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := buildReport(o, results, notes)
 	rep.Versions = peerVersions()
+	rep.Machine["cpu_source"] = string(sg.proc.meter.Source())
 	o.Progress("policy decision benchmark (in process, about 10 s)")
 	if rep.Policy, err = benchPolicy(ctx, o.PolicyDir); err != nil {
 		return nil, err

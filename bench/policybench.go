@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/rego"
+
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
@@ -14,8 +16,9 @@ import (
 // (their own data), the same measurement as `go test -bench DecideShippedPolicy ./policy/`.
 type PolicyFigure struct {
 	Case string `json:"case"` // model_request, tools_call
-	// Mode is "evaluated" (OPA runs, as for an input seen for the first time) or "cached" (a
-	// repeated input, answered by the revision's decision cache).
+	// Mode is "evaluated" (OPA runs, as for an input seen for the first time), "cached" (a
+	// repeated input, answered by the revision's decision cache) or "baseline" (OPA's own
+	// prepared evaluation of a one-line policy on the same input: the floor of "evaluated").
 	Mode        string  `json:"mode"`
 	NsPerOp     float64 `json:"ns_per_op"`
 	AllocsPerOp int64   `json:"allocs_per_op"`
@@ -55,5 +58,41 @@ func benchPolicy(ctx context.Context, dir string) ([]PolicyFigure, error) {
 			out = append(out, PolicyFigure{Case: name, Mode: mode.name, NsPerOp: float64(r.NsPerOp()), AllocsPerOp: r.AllocsPerOp()})
 		}
 	}
+	for _, name := range []string{"model_request", "tools_call"} {
+		f, err := benchOneLinePolicy(ctx, name, policyBenchInputs()[name])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
 	return out, nil
+}
+
+// oneLinePolicy is the floor of a first-seen decision: one rule reading the input.
+const oneLinePolicy = "package floor\n\nallow if input.kind != \"\"\n"
+
+// benchOneLinePolicy measures OPA's own evaluation (rego.PreparedEvalQuery, the API OPA users
+// call) of oneLinePolicy on the same input as the shipped-policy case, built the way Sandgate
+// builds it for every decision (Input.Value), so the two differ by the policy only.
+func benchOneLinePolicy(ctx context.Context, name string, in *policy.Input) (PolicyFigure, error) {
+	pq, err := rego.New(rego.Query("data.floor.allow"), rego.Module("floor.rego", oneLinePolicy)).PrepareForEval(ctx)
+	if err != nil {
+		return PolicyFigure{}, fmt.Errorf("policy benchmark floor: %w", err)
+	}
+	eval := func() (rego.ResultSet, error) {
+		v, err := in.Value()
+		if err != nil {
+			return nil, err
+		}
+		return pq.Eval(ctx, rego.EvalParsedInput(v))
+	}
+	if rs, err := eval(); err != nil || !rs.Allowed() {
+		return PolicyFigure{}, fmt.Errorf("policy benchmark floor: the one-line policy did not allow %s (%v)", name, err)
+	}
+	r := testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+			_, _ = eval()
+		}
+	})
+	return PolicyFigure{Case: name, Mode: "baseline", NsPerOp: float64(r.NsPerOp()), AllocsPerOp: r.AllocsPerOp()}, nil
 }

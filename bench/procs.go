@@ -15,11 +15,16 @@ import (
 
 // process is a peer or Sandgate running as its own OS process, started and stopped by the bench.
 type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
+	name  string
+	cmd   *exec.Cmd
+	log   string
+	done  chan struct{}
+	meter *cpuMeter
 }
+
+// runCgroups are the per-process cgroups of this run (see cpumeter.go): Run sets them before
+// it starts anything and removes them at the end. A run is one per sandbench process.
+var runCgroups *cgroups
 
 // PID is the process whose CPU and memory the report shows.
 func (p *process) PID() int { return p.cmd.Process.Pid }
@@ -40,7 +45,9 @@ func startProcess(name, dir string, env []string, bin string, args ...string) (*
 		f.Close()
 		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
 	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	pid := cmd.Process.Pid
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{}),
+		meter: &cpuMeter{pgid: pid, groups: runCgroups, cgroup: runCgroups.attach(name, pid)}}
 	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
 	return p, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -65,6 +66,8 @@ func buildReport(o Options, results []Result, notes []string) *Report {
 		m.P90MS = pick(func(x Result) float64 { return x.P90MS })
 		m.P99MS = pick(func(x Result) float64 { return x.P99MS })
 		m.CPUPerReqUS = pick(func(x Result) float64 { return x.CPUPerReqUS })
+		m.UpstreamCPUPerReqUS = pick(func(x Result) float64 { return x.UpstreamCPUPerReqUS })
+
 		m.RSSBytes = int64(pick(func(x Result) float64 { return float64(x.RSSBytes) }))
 		m.Files = int(pick(func(x Result) float64 { return float64(x.Files) }))
 		m.Threads = int(pick(func(x Result) float64 { return float64(x.Threads) }))
@@ -75,6 +78,7 @@ func buildReport(o Options, results []Result, notes []string) *Report {
 			m.Requests += x.Requests
 			m.Errors += x.Errors
 			m.PeakRSSBytes = max(m.PeakRSSBytes, x.PeakRSSBytes)
+			m.LoadgenCores = max(m.LoadgenCores, x.LoadgenCores) // the worst repetition flags the row
 			m.UpstreamPeak = max(m.UpstreamPeak, x.UpstreamPeak)
 			if m.FirstError == "" {
 				m.FirstError = x.FirstError
@@ -147,7 +151,45 @@ func (r *Report) Write(dir, label string) error {
 			return fmt.Errorf("write %s: %w", name, err)
 		}
 	}
-	readme := fmt.Sprintf("# Bench results\n\n`make bench` writes one report per run here (Markdown, JSON, chart).\n\nLatest: [%s.md](%s.md) ([JSON](%s.json), [chart](%s))\n",
-		label, label, label, png)
-	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(readme), 0o644)
+	latest, err := json.MarshalIndent(struct {
+		Label   string            `json:"label"`
+		Time    time.Time         `json:"time"`
+		Report  string            `json:"report"`
+		Machine map[string]string `json:"machine"`
+		Ratios  []Ratio           `json:"ratios"`
+	}{label, r.Time, label + ".md", r.Machine, r.ratiosOf()}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode latest.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latest.json"), latest, 0o644); err != nil {
+		return fmt.Errorf("write latest.json: %w", err)
+	}
+	return writeResultsIndex(dir, label)
+}
+
+// writeResultsIndex lists the reports kept in dir, newest first, in dir/README.md. What is kept
+// is a choice made at commit time (bench/README.md "Reports"): the newest report, and one per
+// landed change that moved a ratio; older runs live in git history.
+func writeResultsIndex(dir, latest string) error {
+	mds, err := filepath.Glob(filepath.Join(dir, "*.md"))
+	if err != nil {
+		return err
+	}
+	var labels []string
+	for _, m := range mds {
+		if l := strings.TrimSuffix(filepath.Base(m), ".md"); l != "README" {
+			labels = append(labels, l)
+		}
+	}
+	slices.Sort(labels)
+	slices.Reverse(labels)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Bench results\n\n`make bench` writes one report per run here: LABEL.md, LABEL.json (every cell and "+
+		"repetition), LABEL-latency-vs-sandboxes.png, and latest.json (the ratio targets of the newest run, machine-readable). "+
+		"Keep the newest report and one per landed change that moved a ratio; delete the rest before committing (git keeps them).\n\n"+
+		"Latest: [%s.md](%s.md) ([targets](latest.json))\n\n| report | JSON | chart |\n| --- | --- | --- |\n", latest, latest)
+	for _, l := range labels {
+		fmt.Fprintf(&b, "| [%s](%s.md) | [json](%s.json) | [png](%s-latency-vs-sandboxes.png) |\n", l, l, l, l)
+	}
+	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(b.String()), 0o644)
 }

@@ -38,24 +38,29 @@ func (c Cell) String() string {
 // Result is one repetition of a cell.
 type Result struct {
 	Cell
-	Rep            int     `json:"rep"`
-	Requests       int64   `json:"requests"`
-	Errors         int64   `json:"errors"`
-	FirstError     string  `json:"first_error,omitempty"`
-	Seconds        float64 `json:"seconds"`
-	Throughput     float64 `json:"throughput_rps"`
-	P50MS          float64 `json:"p50_ms"`
-	P90MS          float64 `json:"p90_ms"`
-	P99MS          float64 `json:"p99_ms"`
-	CPUPerReqUS    float64 `json:"cpu_us_per_req,omitempty"`
-	RSSBytes       int64   `json:"rss_bytes,omitempty"`
-	PeakRSSBytes   int64   `json:"peak_rss_bytes,omitempty"`
-	Files          int     `json:"open_files,omitempty"`
-	Threads        int     `json:"threads,omitempty"`
-	Goroutines     int     `json:"goroutines,omitempty"`
-	UpstreamOpened int64   `json:"upstream_conns_opened"`
-	UpstreamPeak   int64   `json:"upstream_conns_peak"`
-	TLSHandshakes  int64   `json:"upstream_tls_handshakes"`
+	Rep         int     `json:"rep"`
+	Requests    int64   `json:"requests"`
+	Errors      int64   `json:"errors"`
+	FirstError  string  `json:"first_error,omitempty"`
+	Seconds     float64 `json:"seconds"`
+	Throughput  float64 `json:"throughput_rps"`
+	P50MS       float64 `json:"p50_ms"`
+	P90MS       float64 `json:"p90_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	CPUPerReqUS float64 `json:"cpu_us_per_req,omitempty"`
+	// The load generator's CPU in cores over the window (1.0 = one core busy): above
+	// loadgenSaturated the cell may have measured the generator, not the target.
+	LoadgenCores float64 `json:"loadgen_cores"`
+	// The upstream stand-ins' CPU per request over the window.
+	UpstreamCPUPerReqUS float64 `json:"upstream_cpu_us_per_req,omitempty"`
+	RSSBytes            int64   `json:"rss_bytes,omitempty"`
+	PeakRSSBytes        int64   `json:"peak_rss_bytes,omitempty"`
+	Files               int     `json:"open_files,omitempty"`
+	Threads             int     `json:"threads,omitempty"`
+	Goroutines          int     `json:"goroutines,omitempty"`
+	UpstreamOpened      int64   `json:"upstream_conns_opened"`
+	UpstreamPeak        int64   `json:"upstream_conns_peak"`
+	TLSHandshakes       int64   `json:"upstream_tls_handshakes"`
 }
 
 // runner runs cells against the targets.
@@ -69,6 +74,7 @@ type runner struct {
 type recorder struct {
 	mu       sync.Mutex
 	h        *Histogram
+	okN      atomic.Int64 // completed without error, read live by the window's samples
 	errs     atomic.Int64
 	firstErr atomic.Value
 }
@@ -77,6 +83,7 @@ func (r *recorder) ok(d time.Duration) {
 	r.mu.Lock()
 	r.h.Record(d)
 	r.mu.Unlock()
+	r.okN.Add(1)
 }
 
 func (r *recorder) fail(err error) {
@@ -120,42 +127,113 @@ func (rn *runner) run(ctx context.Context, t *Target, cell Cell, d time.Duration
 	if rn.warmup > 0 {
 		rn.load(ctx, cell, clients, rn.warmup, &seq, &recorder{h: NewHistogram()})
 	}
-	before, _ := t.Sample()
 	t.ResetPeak()
-	upBefore := rn.env.up.ModelCounts()
-	start := time.Now()
-	var after ProcSample
-	var gor int
-	stopSample := make(chan struct{})
-	go func() {
-		defer close(stopSample)
-		select {
-		case <-ctx.Done():
-		case <-time.After(d - 50*time.Millisecond): // while the load still runs
-		}
-		after, _ = t.Sample()
-		gor = goroutines(t)
-	}()
-	done := rn.load(ctx, cell, clients, d, &seq, rec)
-	<-stopSample
-	elapsed := time.Since(start).Seconds()
-	upAfter := rn.env.up.ModelCounts()
-	res := Result{Cell: cell, Rep: rep, Requests: done, Errors: rec.errs.Load(), Seconds: elapsed,
-		Throughput: float64(done) / elapsed,
+	win := rn.measure(ctx, t, cell, clients, d, &seq, rec)
+	res := Result{Cell: cell, Rep: rep, Requests: win.requests, Errors: rec.errs.Load(), Seconds: win.seconds,
+		Throughput: float64(win.requests) / win.seconds,
 		P50MS:      ms(rec.h.Quantile(0.50)), P90MS: ms(rec.h.Quantile(0.90)), P99MS: ms(rec.h.Quantile(0.99)),
-		UpstreamOpened: upAfter.Opened - upBefore.Opened, UpstreamPeak: upAfter.Peak,
-		TLSHandshakes: upAfter.Handshakes - upBefore.Handshakes, Goroutines: gor}
+		UpstreamOpened: win.up.Opened, UpstreamPeak: win.up.Peak, TLSHandshakes: win.up.Handshakes,
+		Goroutines: win.goroutines, LoadgenCores: win.loadgenCPU.Seconds() / win.seconds}
 	if s, ok := rec.firstErr.Load().(string); ok {
 		res.FirstError = s
 	}
-	if t.proc != nil && done > 0 {
-		res.CPUPerReqUS = float64((after.CPU - before.CPU).Microseconds()) / float64(done)
-		res.RSSBytes, res.PeakRSSBytes, res.Files, res.Threads = after.RSS, after.PeakRSS, after.Files, after.Threads
+	if win.requests > 0 {
+		res.UpstreamCPUPerReqUS = us(win.upstreamCPU) / float64(win.requests)
+		if t.proc != nil {
+			res.CPUPerReqUS = us(win.targetCPU) / float64(win.requests)
+			res.RSSBytes, res.PeakRSSBytes, res.Files, res.Threads = win.proc.RSS, win.proc.PeakRSS, win.proc.Files, win.proc.Threads
+		}
 	}
 	return res, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
+// window is what one measurement window saw: every figure is a difference between two
+// samples taken at the window's two ends, while the load runs on both sides of each.
+type window struct {
+	seconds                            float64
+	requests                           int64 // completed without error between the samples
+	targetCPU, loadgenCPU, upstreamCPU time.Duration
+	up                                 UpstreamCounts
+	proc                               ProcSample // RSS, files, threads near the end
+	goroutines                         int
+}
+
+// cpuSample is the CPU of every process a window measures, read at one moment.
+type cpuSample struct {
+	at                         time.Time
+	done                       int64
+	target, loadgen, upstreams time.Duration
+}
+
+func (rn *runner) cpuNow(t *Target, done *atomic.Int64) cpuSample {
+	s := cpuSample{at: time.Now(), loadgen: selfCPU()}
+	if t.proc != nil {
+		s.target, _ = t.proc.meter.CPU()
+	}
+	if p := rn.env.up.proc; p != nil {
+		s.upstreams, _ = p.meter.CPU()
+	}
+	s.done = done.Load()
+	return s
+}
+
+// measure runs the load for d plus a margin and samples CPU and completed requests at two
+// moments inside it: the window opens once the load has run windowLead and closes d later,
+// before the clients stop. Requests in flight at either end are in the steady state on both
+// sides, so CPU and requests cover the same interval (the old way read CPU 50 ms before the
+// end and divided by the requests of the whole run).
+func (rn *runner) measure(ctx context.Context, t *Target, cell Cell, clients []requester, d time.Duration, seq *atomic.Int64, rec *recorder) window {
+	const windowLead, windowTail = 100 * time.Millisecond, 100 * time.Millisecond
+	var w window
+	var s0, s1 cpuSample
+	var up0 UpstreamCounts
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		if !sleepCtx(ctx, windowLead) {
+			return
+		}
+		up0 = rn.env.up.ModelCounts()
+		s0 = rn.cpuNow(t, &rec.okN)
+		if !sleepCtx(ctx, d-50*time.Millisecond) {
+			return
+		}
+		if t.proc != nil {
+			w.proc, _ = t.Sample()
+		}
+		w.goroutines = goroutines(t)
+		if !sleepCtx(ctx, time.Until(s0.at.Add(d))) {
+			return
+		}
+		s1 = rn.cpuNow(t, &rec.okN)
+		up1 := rn.env.up.ModelCounts()
+		w.up = UpstreamCounts{Opened: up1.Opened - up0.Opened, Handshakes: up1.Handshakes - up0.Handshakes, Peak: up1.Peak}
+	}()
+	rn.load(ctx, cell, clients, windowLead+d+windowTail, seq, rec)
+	<-sampled
+	if s1.at.IsZero() {
+		return window{seconds: d.Seconds()}
+	}
+	w.seconds = s1.at.Sub(s0.at).Seconds()
+	w.requests = s1.done - s0.done
+	w.targetCPU, w.loadgenCPU, w.upstreamCPU = s1.target-s0.target, s1.loadgen-s0.loadgen, s1.upstreams-s0.upstreams
+	return w
+}
+
+// sleepCtx sleeps d, or less when ctx ends; it reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	return ctx.Err() == nil
+}
 
 // load drives the clients for d and returns the requests completed without error.
 func (rn *runner) load(ctx context.Context, cell Cell, clients []requester, d time.Duration, seq *atomic.Int64, rec *recorder) int64 {

@@ -35,7 +35,7 @@ func main() {
 	sweep := flag.String("sweep", "100,1000", "sandbox counts of the latency-vs-sandboxes chart (route, intercept, mcp); -sandboxes is added")
 	flag.Float64Var(&o.Rate, "rate", 500, "offered requests/s of the fixed-rate shape, spread over the sandboxes (2000 saturates Sandgate on a loaded 2-core box)")
 	conc := flag.String("concurrency", "64,512", "closed-loop client counts")
-	flag.IntVar(&o.Reps, "reps", 2, "interleaved repetitions (medians are reported)")
+	flag.IntVar(&o.Reps, "reps", 3, "interleaved repetitions (ratios: median and min–max over them)")
 	flag.DurationVar(&o.RateDuration, "rate-duration", 3*time.Second, "window of a fixed-rate cell")
 	flag.DurationVar(&o.ClosedDuration, "closed-duration", 2*time.Second, "window of a closed-loop cell")
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
@@ -44,7 +44,10 @@ func main() {
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
 	flag.Parse()
 	if *quick {
-		o.Reps, o.RateDuration, o.ClosedDuration, o.Warmup = 1, time.Second, time.Second, 200*time.Millisecond
+		o.RateDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, 200*time.Millisecond
+		if !isSet("reps") {
+			o.Reps = 1
+		}
 		if !isSet("sandboxes") {
 			o.Sandboxes = 200
 		}
@@ -81,6 +84,17 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("report: %s/%s.md\n", o.OutDir, o.Label)
+	fmt.Printf("targets (ratio against the floor of this run: median, min–max over %d repetitions):\n", o.Reps)
+	for _, x := range rep.Ratios(o.Sandboxes, o.Concurrency) {
+		status := "missed"
+		switch {
+		case !x.Measured:
+			status = "not measured"
+		case x.Met:
+			status = "met"
+		}
+		fmt.Printf("  %-12s %-10s %-55s %6.2f (%.2f–%.2f) target %s\n", status, x.Workload, x.Measure, x.Ratio, x.Min, x.Max, x.TargetText())
+	}
 	for _, c := range rep.Checks(o.Sandboxes) {
 		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
 	}

@@ -1,0 +1,245 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The fast path is judged by ratios against floors measured in the same run, interleaved (the
+// machines are shared; an absolute figure moves 20–50% between runs of the same code, a ratio
+// of two cells measured seconds apart much less). Each ratio is computed per repetition, from
+// that repetition's two cells, and reported as the median with its min–max.
+
+// Ratio is one target of the fast-path issue, evaluated on this run.
+type Ratio struct {
+	Workload string    `json:"workload"`
+	Measure  string    `json:"measure"`
+	Floor    string    `json:"floor"`    // the target it is compared with
+	Sandgate float64   `json:"sandgate"` // median over repetitions
+	FloorVal float64   `json:"floor_value"`
+	Ratio    float64   `json:"ratio"` // median of the per-repetition ratios
+	Min      float64   `json:"min"`
+	Max      float64   `json:"max"`
+	PerRep   []float64 `json:"per_rep"`
+	Target   float64   `json:"target"`
+	AtLeast  bool      `json:"at_least,omitempty"` // the ratio must be ≥ Target (else ≤)
+	Met      bool      `json:"met"`
+	Measured bool      `json:"measured"`
+	// LoadgenSaturated is set when the generator used more than loadgenSaturated of a core in a
+	// cell of this ratio: the cell may have measured the generator, not the proxy.
+	LoadgenSaturated bool   `json:"loadgen_saturated,omitempty"`
+	Note             string `json:"note,omitempty"`
+}
+
+// absolute marks a target with no floor (RSS per sandbox: no floor keeps sandbox state).
+const absolute = "(absolute)"
+
+// loadgenSaturated is the generator CPU (cores) above which a cell is flagged.
+const loadgenSaturated = 0.9
+
+// Targets in cmp form, printed with their ratio.
+func (x Ratio) TargetText() string {
+	if x.Floor == absolute {
+		return fmt.Sprintf("≤ %.0f", x.Target)
+	}
+	if x.AtLeast {
+		return fmt.Sprintf("≥ %.2f×", x.Target)
+	}
+	return fmt.Sprintf("≤ %.2f×", x.Target)
+}
+
+// ratioSpec names one ratio: a measure of a workload, Sandgate against a floor.
+type ratioSpec struct {
+	workload, floor, measure string
+	target                   float64
+	atLeast                  bool
+	cell                     func(mainN, maxC int) (shape string, n int)
+	value                    func(sg, direct Result) float64
+}
+
+var (
+	cpuC64   = func(int, int) (string, int) { return ShapeClosed, 64 }
+	rateMain = func(mainN, _ int) (string, int) { return ShapeRate, mainN }
+	satMax   = func(_, maxC int) (string, int) { return ShapeClosed, maxC }
+	cpuOf    = func(x, _ Result) float64 { return x.CPUPerReqUS }
+	addedP99 = func(x, d Result) float64 { return x.P99MS - d.P99MS }
+	rpsOf    = func(x, _ Result) float64 { return x.Throughput }
+)
+
+// ratioSpecs are the issue's targets (bench/README.md "Targets").
+var ratioSpecs = []ratioSpec{
+	{WIntercept, "goproxy", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
+	{WRoute, "relay", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
+	{WRouteConv, "relay", "CPU µs/request (c=64)", 1.20, false, cpuC64, cpuOf},
+	{WTunnel, "relay", "CPU µs/request (c=64)", 1.05, false, cpuC64, cpuOf},
+	{WTunnelNew, "relay", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
+	{WMCP, "relay", "CPU µs/request (c=64)", 1.00, false, cpuC64, cpuOf},
+	{WRoute, "relay", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
+	{WIntercept, "goproxy", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
+	{WMCP, "relay", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
+	{WRoute, "relay", "saturation req/s (closed loop, most clients)", 0.95, true, satMax, rpsOf},
+	{WIntercept, "goproxy", "saturation req/s (closed loop, most clients)", 0.95, true, satMax, rpsOf},
+}
+
+// Ratios evaluates every target on the run's results.
+func (r *Report) Ratios(mainN int, concurrency []int) []Ratio {
+	maxC := 0
+	if len(concurrency) > 0 {
+		maxC = slices.Max(concurrency)
+	}
+	var out []Ratio
+	for _, sp := range ratioSpecs {
+		shape, n := sp.cell(mainN, maxC)
+		x := Ratio{Workload: sp.workload, Measure: sp.measure, Floor: sp.floor, Target: sp.target, AtLeast: sp.atLeast}
+		if shape == ShapeRate {
+			x.Measure = fmt.Sprintf("%s, %d sandboxes", sp.measure, n)
+		} else if sp.measure != "CPU µs/request (c=64)" {
+			x.Measure = fmt.Sprintf("%s c=%d", sp.measure, n)
+		}
+		var sgs, fls []float64
+		for rep := range r.reps() {
+			sg, ok1 := r.result(sp.workload, "sandgate", shape, n, rep)
+			fl, ok2 := r.result(sp.workload, sp.floor, shape, n, rep)
+			dr, ok3 := r.result(sp.workload, "direct", shape, n, rep)
+			if !ok1 || !ok2 || (shape == ShapeRate && !ok3) {
+				continue
+			}
+			a, b := sp.value(sg, dr), sp.value(fl, dr)
+			if b <= 0 || a <= 0 {
+				continue
+			}
+			sgs, fls = append(sgs, a), append(fls, b)
+			x.PerRep = append(x.PerRep, a/b)
+			x.LoadgenSaturated = x.LoadgenSaturated || sg.LoadgenCores > loadgenSaturated || fl.LoadgenCores > loadgenSaturated
+		}
+		if len(x.PerRep) > 0 {
+			x.Measured = true
+			x.Sandgate, x.FloorVal, x.Ratio = median(sgs), median(fls), median(x.PerRep)
+			x.Min, x.Max = slices.Min(x.PerRep), slices.Max(x.PerRep)
+			x.Met = x.Ratio <= x.Target
+			if x.AtLeast {
+				x.Met = x.Ratio >= x.Target
+			}
+		}
+		out = append(out, x)
+	}
+	out = append(out, r.policyRatio(), r.rssPerSandbox())
+	return out
+}
+
+// policyRatio is the first-seen decision on the shipped policies against OPA's evaluation of a
+// one-line policy in the same benchmark run (benchPolicy).
+func (r *Report) policyRatio() Ratio {
+	x := Ratio{Workload: "policy", Measure: "first-seen decision ns (shipped policies, worst case)", Floor: "OPA one-line policy",
+		Target: 1.5}
+	base, eval := map[string]float64{}, map[string]float64{}
+	for _, f := range r.Policy {
+		switch f.Mode {
+		case "baseline":
+			base[f.Case] = f.NsPerOp
+		case "evaluated":
+			eval[f.Case] = f.NsPerOp
+		}
+	}
+	for c, b := range base {
+		if e := eval[c]; b > 0 && e > 0 {
+			x.PerRep = append(x.PerRep, e/b)
+			if e/b >= slices.Max(x.PerRep) {
+				x.Sandgate, x.FloorVal, x.Note = e, b, c
+			}
+		}
+	}
+	if len(x.PerRep) > 0 {
+		x.Measured, x.Ratio = true, slices.Max(x.PerRep)
+		x.Min, x.Max = slices.Min(x.PerRep), x.Ratio
+		x.Met = x.Ratio <= x.Target
+		x.Note = "worst case: " + x.Note + "; min–max over the cases"
+	}
+	return x
+}
+
+// rssPerSandbox is the whole process's RSS over connected sandboxes in the largest fixed-rate
+// MCP cell; the target is absolute (no floor keeps sandbox state) and judged at ≥ 10,000.
+func (r *Report) rssPerSandbox() Ratio {
+	x := Ratio{Workload: WMCP, Measure: "RSS KB per connected sandbox (largest fixed-rate cell)", Floor: absolute, Target: 32}
+	var big Row
+	for _, row := range r.Rows {
+		if row.Target == "sandgate" && row.Shape == ShapeRate && row.Workload == WMCP && row.Sandboxes > big.Sandboxes {
+			big = row
+		}
+	}
+	if big.Sandboxes > 0 && big.RSSPerSBKB > 0 {
+		x.Sandgate, x.Ratio, x.Min, x.Max = big.RSSPerSBKB, big.RSSPerSBKB, big.RSSPerSBKB, big.RSSPerSBKB
+		x.Measured = big.Sandboxes >= 10000
+		x.Met = x.Measured && big.RSSPerSBKB <= x.Target
+		x.Note = fmt.Sprintf("%d sandboxes", big.Sandboxes)
+	}
+	return x
+}
+
+// reps lists the repetition numbers present in the results.
+func (r *Report) reps() []int {
+	var reps []int
+	for _, x := range r.Results {
+		if !slices.Contains(reps, x.Rep) {
+			reps = append(reps, x.Rep)
+		}
+	}
+	slices.Sort(reps)
+	return reps
+}
+
+// result finds one repetition of one cell.
+func (r *Report) result(w, target, shape string, n, rep int) (Result, bool) {
+	for _, x := range r.Results {
+		if x.Workload == w && x.Target == target && x.Shape == shape && x.Rep == rep &&
+			((shape == ShapeRate && x.Sandboxes == n) || (shape == ShapeClosed && x.Concurrency == n)) {
+			return x, true
+		}
+	}
+	return Result{}, false
+}
+
+// ratiosOf evaluates the targets with the run's own options.
+func (r *Report) ratiosOf() []Ratio {
+	mainN, _ := r.Options["sandboxes"].(int)
+	conc, _ := r.Options["concurrency"].([]int)
+	return r.Ratios(mainN, conc)
+}
+
+// ratioTable renders the targets: median ratio, its min–max and every repetition's.
+func (r *Report) ratioTable() string {
+	var b strings.Builder
+	b.WriteString("\n## Targets: ratios against the floors of this run\n\n" +
+		"Each ratio is Sandgate's figure over the floor's, per repetition (the two cells run seconds apart, " +
+		"interleaved); the median decides met/missed, min–max shows how well it repeats. " +
+		"⚠ marks a ratio one of whose cells had the load generator above 90% of a core.\n\n" +
+		"| workload | measure | Sandgate | floor | ratio (median) | min–max | per repetition | target | status |\n" +
+		"| --- | --- | ---: | --- | ---: | ---: | --- | ---: | --- |\n")
+	for _, x := range r.ratiosOf() {
+		if !x.Measured && x.Sandgate == 0 {
+			fmt.Fprintf(&b, "| %s | %s | — | %s | — | — | — | %s | not measured |\n", x.Workload, x.Measure, x.Floor, x.TargetText())
+			continue
+		}
+		per := make([]string, len(x.PerRep))
+		for i, v := range x.PerRep {
+			per[i] = fmt.Sprintf("%.2f", v)
+		}
+		status := verdict(x.Met)
+		if !x.Measured {
+			status = "not measured (" + x.Note + ")"
+		}
+		warn := ""
+		if x.LoadgenSaturated {
+			warn = " ⚠"
+		}
+		floor := fmt.Sprintf("%s %.2f", x.Floor, x.FloorVal)
+		if x.Floor == absolute {
+			floor = "—"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %.2f×%s | %.2f–%.2f | %s | %s | %s |\n", x.Workload, x.Measure, x.Sandgate, floor,
+			x.Ratio, warn, x.Min, x.Max, strings.Join(per, " "), x.TargetText(), status)
+	}
+	return b.String()
+}
