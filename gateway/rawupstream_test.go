@@ -17,13 +17,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rawUpstream is a hand-written Streamable HTTP MCP server (legacy protocol, JSON responses)
-// that answers the lists from a fixture exactly as written there, and records every message
-// it receives. It stands for upstreams whose objects carry more than mcp-go models.
+// rawUpstream is a hand-written Streamable HTTP MCP server (legacy protocol, JSON responses;
+// 2026-07-28 too when modern is set) that answers the lists from a fixture exactly as written
+// there, and records every message it receives. It stands for upstreams whose objects carry
+// more than mcp-go models.
 type rawUpstream struct {
 	srv      *httptest.Server
 	catalog  map[string]json.RawMessage
 	mu       sync.Mutex
+	modern   bool // answers server/discover: speaks 2026-07-28
 	got      []rpcEnvelope
 	sessions int             // sessions initialized
 	deleted  []string        // sessions ended with DELETE
@@ -94,6 +96,7 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	m.Session = r.Header.Get("Mcp-Session-Id")
 	u.mu.Lock()
 	u.got = append(u.got, m)
+	modern := u.modern
 	if m.Method == "initialize" {
 		u.sessions++
 		w.Header().Set("Mcp-Session-Id", fmt.Sprint("raw-session-", u.sessions))
@@ -108,11 +111,21 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	case "initialize":
 		result = map[string]any{"protocolVersion": "2025-06-18", "serverInfo": map[string]any{"name": "raw", "version": "1"},
 			"capabilities": map[string]any{"tools": map[string]any{}, "resources": map[string]any{}, "prompts": map[string]any{}}}
+	case "server/discover":
+		if !modern {
+			writeJSON(w, map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
+			return
+		}
+		result = json.RawMessage(modernDiscover)
 	case "tools/call":
 		var p struct {
 			Name string `json:"name"`
 		}
 		_ = json.Unmarshal(m.Params, &p)
+		if p.Name == "ask-model" {
+			result = askModel(m.Params)
+			break
+		}
 		if p.Name == "poll" { // SEP-1699: end the stream before the result; the client resumes
 			u.mu.Lock()
 			u.polled = m.ID

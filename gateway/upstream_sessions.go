@@ -232,7 +232,7 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 		if err != nil {
 			return zero, err
 		}
-		cctx, cancel := context.WithTimeout(ctx, u.cfg.CallTimeout.D())
+		cctx, cancel := context.WithTimeout(withConnHooks(ctx, u.hooks.conn(u, l.sid)), u.cfg.CallTimeout.D())
 		res, err := f(cctx, l.cli)
 		timedOut := cctx.Err() != nil
 		cancel()
