@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,24 +58,23 @@ func TestConformance(t *testing.T) {
 	})
 	// The TypeScript server takes no listen address; loopback-only.mjs binds it to 127.0.0.1.
 	tsArgs := []string{"--import", loopbackOnly, tsServer}
-	t.Run("typescript-sdk", func(t *testing.T) {
+	startTS := func(t *testing.T) string {
 		addr := freeLoopbackAddr(t)
 		_, port, _ := net.SplitHostPort(addr)
-		cmd := exec.Command(cf.node, append(tsArgs, "streamableHttp")...)
+		cmd := exec.Command(cf.node, slices.Concat(tsArgs, []string{"streamableHttp"})...)
 		cmd.Env = append(os.Environ(), "PORT="+port)
 		startConformanceServer(t, addr, cmd)
-		cf.compare(t, "testdata/conformance-typescript.yml", "http://"+addr+"/mcp",
-			config.Upstream{Name: "everything", URL: "http://" + addr + "/mcp", Prefix: config.PrefixNever})
+		return "http://" + addr + "/mcp"
+	}
+	t.Run("typescript-sdk", func(t *testing.T) {
+		url := startTS(t)
+		cf.compare(t, "testdata/conformance-typescript.yml", url,
+			config.Upstream{Name: "everything", URL: url, Prefix: config.PrefixNever})
 	})
 	t.Run("typescript-sdk-stdio", func(t *testing.T) {
 		// Compared with the same server over Streamable HTTP directly: the suite speaks HTTP.
-		addr := freeLoopbackAddr(t)
-		_, port, _ := net.SplitHostPort(addr)
-		cmd := exec.Command(cf.node, append(tsArgs, "streamableHttp")...)
-		cmd.Env = append(os.Environ(), "PORT="+port)
-		startConformanceServer(t, addr, cmd)
-		cf.compare(t, "testdata/conformance-typescript.yml", "http://"+addr+"/mcp",
-			config.Upstream{Name: "everything", Command: cf.node, Args: append(tsArgs, "stdio"), Prefix: config.PrefixNever,
+		cf.compare(t, "testdata/conformance-typescript.yml", startTS(t),
+			config.Upstream{Name: "everything", Command: cf.node, Args: slices.Concat(tsArgs, []string{"stdio"}), Prefix: config.PrefixNever,
 				MaxSessions: 8})
 	})
 }
