@@ -79,6 +79,7 @@ func request[R any](ctx context.Context, cli *client.Client, method mcp.MCPMetho
 		var zero R
 		return zero, err
 	}
+	keepExtras(ctx, string(method), raw)
 	return parse(&raw)
 }
 

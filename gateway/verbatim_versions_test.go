@@ -78,6 +78,14 @@ func TestResultsAreVerbatimUnderEachVersion(t *testing.T) {
 			} {
 				assert.JSONEq(t, c.want, string(through.call(c.method, c.params)), c.method)
 			}
+			// A call with progress reaches the sandbox on an SSE stream: the result is the same.
+			withProgress := map[string]any{"name": "echo", "arguments": map[string]any{"message": "hi"},
+				"_meta": map[string]any{"progressToken": "p-1"}}
+			res, before := through.callStream("tools/call", withProgress)
+			assert.JSONEq(t, richResult, string(res), "tools/call with progress")
+			require.Len(t, before, 1)
+			assert.Equal(t, "notifications/progress", before[0].Method)
+			assert.Equal(t, "p-1", before[0].Params["progressToken"])
 			calls := up.received("tools/call")
 			require.NotEmpty(t, calls)
 			assert.Equal(t, tt.version, protocolVersionOf(t, calls[len(calls)-1]), "the revision Sandgate spoke upstream")
