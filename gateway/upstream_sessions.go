@@ -50,10 +50,13 @@ type lease struct {
 	conn *sandboxConn // nil for the shared connection
 }
 
-// perSandbox reports whether sandbox requests to u get their own upstream session: an HTTP
-// upstream in per-sandbox mode whose shared connection speaks a revision with sessions.
+// perSandbox reports whether sandbox requests to u get their own upstream session: an upstream
+// in per-sandbox mode whose shared connection speaks a revision with sessions. For a stdio
+// upstream the session is a process of its own, started on the sandbox session's first request
+// and stopped (stdin closed, then SIGTERM, then SIGKILL) when the session ends, idles out or is
+// evicted at max_sessions.
 func (u *upstream) perSandbox(shared *client.Client) bool {
-	return u.cfg.Sessions != config.SessionsShared && !u.cfg.IsStdio() && !mcp.IsModernProtocol(shared.ProtocolVersion())
+	return u.cfg.Sessions != config.SessionsShared && !mcp.IsModernProtocol(shared.ProtocolVersion())
 }
 
 // lease returns the connection for the request in ctx: its sandbox session's own upstream
@@ -229,7 +232,7 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 		if err != nil {
 			return zero, err
 		}
-		cctx, cancel := context.WithTimeout(ctx, u.cfg.CallTimeout.D())
+		cctx, cancel := context.WithTimeout(withConnHooks(ctx, u.hooks.conn(u, l.sid)), u.cfg.CallTimeout.D())
 		res, err := f(cctx, l.cli)
 		timedOut := cctx.Err() != nil
 		cancel()
