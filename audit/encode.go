@@ -34,6 +34,17 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = append(b, `,"policy_revision":`...)
 	b = appendString(b, e.Decision.PolicyRevision)
 	b = append(b, '}')
+	if s := e.Shadow; s != nil {
+		b = append(b, `,"shadow":{"allow":`...)
+		b = strconv.AppendBool(b, s.Allow)
+		b = append(b, `,"reason":`...)
+		b = appendString(b, s.Reason)
+		b = append(b, `,"code":`...)
+		b = appendString(b, s.Code)
+		b = append(b, `,"revision":`...)
+		b = appendString(b, s.Revision)
+		b = append(b, '}')
+	}
 	b = appendOptString(b, `,"credential":`, e.Credential)
 	b = append(b, `,"outcome":`...)
 	b = appendOutcome(b, &e.Outcome)

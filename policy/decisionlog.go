@@ -68,10 +68,11 @@ type DecisionLog struct {
 }
 
 type loggedDecision struct {
-	id string
-	at time.Time
-	in Input
-	d  Decision
+	id   string
+	path string
+	at   time.Time
+	in   Input
+	d    Decision
 }
 
 // OpenDecisionLog opens (or continues) the log file and starts its writer; Close stops it.
@@ -124,7 +125,12 @@ func OpenDecisionLog(cfg DecisionLogConfig) (*DecisionLog, error) {
 // input the policy saw (it is read later, by the writer: the caller must not change it after
 // the decision) and d is the decision. It never blocks.
 func (l *DecisionLog) Record(id string, in *Input, d Decision) {
-	item := loggedDecision{id: id, at: time.Now(), in: *in, d: d}
+	l.record(id, DecisionPath, in, d)
+}
+
+// record queues a decision made under path (DecisionPath, or ShadowPath for a shadow's).
+func (l *DecisionLog) record(id, path string, in *Input, d Decision) {
+	item := loggedDecision{id: id, path: path, at: time.Now(), in: *in, d: d}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
@@ -210,7 +216,7 @@ func (l *DecisionLog) event(item *loggedDecision) (*logs.EventV1, error) {
 		Labels:     l.labels,
 		DecisionID: item.id,
 		Bundles:    map[string]logs.BundleInfoV1{BundleName: {Revision: item.d.Revision}},
-		Path:       DecisionPath,
+		Path:       item.path,
 		Input:      &input,
 		Result:     &result,
 		Timestamp:  item.at.UTC(),
