@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/telemetry"
@@ -87,6 +88,31 @@ func openDecisionLog(cfg *config.Config, replica string, log *slog.Logger, tel *
 	return dl, nil
 }
 
-func newBundleEngine(context.Context, *config.Config, *slog.Logger, *telemetry.Telemetry) (*policy.Engine, []component, error) {
-	return nil, nil, errors.New("policy.bundle: not built yet")
+// bundleConfig reads policy.bundle's key file into the engine's bundle configuration.
+func bundleConfig(cfg *config.Config) (policy.BundleConfig, error) {
+	b := cfg.Policy.Bundle
+	key, err := os.ReadFile(b.PublicKeyFile)
+	if err != nil {
+		return policy.BundleConfig{}, fmt.Errorf("policy.bundle.public_key_file: %w", err)
+	}
+	return policy.BundleConfig{File: b.File, URL: b.URL, OCI: b.OCI, OCIPlainHTTP: b.OCIPlainHTTP,
+		PublicKey: string(key), KeyID: b.KeyID, Algorithm: b.Algorithm, Scope: b.Scope,
+		PollInterval: b.PollInterval.D()}, nil
+}
+
+// newBundleEngine loads policy.bundle and returns the loop that polls it. policy.watch does
+// not apply: a bundle is polled every policy.bundle.poll_interval.
+func newBundleEngine(ctx context.Context, cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry) (*policy.Engine, []component, error) {
+	bc, err := bundleConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	engine, src, err := policy.NewBundleEngine(ctx, bc,
+		policy.WithLogger(log.With("component", "policy")),
+		policy.WithDecisionCache(cfg.Policy.DecisionCacheEntries()),
+		policy.WithMeterProvider(tel.MeterProvider()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy.bundle: %w", err)
+	}
+	return engine, []component{componentFunc(src.Run)}, nil
 }
