@@ -73,15 +73,21 @@ func newPolicyEngine(ctx context.Context, cfg *config.Config, log *slog.Logger, 
 		policy.WithMeterProvider(tel.MeterProvider()))
 }
 
-// openDecisionLog opens policy.decision_log when a file is configured, else returns nil.
+// openDecisionLog opens policy.decision_log when a file or an upload URL is configured, else
+// returns nil.
 func openDecisionLog(cfg *config.Config, replica string, log *slog.Logger, tel *telemetry.Telemetry) (*policy.DecisionLog, error) {
 	c := cfg.Policy.DecisionLog
-	if c.File == "" {
+	if c.File == "" && c.HTTP.URL == "" {
 		return nil, nil
 	}
-	dl, err := policy.OpenDecisionLog(policy.DecisionLogConfig{File: c.File, MaxSize: int64(c.MaxSizeMB) << 20,
+	dc := policy.DecisionLogConfig{File: c.File, MaxSize: int64(c.MaxSizeMB) << 20,
 		MaxFiles: c.MaxFiles, Mask: c.Mask, Labels: map[string]string{"id": replica, "version": version},
-		Meters: tel.MeterProvider(), Log: log.With("component", "decision_log")})
+		Meters: tel.MeterProvider(), Log: log.With("component", "decision_log")}
+	if h := c.HTTP; h.URL != "" {
+		dc.HTTP = &policy.DecisionLogHTTP{URL: h.URL, MaxBatch: h.MaxBatch, FlushInterval: h.FlushInterval.D(),
+			QueueSize: h.QueueSize, MaxRetries: h.MaxRetries}
+	}
+	dl, err := policy.OpenDecisionLog(dc)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

@@ -82,8 +82,11 @@ type Policy struct {
 // DecisionLog configures the policy decision log, read by `sandgate policy replay` and
 // `policy eval --decision-id`.
 type DecisionLog struct {
-	// File is the active log file; rotated files sit next to it. Empty: no decision log.
+	// File is the active log file; rotated files sit next to it. Empty (and no http.url):
+	// no decision log.
 	File string `json:"file"`
+	// HTTP uploads the events to a decision-log service as OPA's plugin does.
+	HTTP DecisionLogHTTP `json:"http"`
 	// MaxSizeMB rotates the file when it would grow past this size. Default 64.
 	MaxSizeMB int `json:"max_size_mb"`
 	// MaxFiles is how many rotated files are kept. Default 10.

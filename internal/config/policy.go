@@ -42,6 +42,37 @@ type Bundle struct {
 	PollInterval Duration `json:"poll_interval"`
 }
 
+// DecisionLogHTTP configures policy.decision_log.http: gzip batches of OPA decision-log events
+// POSTed to URL, with a bounded queue (drop and count) and retries with backoff.
+type DecisionLogHTTP struct {
+	// URL receives the batches, e.g. https://collector.example.com/logs. Empty: no upload.
+	URL string `json:"url"`
+	// MaxBatch is the most events per POST. Default 500.
+	MaxBatch int `json:"max_batch"`
+	// FlushInterval sends a partial batch this long after its first event. Default 5s.
+	FlushInterval Duration `json:"flush_interval"`
+	// QueueSize bounds the events waiting to be sent. Default 10000.
+	QueueSize int `json:"queue_size"`
+	// MaxRetries is how often a failed POST is retried before its batch is dropped. Default 5.
+	MaxRetries int `json:"max_retries"`
+}
+
+func (h DecisionLogHTTP) validate(errs *fieldErrors) {
+	if h.URL != "" {
+		if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs.add("policy.decision_log.http.url", "%q is not an http(s) URL", h.URL)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"max_batch", h.MaxBatch}, {"queue_size", h.QueueSize}, {"max_retries", h.MaxRetries}} {
+		if f.n < 0 {
+			errs.add("policy.decision_log.http."+f.name, "must be positive, got %d", f.n)
+		}
+	}
+}
+
 // Configured reports whether policy.bundle names a bundle.
 func (b Bundle) Configured() bool { return b.File != "" || b.URL != "" || b.OCI != "" }
 
@@ -54,7 +85,9 @@ func (p *Policy) applyDefaults(c *Config) {
 	}
 	p.Dir = c.Path(p.Dir)
 	p.Shadow.Dir = c.Path(p.Shadow.Dir)
-	p.DecisionLog.File = c.Path(p.DecisionLog.File)
+	if p.DecisionLog.File != "" {
+		p.DecisionLog.File = c.Path(p.DecisionLog.File)
+	}
 	b := &p.Bundle
 	if b.Configured() {
 		b.File = c.Path(b.File)
@@ -76,6 +109,7 @@ func (p *Policy) validate(errs *fieldErrors) {
 		errs.add("policy.decision_cache", "must be 0 (off) or a number of entries, got %d", n)
 	}
 	p.DecisionLog.validate(errs)
+	p.DecisionLog.HTTP.validate(errs)
 	if p.Shadow.QueueSize < 0 {
 		errs.add("policy.shadow.queue_size", "must be positive, got %d", p.Shadow.QueueSize)
 	}

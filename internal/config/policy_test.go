@@ -22,6 +22,8 @@ func TestPolicyBundleAndShadowErrorsNameTheField(t *testing.T) {
 		{"OCI reference with a scheme", "policy:\n  bundle:\n    oci: https://ghcr.io/acme/p:1\n    public_key_file: k.pem\n", "policy.bundle.oci:"},
 		{"poll interval too short", "policy:\n  bundle:\n    url: https://h/b.tar.gz\n    public_key_file: k.pem\n    poll_interval: 10ms\n", "policy.bundle.poll_interval: must be at least 1s"},
 		{"negative shadow queue", "policy:\n  shadow:\n    dir: s\n    queue_size: -1\n", "policy.shadow.queue_size: must be positive"},
+		{"decision log upload URL that is no URL", "policy:\n  decision_log:\n    http:\n      url: collector/logs\n", `policy.decision_log.http.url: "collector/logs" is not an http(s) URL`},
+		{"negative upload batch", "policy:\n  decision_log:\n    http:\n      url: https://c/logs\n      max_batch: -1\n", "policy.decision_log.http.max_batch: must be positive"},
 		{"misspelt bundle field", "policy:\n  bundle:\n    public_key: k.pem\n", `unknown field "policy.bundle.public_key"`},
 	}
 	for _, tc := range cases {
