@@ -42,12 +42,7 @@ func newPolicySide(ctx context.Context, cfg *config.Config, log *slog.Logger, te
 		}
 		return nil
 	})
-	ready.AddDegraded("policy", func() error {
-		if s := engine.Status(); s.Degraded() {
-			return errors.New(s.Problem())
-		}
-		return nil
-	})
+	ready.AddDegraded("policy", degradedCheck(engine))
 	if dir := cfg.Policy.Shadow.Dir; dir != "" {
 		// No meter provider: the shadow's decisions must not count as enforced decisions.
 		ps.shadow, err = policy.NewShadowEngine(ctx, dir, policy.WithLogger(log.With("component", "shadow_policy")),
@@ -58,9 +53,21 @@ func newPolicySide(ctx context.Context, cfg *config.Config, log *slog.Logger, te
 		if cfg.Policy.WatchEnabled() {
 			ps.loops = append(ps.loops, componentFunc(ps.shadow.Watch))
 		}
+		ready.AddDegraded("shadow policy", degradedCheck(ps.shadow))
 		log.Info("shadow policy loaded", "dir", dir, "revision", ps.shadow.Revision())
 	}
 	return ps, nil
+}
+
+// degradedCheck reports an engine serving its last good revision after a failed reload (or a
+// broken watch, or a refused bundle): degraded, not a failing check.
+func degradedCheck(e *policy.Engine) func() error {
+	return func() error {
+		if s := e.Status(); s.Degraded() {
+			return errors.New(s.Problem())
+		}
+		return nil
+	}
 }
 
 // newPolicyEngine loads the policy folder. A reload or watch that fails leaves the last good
