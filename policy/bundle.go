@@ -16,6 +16,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/download"
 	"github.com/open-policy-agent/opa/v1/keys"
+	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/plugins/rest"
 )
@@ -135,7 +136,10 @@ func (s *BundleSource) setupDownloader() error {
 	if err != nil {
 		return err
 	}
-	client, err := rest.New(fmt.Appendf(nil, `{"url": %q}`, base), map[string]*keys.Config{})
+	// OPA's downloader would log through its own logger, in its own format; every attempt is
+	// logged by settle instead.
+	client, err := rest.New(fmt.Appendf(nil, `{"url": %q}`, base), map[string]*keys.Config{},
+		rest.Logger(logging.NewNoOpLogger()))
 	if err != nil {
 		return fmt.Errorf("bundle client: %w", err)
 	}
