@@ -75,3 +75,11 @@ func TestCheckConfigLoadsAndVerifiesAFileBundle(t *testing.T) {
 		})
 	}
 }
+
+func TestPolicyCommandsNeedAFolderWhenTheConfigServesABundle(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "sandgate.yaml", "policy:\n  bundle:\n    url: https://b.example.com/b.tar.gz\n    public_key_file: k.pem\n  decision_log:\n    file: d.log\n")
+	code, _, errOut := runCLI(t, nil, "policy", "replay", "--config", cfg)
+	assert.Equal(t, 1, code, errOut)
+	assert.Contains(t, errOut, "serves a bundle (policy.bundle), not a folder")
+}
