@@ -191,3 +191,29 @@ func TestShadowQueueFullDropsAndCountsWithoutChangingOutcomes(t *testing.T) {
 	}
 	assert.Equal(t, uint64(1), shadow.Counts().Dropped)
 }
+
+// The shadow folder reloads like the enforced one (Watch calls Reload on a change): after the
+// candidate is edited to agree with the enforced policy, calls stop diverging.
+func TestShadowFolderReloadChangesTheCandidate(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.rego"), []byte(shadowDenyAll), 0o644))
+	se, err := policy.NewShadowEngine(t.Context(), dir)
+	require.NoError(t, err)
+	shadow := policy.NewShadow(se, policy.ShadowConfig{})
+	go func() { _ = shadow.Run(t.Context()) }()
+	run := newShadowRun(t, shadow)
+	run.call(t, "echo", true)
+	before := se.Revision()
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.rego"), []byte(enforcedEcho), 0o644))
+	require.NoError(t, se.Reload(t.Context()))
+	require.NotEqual(t, before, se.Revision())
+	run.call(t, "echo", true)
+
+	events := run.events(t)
+	require.Len(t, events, 2)
+	require.NotNil(t, events[0].Shadow)
+	assert.Equal(t, before, events[0].Shadow.Revision)
+	assert.Nil(t, events[1].Shadow, "the reloaded candidate agrees")
+	assert.Equal(t, policy.ShadowCounts{Evaluated: 2, Diverged: 1}, shadow.Counts())
+}
