@@ -255,7 +255,11 @@ func (s *BundleSource) install(_ context.Context, b *bundle.Bundle, etag string,
 		for _, m := range b.Modules {
 			modules[m.Path] = m.Parsed
 		}
-		if rev, err = compileModules(s.cfg.source(), id, modules, b.Data, e.cacheMax); err != nil {
+		data := b.Data
+		if data == nil {
+			data = map[string]any{}
+		}
+		if rev, err = compileModules(s.cfg.source(), id, modules, data, e.cacheMax); err != nil {
 			reason = ReloadCompileError
 		}
 	}

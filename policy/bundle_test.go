@@ -239,3 +239,30 @@ func TestBundleFileIsVerifiedAndReadAgainOnPoll(t *testing.T) {
 	assert.Equal(t, "v2", e.Revision())
 	assert.False(t, e.Status().Degraded())
 }
+
+func TestBundleDataIsServedWithItsPolicies(t *testing.T) {
+	key := newSigningKey(t)
+	src := `package sandgate
+
+default decision := {"allow": false, "reason": "no"}
+
+decision := {"allow": true, "reason": "listed"} if input.mcp.tool in data.tools.allowed
+`
+	b := bundle.Bundle{
+		Manifest: bundle.Manifest{Revision: "with-data", Roots: &[]string{""}},
+		Data:     map[string]any{"tools": map[string]any{"allowed": []any{"echo", "add"}}},
+		Modules: []bundle.ModuleFile{{Path: "/sandgate.rego", URL: "/sandgate.rego", Raw: []byte(src),
+			Parsed: ast.MustParseModuleWithOpts(src, ast.ParserOptions{RegoVersion: ast.RegoV1})}},
+	}
+	b.Manifest.Init()
+	require.NoError(t, b.GenerateSignature(bundle.NewSigningConfig(key.private, "ES256", ""), "default", false))
+	var buf bytes.Buffer
+	require.NoError(t, bundle.NewWriter(&buf).Write(b))
+	path := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+
+	e, _, err := policy.NewBundleEngine(t.Context(), policy.BundleConfig{File: path, PublicKey: key.public, Algorithm: "ES256"})
+	require.NoError(t, err)
+	assert.True(t, e.Decide(t.Context(), callTool("add")).Allow, "data.json of the bundle is under data")
+	assert.False(t, e.Decide(t.Context(), callTool("delete_repo")).Allow)
+}

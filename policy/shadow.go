@@ -142,7 +142,9 @@ func (s *Shadow) Run(ctx context.Context) error {
 }
 
 func (s *Shadow) evaluate(ctx context.Context, p *ShadowPending) {
-	d := s.engine.Decide(ctx, &p.in)
+	// Not cancelled with Run's context: a call taken off the queue as the process stops must
+	// not be "denied as abandoned" and counted as a divergence. Evaluation is bounded anyway.
+	d := s.engine.Decide(context.WithoutCancel(ctx), &p.in)
 	s.evaluated.Add(1)
 	if d.Allow != p.enforced.Allow || d.Code != p.enforced.Code {
 		p.result = &ShadowDecision{Allow: d.Allow, Reason: d.Reason, Code: d.Code, Revision: d.Revision}
