@@ -34,6 +34,10 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = append(b, `,"policy_revision":`...)
 	b = appendString(b, e.Decision.PolicyRevision)
 	b = append(b, '}')
+	b = appendOptString(b, `,"credential":`, e.Credential)
+	b = append(b, `,"outcome":`...)
+	b = appendOutcome(b, &e.Outcome)
+	b = appendOptString(b, `,"trace_id":`, e.TraceID)
 	if s := e.Shadow; s != nil {
 		b = append(b, `,"shadow":{"allow":`...)
 		b = strconv.AppendBool(b, s.Allow)
@@ -45,10 +49,6 @@ func appendEvent(b []byte, e *Event) []byte {
 		b = appendString(b, s.Revision)
 		b = append(b, '}')
 	}
-	b = appendOptString(b, `,"credential":`, e.Credential)
-	b = append(b, `,"outcome":`...)
-	b = appendOutcome(b, &e.Outcome)
-	b = appendOptString(b, `,"trace_id":`, e.TraceID)
 	b = append(b, `,"prev_hash":`...)
 	b = appendString(b, e.PrevHash)
 	b = append(b, `,"hash":`...)

@@ -49,18 +49,16 @@ const (
 // Event is one audited call: exactly one per call, denied calls included. It is written as one
 // JSON object on one line. It never holds a credential value, only the credential's name.
 type Event struct {
-	ID       string            `json:"id"`
-	Time     time.Time         `json:"time"`
-	Kind     Kind              `json:"kind"`
-	Identity identity.Identity `json:"identity"`
-	Target   Target            `json:"target"`
-	Decision Decision          `json:"decision"`
-	// Shadow is the shadow policy's decision where it differs from Decision, when the shadow
-	// had finished before the event was written (docs/policies.md, "Shadow policies").
-	Shadow     *ShadowDecision `json:"shadow,omitempty"`
-	Credential string          `json:"credential,omitempty"`
-	Outcome    Outcome         `json:"outcome"`
-	TraceID    string          `json:"trace_id,omitempty"`
+	ID         string            `json:"id"`
+	Time       time.Time         `json:"time"`
+	Kind       Kind              `json:"kind"`
+	Identity   identity.Identity `json:"identity"`
+	Target     Target            `json:"target"`
+	Decision   Decision          `json:"decision"`
+	Credential string            `json:"credential,omitempty"`
+	Outcome    Outcome           `json:"outcome"`
+	TraceID    string            `json:"trace_id,omitempty"`
+	Shadow     *ShadowDecision   `json:"shadow,omitempty"` // a shadow policy's divergence, when ready in time (docs/policies.md)
 	// PrevHash is the Hash of the line before this one in the log (empty for the first), and
 	// Hash is the SHA-256 (HMAC-SHA-256 under the chain key, when keyed) over this event's line
 	// with Hash itself empty: together a chain that reveals an edited, removed or reordered event.
@@ -102,7 +100,8 @@ type Decision struct {
 	PolicyRevision string `json:"policy_revision"`
 }
 
-// ShadowDecision is what a shadow policy decided for the call; it never changed the outcome.
+// ShadowDecision is what a shadow policy decided for the call where it differs from the
+// enforced decision; it never changed the outcome.
 type ShadowDecision struct {
 	Allow    bool   `json:"allow"`
 	Reason   string `json:"reason"`
