@@ -38,6 +38,17 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = append(b, `,"outcome":`...)
 	b = appendOutcome(b, &e.Outcome)
 	b = appendOptString(b, `,"trace_id":`, e.TraceID)
+	if s := e.Shadow; s != nil {
+		b = append(b, `,"shadow":{"allow":`...)
+		b = strconv.AppendBool(b, s.Allow)
+		b = append(b, `,"reason":`...)
+		b = appendString(b, s.Reason)
+		b = append(b, `,"code":`...)
+		b = appendString(b, s.Code)
+		b = append(b, `,"revision":`...)
+		b = appendString(b, s.Revision)
+		b = append(b, '}')
+	}
 	b = append(b, `,"prev_hash":`...)
 	b = appendString(b, e.PrevHash)
 	b = append(b, `,"hash":`...)

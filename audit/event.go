@@ -58,6 +58,7 @@ type Event struct {
 	Credential string            `json:"credential,omitempty"`
 	Outcome    Outcome           `json:"outcome"`
 	TraceID    string            `json:"trace_id,omitempty"`
+	Shadow     *ShadowDecision   `json:"shadow,omitempty"` // a shadow policy's divergence, when ready in time (docs/policies.md)
 	// PrevHash is the Hash of the line before this one in the log (empty for the first), and
 	// Hash is the SHA-256 (HMAC-SHA-256 under the chain key, when keyed) over this event's line
 	// with Hash itself empty: together a chain that reveals an edited, removed or reordered event.
@@ -97,6 +98,15 @@ type Decision struct {
 	Allow          bool   `json:"allow"`
 	Reason         string `json:"reason"`
 	PolicyRevision string `json:"policy_revision"`
+}
+
+// ShadowDecision is what a shadow policy decided for the call where it differs from the
+// enforced decision; it never changed the outcome.
+type ShadowDecision struct {
+	Allow    bool   `json:"allow"`
+	Reason   string `json:"reason"`
+	Code     string `json:"code"`
+	Revision string `json:"revision"`
 }
 
 // Outcome is what happened after the decision.

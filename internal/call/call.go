@@ -46,6 +46,14 @@ type Options struct {
 	Rejections RejectionLimit
 	// Decisions, if set, logs each call's decision and input (the policy decision log).
 	Decisions DecisionRecorder
+	// Shadow, if set, evaluates each decided call under a shadow policy off the request path;
+	// a divergence ready when the event is written goes into it (*policy.Shadow).
+	Shadow ShadowSubmitter
+}
+
+// ShadowSubmitter queues a decided call for a shadow policy without blocking (*policy.Shadow).
+type ShadowSubmitter interface {
+	Submit(id string, in *policy.Input, enforced policy.Decision) *policy.ShadowPending
 }
 
 // Core is the request path both halves share. It is safe for concurrent use.
@@ -109,6 +117,7 @@ type Call struct {
 	TokensIn, TokensOut int64
 	decided             bool
 	done                atomic.Bool
+	shadow              *policy.ShadowPending
 }
 
 type callKey struct{}
@@ -130,6 +139,10 @@ func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity)
 	cl.ctx = ctx
 	return ctx, cl
 }
+
+// Shadow is the call's shadow evaluation (nil: none was queued), for tests that wait for it;
+// the request path never waits.
+func (cl *Call) Shadow() *policy.ShadowPending { return cl.shadow }
 
 // Start is when the call began.
 func (cl *Call) Start() time.Time { return cl.start }
@@ -161,6 +174,9 @@ func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (po
 	d := core.opts.Policy.Decide(ctx, in)
 	if core.opts.Decisions != nil {
 		core.opts.Decisions.Record(cl.Event.ID, in, d)
+	}
+	if core.opts.Shadow != nil {
+		cl.shadow = core.opts.Shadow.Submit(cl.Event.ID, in, d)
 	}
 	cl.Event.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	cl.span.SetAttributes(attribute.Bool("sandgate.decision.allow", d.Allow), attribute.String("sandgate.decision.code", d.Code))
@@ -221,6 +237,9 @@ func (cl *Call) Finish() {
 	ev.Outcome.TokensIn, ev.Outcome.TokensOut = cl.TokensIn, cl.TokensOut
 	if ev.Decision.PolicyRevision == "" {
 		ev.Decision.PolicyRevision = core.opts.Policy.Revision()
+	}
+	if s := cl.shadow.Collect(); s != nil {
+		ev.Shadow = &audit.ShadowDecision{Allow: s.Allow, Reason: s.Reason, Code: s.Code, Revision: s.Revision}
 	}
 	if !cl.decided && ev.Outcome.Error == "" && ev.Decision.Reason == "" {
 		// A request no policy decides (ping, initialize …) that Sandgate served.

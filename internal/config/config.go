@@ -73,13 +73,20 @@ type Policy struct {
 	// DecisionLog writes every call's decision, with its full input, in OPA's decision-log
 	// format (docs/policies.md). Off unless file is set.
 	DecisionLog DecisionLog `json:"decision_log"`
+	// Shadow evaluates a candidate policy beside this one, off the request path.
+	Shadow Shadow `json:"shadow"`
+	// Bundle loads the policies from a signed OPA bundle instead of Dir.
+	Bundle Bundle `json:"bundle"`
 }
 
 // DecisionLog configures the policy decision log, read by `sandgate policy replay` and
 // `policy eval --decision-id`.
 type DecisionLog struct {
-	// File is the active log file; rotated files sit next to it. Empty: no decision log.
+	// File is the active log file; rotated files sit next to it. Empty (and no http.url):
+	// no decision log.
 	File string `json:"file"`
+	// HTTP uploads the events to a decision-log service as OPA's plugin does.
+	HTTP DecisionLogHTTP `json:"http"`
 	// MaxSizeMB rotates the file when it would grow past this size. Default 64.
 	MaxSizeMB int `json:"max_size_mb"`
 	// MaxFiles is how many rotated files are kept. Default 10.
@@ -340,12 +347,7 @@ func (c *Config) applyDefaults() {
 	if c.Listen.MaxConnsPerSource == 0 {
 		c.Listen.MaxConnsPerSource = 512
 	}
-	if c.Policy.Dir == "" {
-		c.Policy.Dir = "policies"
-	}
-	if c.Policy.PollInterval == 0 {
-		c.Policy.PollInterval = Duration(10 * time.Second)
-	}
+	c.Policy.applyDefaults(c)
 	if c.Audit.File.Dir == "" {
 		c.Audit.File.Dir = "var/audit"
 	}
@@ -369,10 +371,6 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Log.Format == "" {
 		c.Log.Format = "json"
-	}
-	c.Policy.Dir = c.Path(c.Policy.Dir)
-	if c.Policy.DecisionLog.File != "" {
-		c.Policy.DecisionLog.File = c.Path(c.Policy.DecisionLog.File)
 	}
 	c.Audit.File.Dir = c.Path(c.Audit.File.Dir)
 	for i := range c.Credentials {
@@ -433,10 +431,7 @@ func (c *Config) validate() error {
 	default:
 		errs.add("audit.file.fsync", "%q is not one of batch, always, never", c.Audit.File.Fsync)
 	}
-	if n := c.Policy.DecisionCacheEntries(); n < 0 {
-		errs.add("policy.decision_cache", "must be 0 (off) or a number of entries, got %d", n)
-	}
-	c.Policy.DecisionLog.validate(&errs)
+	c.Policy.validate(&errs)
 	if c.Audit.File.MaxSizeMB < 0 {
 		errs.add("audit.file.max_size_mb", "must be positive, got %d", c.Audit.File.MaxSizeMB)
 	}
