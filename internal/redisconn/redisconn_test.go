@@ -130,3 +130,44 @@ func TestTLSConfigErrorsNameTheField(t *testing.T) {
 		})
 	}
 }
+
+// TestOneDeadlineBoundsDialAndPoolWait: with a dial_timeout far longer than op_timeout, a fresh
+// client's calls to a hung or stopped server (dial, handshake, retries of the dial) and the calls
+// queued for a pooled connection behind them (more callers than the pool holds) all return within
+// about op_timeout: the context deadline of the call bounds it all, not dial_timeout.
+func TestOneDeadlineBoundsDialAndPoolWait(t *testing.T) {
+	srv := redistest.Start(t)
+	const op = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name            string
+		outage, recover func(*redistest.Server)
+	}{
+		{"a hung server", (*redistest.Server).Pause, (*redistest.Server).Resume},
+		{"a stopped server", (*redistest.Server).Stop, (*redistest.Server).Restart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := redisconn.New(config.Redis{Addr: srv.Addr, DialTimeout: config.Duration(10 * time.Second), OpTimeout: config.Duration(op)}, redisconn.Passwords{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			tc.outage(srv)
+			t.Cleanup(func() { tc.recover(srv) })
+			const callers = 60 // more than the pool's 10 per CPU
+			took := make(chan time.Duration, callers)
+			for range callers {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), op) // as the request path does
+					defer cancel()
+					start := time.Now()
+					_ = c.Set(ctx, "k", "v", 0).Err()
+					took <- time.Since(start)
+				}()
+			}
+			var worst time.Duration
+			for range callers {
+				worst = max(worst, <-took)
+			}
+			t.Logf("%s: slowest of %d calls %s (op_timeout %s, dial_timeout 10s)", tc.name, callers, worst, op)
+			assert.Less(t, worst, op+2*time.Second, "bounded by op_timeout, not by dial_timeout (10s)")
+		})
+	}
+}
