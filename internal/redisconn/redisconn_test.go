@@ -14,6 +14,16 @@ import (
 	"github.com/sandgate/sandgate/test/redistest"
 )
 
+// outages are the ways a Redis server goes away in these tests, and how it comes back.
+var outages = []struct {
+	name            string
+	hung            bool // paused (SIGSTOP): commands sent meanwhile run when it resumes
+	outage, recover func(*redistest.Server)
+}{
+	{"a hung server", true, (*redistest.Server).Pause, (*redistest.Server).Resume},
+	{"a stopped server", false, (*redistest.Server).Stop, (*redistest.Server).Restart},
+}
+
 func TestClientCallsAreBoundedByOpTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	c, err := redisconn.New(config.Redis{
@@ -26,13 +36,7 @@ func TestClientCallsAreBoundedByOpTimeout(t *testing.T) {
 	ctx := context.Background()
 	require.Eventually(t, func() bool { return redisconn.Check(ctx, c) == nil }, 10*time.Second, 50*time.Millisecond)
 
-	for _, tc := range []struct {
-		name            string
-		outage, recover func(*redistest.Server)
-	}{
-		{"a hung server", (*redistest.Server).Pause, (*redistest.Server).Resume},
-		{"a stopped server", (*redistest.Server).Stop, (*redistest.Server).Restart},
-	} {
+	for _, tc := range outages {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.outage(srv)
 			start := time.Now()
@@ -138,13 +142,7 @@ func TestTLSConfigErrorsNameTheField(t *testing.T) {
 func TestOneDeadlineBoundsDialAndPoolWait(t *testing.T) {
 	srv := redistest.Start(t)
 	const op = 300 * time.Millisecond
-	for _, tc := range []struct {
-		name            string
-		outage, recover func(*redistest.Server)
-	}{
-		{"a hung server", (*redistest.Server).Pause, (*redistest.Server).Resume},
-		{"a stopped server", (*redistest.Server).Stop, (*redistest.Server).Restart},
-	} {
+	for _, tc := range outages {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := redisconn.New(config.Redis{Addr: srv.Addr, DialTimeout: config.Duration(10 * time.Second), OpTimeout: config.Duration(op)}, redisconn.Passwords{})
 			require.NoError(t, err)
