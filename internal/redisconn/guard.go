@@ -35,6 +35,12 @@ type Guard struct {
 
 type unguardedKey struct{}
 
+// admittedKey marks the context of a call the guard let through: go-redis runs a new
+// connection's handshake (HELLO, AUTH, SELECT) through the same hooks, and those commands belong
+// to the call, not to the breaker. Without it a half-open probe that needs a new connection
+// would have its handshake skipped, fail, and keep the breaker open for good.
+type admittedKey struct{}
+
 // Unguarded returns ctx marked so that its Redis calls bypass the breaker.
 func Unguarded(ctx context.Context) context.Context {
 	return context.WithValue(ctx, unguardedKey{}, true)
@@ -87,23 +93,29 @@ func (g *Guard) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook implements redis.Hook.
 func (g *Guard) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(admittedKey{}) != nil {
+			return next(ctx, cmd)
+		}
 		if err := g.allow(ctx); err != nil {
 			return err
 		}
-		return g.observe(ctx, next(ctx, cmd))
+		return g.observe(ctx, next(context.WithValue(ctx, admittedKey{}, true), cmd))
 	}
 }
 
 // ProcessPipelineHook implements redis.Hook.
 func (g *Guard) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if ctx.Value(admittedKey{}) != nil {
+			return next(ctx, cmds)
+		}
 		if err := g.allow(ctx); err != nil {
 			for _, c := range cmds {
 				c.SetErr(err)
 			}
 			return err
 		}
-		err := next(ctx, cmds)
+		err := next(context.WithValue(ctx, admittedKey{}, true), cmds)
 		if err == nil {
 			for _, c := range cmds { // a pipeline returns the first command's error, if any
 				if err = c.Err(); err != nil {

@@ -109,3 +109,32 @@ func TestGuardCountsOnlyOutages(t *testing.T) {
 	assert.ErrorIs(t, err, redis.Nil, "a pipeline is observed like a command")
 	assert.Equal(t, breaker.Closed, g.State())
 }
+
+// TestGuardProbes: once open_for has passed, one request-path call probes Redis: while Redis is
+// still gone the probe fails (a real failure, not a skip) and the breaker opens again; once
+// Redis is back a probe is answered and the breaker closes.
+func TestGuardProbes(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisconn.New(config.Redis{Addr: srv.Addr, DialTimeout: config.Duration(time.Second), OpTimeout: config.Duration(200 * time.Millisecond)}, redisconn.Passwords{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	g, err := redisconn.NewGuard(c, config.RedisBreaker{Failures: 1, OpenFor: config.Duration(100 * time.Millisecond)}, nil, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	srv.Stop()
+	require.ErrorIs(t, c.Set(ctx, "k", "v", 0).Err(), redisconn.ErrUnavailable)
+	require.Equal(t, breaker.Open, g.State())
+
+	probed := func() bool { // polls until a call is let through to Redis
+		err := c.Set(ctx, "k", "v", 0).Err()
+		return err == nil || !strings.Contains(err.Error(), "breaker is open")
+	}
+	require.Eventually(t, probed, 20*time.Second, 10*time.Millisecond)
+	assert.Equal(t, breaker.Open, g.State(), "a failed probe opens the breaker again")
+	assert.Contains(t, c.Set(ctx, "k", "v", 0).Err().Error(), "breaker is open", "and the next call is skipped")
+
+	srv.Restart()
+	require.Eventually(t, func() bool { return c.Set(ctx, "k", "v", 0).Err() == nil }, 20*time.Second, 10*time.Millisecond,
+		"a probe that needs a new connection gets through (its handshake is part of the call)")
+	assert.Equal(t, breaker.Closed, g.State(), "an answered probe closes the breaker")
+}
