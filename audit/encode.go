@@ -35,6 +35,7 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = appendString(b, e.Decision.PolicyRevision)
 	b = append(b, '}')
 	b = appendOptString(b, `,"credential":`, e.Credential)
+	b = appendOptString(b, `,"limits":`, e.Limits)
 	b = append(b, `,"outcome":`...)
 	b = appendOutcome(b, &e.Outcome)
 	b = appendOptString(b, `,"trace_id":`, e.TraceID)

@@ -56,9 +56,13 @@ type Event struct {
 	Target     Target            `json:"target"`
 	Decision   Decision          `json:"decision"`
 	Credential string            `json:"credential,omitempty"`
-	Outcome    Outcome           `json:"outcome"`
-	TraceID    string            `json:"trace_id,omitempty"`
-	Shadow     *ShadowDecision   `json:"shadow,omitempty"` // a shadow policy's divergence, when ready in time (docs/policies.md)
+	// Limits is LimitsUnavailable when the call was admitted without being counted against its
+	// budgets and rate limits (their store was unreachable and limits.failure_mode is fail_open);
+	// empty otherwise.
+	Limits  string          `json:"limits,omitempty"`
+	Outcome Outcome         `json:"outcome"`
+	TraceID string          `json:"trace_id,omitempty"`
+	Shadow  *ShadowDecision `json:"shadow,omitempty"` // a shadow policy's divergence, when ready in time (docs/policies.md)
 	// PrevHash is the Hash of the line before this one in the log (empty for the first), and
 	// Hash is the SHA-256 (HMAC-SHA-256 under the chain key, when keyed) over this event's line
 	// with Hash itself empty: together a chain that reveals an edited, removed or reordered event.
@@ -77,6 +81,9 @@ func (ev *Event) AssignID() string {
 	ev.assignedID = ev.ID
 	return ev.ID
 }
+
+// LimitsUnavailable is Event.Limits of a call admitted uncounted.
+const LimitsUnavailable = "unavailable"
 
 // Target is what the call was aimed at: an MCP upstream and tool, or an HTTP destination.
 type Target struct {

@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/internal/limits"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
+	"github.com/sandgate/sandgate/internal/redisconn"
 	"github.com/sandgate/sandgate/internal/telemetry"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -116,7 +117,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		log.Info("go memory limit set to 90% of the container's", "soft_limit_bytes", memLimit, "from", containerMemoryEnv)
 	}
 	// go-redis logs through a package-level logger; this is the one place it is set.
-	redis.SetLogger(redisLogger{log.With("component", "redis")})
+	redis.SetLogger(redisLogger{log.With("component", "redis"), telemetry.NewThrottle(warnPeriod, nil)})
 	return serve(ctx, cfg, creds, log, env.getenv)
 }
 
@@ -145,7 +146,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	shared, err := newSharedState(cfg, creds, replica, log, ready)
+	shared, err := newSharedState(cfg, creds, replica, log, tel.MeterProvider(), ready)
 	if err != nil {
 		return err
 	}
@@ -381,11 +382,22 @@ func newLogger(env *cliEnv, lc config.Log) *slog.Logger {
 	if w == nil {
 		w = os.Stderr
 	}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if lc.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	// A Redis outage fails every call that touches Redis: one warning per message and period
+	// says so, with the count of those held back, instead of one per call.
+	h = telemetry.ThrottledHandler(h, telemetry.NewThrottle(warnPeriod, nil), func(r slog.Record) bool {
+		return r.Level >= slog.LevelWarn && telemetry.RecordHasError(r, func(err error) bool {
+			return errors.Is(err, redisconn.ErrUnavailable)
+		})
+	})
+	return slog.New(h)
 }
+
+// warnPeriod is how often a warning about the same outage is repeated.
+const warnPeriod = 10 * time.Second
 
 // readiness is the set of named checks behind /readyz.
 type readiness struct {

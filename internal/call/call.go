@@ -118,6 +118,9 @@ type Call struct {
 	decided             bool
 	done                atomic.Bool
 	shadow              *policy.ShadowPending
+	// counting says whether admission let the call go on uncounted (limits store unreachable,
+	// fail_open): the event then says limits "unavailable".
+	counting admission.Counting
 }
 
 type callKey struct{}
@@ -136,6 +139,7 @@ func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity)
 	// Minted now, not when the event is recorded, so the decision log can name the event.
 	cl.Event.AssignID()
 	ctx = context.WithValue(ctx, callKey{}, cl)
+	ctx = admission.WithCounting(ctx, &cl.counting)
 	cl.ctx = ctx
 	return ctx, cl
 }
@@ -146,6 +150,10 @@ func (cl *Call) Shadow() *policy.ShadowPending { return cl.shadow }
 
 // Start is when the call began.
 func (cl *Call) Start() time.Time { return cl.start }
+
+// Detached is the call's context (the one Begin returned) without its cancellation, for work
+// of the call that may outlive its request, such as charging the tokens of a finished stream.
+func (cl *Call) Detached() context.Context { return context.WithoutCancel(cl.ctx) }
 
 // Span is the call's span (a no-op span when tracing is off).
 func (cl *Call) Span() trace.Span { return cl.span }
@@ -240,6 +248,9 @@ func (cl *Call) Finish() {
 	}
 	if s := cl.shadow.Collect(); s != nil {
 		ev.Shadow = &audit.ShadowDecision{Allow: s.Allow, Reason: s.Reason, Code: s.Code, Revision: s.Revision}
+	}
+	if cl.counting.Uncounted() {
+		ev.Limits = audit.LimitsUnavailable
 	}
 	if !cl.decided && ev.Outcome.Error == "" && ev.Decision.Reason == "" {
 		// A request no policy decides (ping, initialize …) that Sandgate served.

@@ -181,10 +181,15 @@ type Redis struct {
 	// KeyPrefix starts every key Sandgate writes, so that several deployments can share one Redis.
 	// Default "sandgate:".
 	KeyPrefix string `json:"key_prefix"`
-	// DialTimeout bounds connecting (default 1s); OpTimeout bounds every command (default 250ms),
-	// so a Redis outage delays a request by at most about this much.
+	// OpTimeout bounds every Redis call on the request path in total, connecting and waiting for
+	// a pooled connection included (default 250ms), so a Redis outage delays a request by at most
+	// about this much. DialTimeout bounds one connection attempt of background work (readiness,
+	// the audit stream mirror; default 1s); on the request path op_timeout cuts it shorter.
 	DialTimeout Duration `json:"dial_timeout"`
 	OpTimeout   Duration `json:"op_timeout"`
+	// Breaker skips Redis on the request path for a while after it failed, so that an outage
+	// costs a call nothing instead of op_timeout.
+	Breaker RedisBreaker `json:"breaker"`
 	// AuditStream mirrors the audit log into a Redis Stream (the file stays the source of truth).
 	AuditStream RedisAuditStream `json:"audit_stream"`
 }
