@@ -85,6 +85,14 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("report: %s/%s.md\n", o.OutDir, o.Label)
+	printTargets(rep, o)
+	for _, c := range rep.Checks(o.Sandboxes) {
+		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
+	}
+}
+
+// printTargets prints the ratio targets and, with -baseline, the A/B of this run.
+func printTargets(rep *bench.Report, o bench.Options) {
 	fmt.Printf("targets (ratio against the floor of this run: median, min–max over %d repetitions):\n", o.Reps)
 	for _, x := range rep.Ratios(o.Sandboxes, o.Concurrency) {
 		status := "missed"
@@ -101,9 +109,6 @@ func main() {
 		for _, x := range rep.ABRatios() {
 			fmt.Printf("  %-10s %-40s %6.3f (%.3f–%.3f)\n", x.Workload, x.Measure, x.Ratio, x.Min, x.Max)
 		}
-	}
-	for _, c := range rep.Checks(o.Sandboxes) {
-		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
 	}
 }
 
