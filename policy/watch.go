@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -55,8 +56,16 @@ func (e *Engine) Watch(ctx context.Context) error {
 			}
 		case err, ok := <-fw.errors():
 			if ok {
-				// Events may be lost (a queue overflow): look again as after a change.
-				e.watchFailed(err)
+				if errors.Is(err, syscall.EINVAL) {
+					// fsnotify reports inotify_rm_watch's EINVAL for a watched folder that was
+					// deleted (mv old aside, rm -rf): the kernel dropped the watch already. Not
+					// a failure (it raised reload-failure alerts on every mv-over): the
+					// deletion is an event of its own, and the pass below rebuilds the watch.
+					e.log.Debug("policy watch: a watched folder went away", "dir", e.dir, "err", err)
+				} else {
+					// Events may be lost (a queue overflow): look again as after a change.
+					e.watchFailed(err)
+				}
 				debounce.Reset(e.debounce)
 			}
 		case <-debounce.C:

@@ -71,19 +71,25 @@ type gate struct {
 // and reports no upstream as degraded (all connected).
 func startGate(t *testing.T, extra string) *gate {
 	t.Helper()
-	dir := t.TempDir()
-	g := &gate{t: t, mcp: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit"), logTo: filepath.Join(dir, "sandgate.log"), exited: make(chan struct{})}
 	policies, err := filepath.Abs("../../policies")
 	require.NoError(t, err)
+	return startGateOn(t, fmt.Sprintf("{dir: %q}", policies), extra)
+}
+
+// startGateOn is startGate with the policy section given (a YAML flow mapping).
+func startGateOn(t *testing.T, policy, extra string) *gate {
+	t.Helper()
+	dir := t.TempDir()
+	g := &gate{t: t, mcp: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit"), logTo: filepath.Join(dir, "sandgate.log"), exited: make(chan struct{})}
 	cfg := fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
-policy: {dir: %q}
+policy: %s
 audit: {file: {dir: %q, fsync: never}}
 identity:
   static:
     - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
     - {addresses: [%q], namespace: agents, sandbox: coder-2, template: coding-agent}
 log: {level: info, format: text}
-%s`, g.mcp, freeAddr(t), g.admin, policies, g.auditDir, coder1, coder2, extra)
+%s`, g.mcp, freeAddr(t), g.admin, policy, g.auditDir, coder1, coder2, extra)
 	path := filepath.Join(dir, "sandgate.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	logFile, err := os.Create(g.logTo)
