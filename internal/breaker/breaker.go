@@ -144,6 +144,21 @@ func (b *Breaker) Done(t Ticket, ok bool) {
 	}
 }
 
+// Abandon releases a ticket whose call ended without telling anything about the dependency
+// (the caller gave up, or the call never reached it). An abandoned probe leaves the breaker
+// open with its period over, so that the next call probes.
+func (b *Breaker) Abandon(t Ticket) {
+	b.mu.Lock()
+	if !t.probe || t.gen != b.gen {
+		b.mu.Unlock()
+		return
+	}
+	b.transition(Open)
+	b.openedAt = b.now().Add(-b.cfg.OpenFor)
+	b.mu.Unlock()
+	b.changed(HalfOpen, Open)
+}
+
 // State is the breaker's state now (an open breaker whose period is over still reads open
 // until a call probes it).
 func (b *Breaker) State() State {

@@ -79,7 +79,22 @@ func TestBreaker(t *testing.T) {
 		b.Done(stale[3], true) // a late success of a call allowed before it opened
 		assert.Equal(t, Open, b.State())
 	})
-	assert.Equal(t, []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed", "closed>open"}, changes)
+	t.Run("an abandoned probe lets the next call probe at once", func(t *testing.T) {
+		c.t = c.t.Add(10 * time.Second)
+		probe, err := b.Allow()
+		require.NoError(t, err)
+		b.Abandon(probe)
+		assert.Equal(t, Open, b.State())
+		next, err := b.Allow()
+		require.NoError(t, err, "no new open period")
+		b.Done(next, true)
+		assert.Equal(t, Closed, b.State())
+		tk, _ := b.Allow()
+		b.Abandon(tk) // not a probe: nothing changes
+		assert.Equal(t, Closed, b.State())
+	})
+	assert.Equal(t, []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed", "closed>open",
+		"open>half-open", "half-open>open", "open>half-open", "half-open>closed"}, changes)
 }
 
 func TestDefaults(t *testing.T) {
