@@ -54,3 +54,15 @@ func TestReserveBoundsWhatTheWriterOwes(t *testing.T) {
 	assert.EqualValues(t, len(slots), st.Written)
 	assert.Zero(t, st.ReserveOwed, "written events give their room back")
 }
+
+func TestLineBoundIsAnUpperBound(t *testing.T) {
+	for _, ev := range []*Event{
+		{Kind: KindToolsCall},
+		{ID: newID(time.Now()), Time: time.Now(), Kind: KindToolsCall, TraceID: strings.Repeat("a", 32),
+			Identity: identity.Identity{Namespace: "ns", Sandbox: "s\x00\x01\"", Labels: map[string]string{"k": "\xff\xfe"}},
+			Target:   Target{Upstream: "u", Tool: "<t>&", Path: "\\\\\n"}, Decision: Decision{Reason: "\u2028"},
+			Outcome: Outcome{Status: 599, DurationMS: 123456789.123, BytesIn: 1 << 62, BytesOut: 1 << 62, TokensIn: 1 << 62, TokensOut: 1 << 62, CredentialEchoed: true}},
+	} {
+		assert.GreaterOrEqual(t, lineBound(ev), lineBytes(ev))
+	}
+}
