@@ -205,7 +205,10 @@ func TestHangingUpstreamOpensItsBreaker(t *testing.T) {
 	h := startGateway(t, "testdata/policy",
 		config.Upstream{Name: "http", URL: healthy.URL()},
 		config.Upstream{Name: "rich", URL: hanging.URL(), CallTimeout: config.Duration(300 * time.Millisecond),
-			Breaker: config.UpstreamBreaker{Failures: failures, OpenFor: config.Duration(time.Minute)}})
+			// Long, so that the health check never gives up on the hanging upstream during the test:
+			// what opens the breaker is the calls alone.
+			ConnectTimeout: config.Duration(time.Minute),
+			Breaker:        config.UpstreamBreaker{Failures: failures, OpenFor: config.Duration(time.Minute)}})
 	h.waitReady(t)
 	// The breaker's clock is the test's, so that the open period ends when the test says.
 	clk := &testClock{t: time.Now()}
