@@ -77,7 +77,8 @@ func fillDisk(t *testing.T, dir string) {
 // result has its event in the log (found by its arguments' hash); every other call got the
 // fail-closed refusal (audit log unavailable) and is counted as a rejected event; once the
 // disk is full every new call is refused; after the filler is removed, calls are served and
-// audited again, and the chain verifies.
+// audited again, and the chain verifies. A writer started on a full disk is unhealthy until
+// space is freed.
 func TestFullAuditDiskAnswersNothingUnaudited(t *testing.T) {
 	mnt := inSmallTmpfs(t)
 	if mnt == "" {
@@ -139,7 +140,7 @@ func TestFullAuditDiskAnswersNothingUnaudited(t *testing.T) {
 	before := len(served)
 	run(clients[2], 3, "still-full")
 	assert.Len(t, served, before, "while the disk stays full every new call is refused")
-	t.Logf("on the full disk: %d calls served (from the reserve), %d refused", before-5, refused)
+	t.Logf("after the disk was filled: %d calls served (their events from the reserve or the last free bytes), %d refused", before-5, refused)
 
 	// Still on the full disk: once the events owed are written, each served call has its own.
 	require.Eventually(t, func() bool { return w.Stats().ReserveOwed == 0 }, 10*time.Second, 10*time.Millisecond,
@@ -161,6 +162,20 @@ func TestFullAuditDiskAnswersNothingUnaudited(t *testing.T) {
 	rep, err := audit.Verify(auditDir)
 	require.NoError(t, err)
 	assert.Nil(t, rep.Break, "the chain is intact")
+
+	// Started on a full disk, with a reserve it cannot allocate: unhealthy until space is freed.
+	require.NoError(t, os.Remove(filepath.Join(auditDir, audit.ReserveFile)))
+	fillDisk(t, mnt)
+	sink, err = audit.OpenFileSink(audit.FileConfig{Dir: auditDir, Fsync: audit.FsyncNever, Reserve: 128 << 10})
+	require.NoError(t, err)
+	w2 := audit.NewWriter(sink, audit.WithRetryBackoff(50*time.Millisecond))
+	defer w2.Close(context.Background())
+	require.Error(t, w2.Healthy(), "a writer started on a full disk refuses calls")
+	_, err = w2.Reserve()
+	require.Error(t, err)
+	require.NoError(t, os.Remove(filepath.Join(mnt, "filler")))
+	require.Eventually(t, func() bool { return w2.Healthy() == nil }, 10*time.Second, 10*time.Millisecond,
+		"healthy once the reserve could be allocated")
 }
 
 // assertAudited checks that the log in dir has a served tools/call event for each args hash,
