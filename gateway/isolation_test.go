@@ -242,6 +242,7 @@ func TestHangingUpstreamOpensItsBreaker(t *testing.T) {
 	})
 
 	hanging.hangNow()
+	start := time.Now()
 	for i := range failures {
 		res, err := callTool(t, victim, "rich_echo", map[string]any{"message": "hang"})
 		require.NoError(t, err)
@@ -249,7 +250,9 @@ func TestHangingUpstreamOpensItsBreaker(t *testing.T) {
 		assert.NotContains(t, resultText(res), "upstream_unavailable", "call %d waited for the upstream and timed out", i)
 	}
 	require.Equal(t, breaker.Open, rich.brk.State(), "open after %d timeouts", failures)
+	timedOut := time.Since(start)
 	reached := hanging.calls.Load()
+	start = time.Now()
 	for range 5 {
 		res, err := callTool(t, victim, "rich_echo", map[string]any{"message": "refused"})
 		require.NoError(t, err)
@@ -257,6 +260,8 @@ func TestHangingUpstreamOpensItsBreaker(t *testing.T) {
 		assert.Contains(t, resultText(res), "upstream_unavailable")
 		assert.Contains(t, resultText(res), "circuit breaker open")
 	}
+	t.Logf("%d calls to the hanging upstream took %s before the breaker opened; 5 calls took %s after",
+		failures, timedOut.Round(time.Millisecond), time.Since(start).Round(time.Microsecond))
 	assert.Equal(t, reached, hanging.calls.Load(), "no call reaches an upstream whose breaker is open")
 	require.Error(t, h.gw.Ready())
 	assert.Contains(t, h.gw.Ready().Error(), "upstream rich: circuit breaker open")
