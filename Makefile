@@ -54,7 +54,7 @@ lint:
 # The load benchmark (bench/): N simulated sandboxes against Sandgate (the real binary, a
 # separate process), direct, bare Go floors (CONNECT relay, reverse proxy, goproxy's
 # interception, an mcp-go gateway), Squid and tinyproxy, interleaved; report in bench/results/.
-# About 12 minutes; `make bench BENCH_FLAGS=-quick` about two; 10,000 sandboxes:
+# About 18 minutes (3 interleaved repetitions); `make bench BENCH_FLAGS=-quick` about two; 10,000 sandboxes:
 # BENCH_FLAGS="-sweep 100,1000,10000" (about 15). Installs squid and tinyproxy if missing.
 BENCH_FLAGS ?=
 bench: build

@@ -81,13 +81,14 @@ func TestAppendEventMatchesEncodingJSON(t *testing.T) {
 			Identity: identity.Identity{Labels: map[string]string{"k\"ey": "v\nal", "": "", "é": "\x01"}},
 			Decision: Decision{Reason: strings.Repeat("reason ", 20)},
 		},
-		"number formats":    {Outcome: Outcome{Status: -1, DurationMS: 1e21, BytesIn: math.MaxInt64, BytesOut: math.MinInt64, TokensIn: -5, TokensOut: 1}},
-		"credential echoed": {Outcome: Outcome{Status: 200, TokensOut: 3, CredentialEchoed: true}},
-		"tiny duration":     {Outcome: Outcome{DurationMS: 1e-7}},
-		"huge duration":     {Outcome: Outcome{DurationMS: -1.5e300}},
-		"negative zero":     {Outcome: Outcome{DurationMS: math.Copysign(0, -1)}},
-		"year zero":         {Time: time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)},
-		"year 9999":         {Time: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)},
+		"number formats":     {Outcome: Outcome{Status: -1, DurationMS: 1e21, BytesIn: math.MaxInt64, BytesOut: math.MinInt64, TokensIn: -5, TokensOut: 1}},
+		"credential echoed":  {Outcome: Outcome{Status: 200, TokensOut: 3, CredentialEchoed: true}},
+		"admitted uncounted": {Limits: LimitsUnavailable, Outcome: Outcome{Status: 200}},
+		"tiny duration":      {Outcome: Outcome{DurationMS: 1e-7}},
+		"huge duration":      {Outcome: Outcome{DurationMS: -1.5e300}},
+		"negative zero":      {Outcome: Outcome{DurationMS: math.Copysign(0, -1)}},
+		"year zero":          {Time: time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"year 9999":          {Time: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)},
 	}
 	for name, e := range cases {
 		t.Run(name, func(t *testing.T) {

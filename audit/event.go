@@ -56,8 +56,13 @@ type Event struct {
 	Target     Target            `json:"target"`
 	Decision   Decision          `json:"decision"`
 	Credential string            `json:"credential,omitempty"`
-	Outcome    Outcome           `json:"outcome"`
-	TraceID    string            `json:"trace_id,omitempty"`
+	// Limits is LimitsUnavailable when the call was admitted without being counted against its
+	// budgets and rate limits (their store was unreachable and limits.failure_mode is fail_open);
+	// empty otherwise.
+	Limits  string          `json:"limits,omitempty"`
+	Outcome Outcome         `json:"outcome"`
+	TraceID string          `json:"trace_id,omitempty"`
+	Shadow  *ShadowDecision `json:"shadow,omitempty"` // a shadow policy's divergence, when ready in time (docs/policies.md)
 	// PrevHash is the Hash of the line before this one in the log (empty for the first), and
 	// Hash is the SHA-256 (HMAC-SHA-256 under the chain key, when keyed) over this event's line
 	// with Hash itself empty: together a chain that reveals an edited, removed or reordered event.
@@ -79,6 +84,9 @@ func (ev *Event) AssignID() string {
 	return ev.ID
 }
 
+// LimitsUnavailable is Event.Limits of a call admitted uncounted.
+const LimitsUnavailable = "unavailable"
+
 // Target is what the call was aimed at: an MCP upstream and tool, or an HTTP destination.
 type Target struct {
 	Upstream   string `json:"upstream,omitempty"`
@@ -99,6 +107,15 @@ type Decision struct {
 	Allow          bool   `json:"allow"`
 	Reason         string `json:"reason"`
 	PolicyRevision string `json:"policy_revision"`
+}
+
+// ShadowDecision is what a shadow policy decided for the call where it differs from the
+// enforced decision; it never changed the outcome.
+type ShadowDecision struct {
+	Allow    bool   `json:"allow"`
+	Reason   string `json:"reason"`
+	Code     string `json:"code"`
+	Revision string `json:"revision"`
 }
 
 // Outcome is what happened after the decision.

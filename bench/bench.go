@@ -15,6 +15,10 @@ import (
 // Options configure a run. Every duration is bounded: a run stops by itself.
 type Options struct {
 	SandgateBin string // the `make build` binary
+	// BaselineBin, when set, is a second Sandgate binary (an older commit's build) measured as
+	// target "baseline" beside "sandgate", interleaved, on the same config: the A/B figure a
+	// speed change cites (Report.ABTable).
+	BaselineBin string
 	RelayBin    string // bench/cmd/relay
 	PolicyDir   string // the shipped policies (their rules; the bench supplies its own data)
 	OutDir      string // bench/results
@@ -41,7 +45,7 @@ func supports(target, w string) bool {
 	switch target {
 	case "direct":
 		return true
-	case "sandgate":
+	case "sandgate", "baseline":
 		// Plain forwarding exists, but its dial guard (rightly) refuses the loopback stand-in:
 		// plain forward has no allow_private knob. The mix is every other workload.
 		return w != WForward
@@ -96,12 +100,22 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maxN = max(maxN, slices.Max(o.Concurrency))
 	targets := []*Target{{Name: "direct", MCPURL: up.MCPURL}}
 	sg, err := retryBind(func() (*Target, error) {
-		return startSandgate(ctx, o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN)
+		return startSandgate(ctx, "sandgate", o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN)
 	})
 	if err != nil {
 		return nil, err
 	}
 	targets = append(targets, sg)
+	if o.BaselineBin != "" {
+		base, err := retryBind(func() (*Target, error) {
+			return startSandgate(ctx, "baseline", o.BaselineBin, filepath.Join(root, "baseline"), o.PolicyDir, up, maxN)
+		})
+		if err != nil {
+			sg.Stop()
+			return nil, fmt.Errorf("baseline: %w", err)
+		}
+		targets = append(targets, base)
+	}
 	peers, notes := startPeers(ctx, o, root, up)
 	targets = append(targets, peers...)
 	defer func() {
@@ -111,7 +125,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}()
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(up.CACertPEM())
-	roots.AppendCertsFromPEM(sg.InterceptCA)
+	for _, t := range targets {
+		roots.AppendCertsFromPEM(t.InterceptCA) // Sandgate's, and the baseline's when measured
+	}
 	rn := &runner{env: &clientEnv{up: up, roots: roots, timeout: o.Timeout}, warmup: o.Warmup, progress: o.Progress}
 
 	results, err := rn.runPhases(ctx, o, targets)

@@ -102,7 +102,7 @@ func (r *Report) checkPolicy(cs *checks) {
 		var parts []string
 		worst := 0.0
 		for _, f := range r.Policy {
-			if f.Mode == mode.name {
+			if f.Mode == mode.name && f.Round == 0 {
 				parts = append(parts, fmt.Sprintf("%s %.1f µs (%d allocs)", f.Case, f.NsPerOp/1e3, f.AllocsPerOp))
 				worst = max(worst, f.NsPerOp/1e3)
 			}

@@ -20,6 +20,7 @@ type PolicyFigure struct {
 	// repeated input, answered by the revision's decision cache) or "baseline" (OPA's own
 	// prepared evaluation of a one-line policy on the same input: the floor of "evaluated").
 	Mode        string  `json:"mode"`
+	Round       int     `json:"round"`
 	NsPerOp     float64 `json:"ns_per_op"`
 	AllocsPerOp int64   `json:"allocs_per_op"`
 }
@@ -34,36 +35,44 @@ func policyBenchInputs() map[string]*policy.Input {
 	}
 }
 
-// benchPolicy measures both cases in both modes on the policy folder dir.
+// policyRounds is how many times each figure is measured, the floor right after the shipped
+// policies each time, so that the ratio of the two is taken per round (a loaded machine moves
+// ns/op between rounds far more than between two adjacent benchmarks).
+const policyRounds = 3
+
+// benchPolicy measures both cases in both modes on the policy folder dir, and the floor.
 func benchPolicy(ctx context.Context, dir string) ([]PolicyFigure, error) {
-	var out []PolicyFigure
-	for _, mode := range []struct {
-		name    string
-		entries int
-	}{{"evaluated", 0}, {"cached", policy.DefaultCacheEntries}} {
-		e, err := policy.New(ctx, dir, policy.WithDecisionCache(mode.entries))
+	engines := map[string]*policy.Engine{}
+	for mode, entries := range map[string]int{"evaluated": 0, "cached": policy.DefaultCacheEntries} {
+		e, err := policy.New(ctx, dir, policy.WithDecisionCache(entries))
 		if err != nil {
 			return nil, fmt.Errorf("policy benchmark: %w", err)
 		}
+		engines[mode] = e
+	}
+	var out []PolicyFigure
+	for round := range policyRounds {
 		for _, name := range []string{"model_request", "tools_call"} {
 			in := policyBenchInputs()[name]
-			if d := e.Decide(ctx, in); !d.Allow {
-				return nil, fmt.Errorf("policy benchmark: the shipped policies deny the %s case: %s", name, d.Reason)
-			}
-			r := testing.Benchmark(func(b *testing.B) {
-				for b.Loop() {
-					e.Decide(ctx, in)
+			for _, mode := range []string{"evaluated", "cached"} {
+				e := engines[mode]
+				if d := e.Decide(ctx, in); !d.Allow {
+					return nil, fmt.Errorf("policy benchmark: the shipped policies deny the %s case: %s", name, d.Reason)
 				}
-			})
-			out = append(out, PolicyFigure{Case: name, Mode: mode.name, NsPerOp: float64(r.NsPerOp()), AllocsPerOp: r.AllocsPerOp()})
+				r := testing.Benchmark(func(b *testing.B) {
+					for b.Loop() {
+						e.Decide(ctx, in)
+					}
+				})
+				out = append(out, PolicyFigure{Case: name, Mode: mode, Round: round, NsPerOp: float64(r.NsPerOp()), AllocsPerOp: r.AllocsPerOp()})
+			}
+			f, err := benchOneLinePolicy(ctx, name, in)
+			if err != nil {
+				return nil, err
+			}
+			f.Round = round
+			out = append(out, f)
 		}
-	}
-	for _, name := range []string{"model_request", "tools_call"} {
-		f, err := benchOneLinePolicy(ctx, name, policyBenchInputs()[name])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, f)
 	}
 	return out, nil
 }

@@ -125,13 +125,14 @@ identity:
 
 // startSandgate starts `sandgate serve` with the bench config and waits until /readyz is 200.
 // SSL_CERT_FILE makes the stand-in's CA the upstream trust roots of that process only.
-func startSandgate(ctx context.Context, bin, dir, policyDir string, up *Upstreams, sandboxes int) (*Target, error) {
+// name is the target's name: "sandgate", or "baseline" for the A/B binary (Options.BaselineBin).
+func startSandgate(ctx context.Context, name, bin, dir, policyDir string, up *Upstreams, sandboxes int) (*Target, error) {
 	cfg, mcp, prx, admin, err := sandgateFiles(dir, policyDir, up, sandboxes)
 	if err != nil {
 		return nil, err
 	}
 	env := []string{"SSL_CERT_FILE=" + up.CAPath}
-	p, err := startProcess("sandgate", dir, env, bin, "serve", "--config", cfg)
+	p, err := startProcess(name, dir, env, bin, "serve", "--config", cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +145,6 @@ func startSandgate(ctx context.Context, bin, dir, policyDir string, up *Upstream
 		p.Stop(5 * time.Second)
 		return nil, fmt.Errorf("read sandgate CA: %w", err)
 	}
-	return &Target{Name: "sandgate", Proxy: prx, MCPURL: "http://" + mcp + "/mcp",
+	return &Target{Name: name, Proxy: prx, MCPURL: "http://" + mcp + "/mcp",
 		RouteURL: "http://" + prx + "/routes/anthropic", Admin: admin, InterceptCA: roots, proc: p}, nil
 }

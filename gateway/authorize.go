@@ -14,7 +14,6 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/internal/breaker"
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
@@ -226,7 +225,7 @@ func (g *Gateway) authorize(ctx context.Context, cl *call.Call, a action) *call.
 // forward sends an authorized call to its upstream and ends the call with the outcome.
 func forward[R any](ctx context.Context, cl *call.Call, u *upstream, send func(context.Context, *client.Client) (R, error)) (R, error) {
 	res, err := do(ctx, u, send)
-	if errors.Is(err, errUpstreamDown) || errors.Is(err, breaker.ErrOpen) {
+	if errors.Is(err, errUpstreamDown) || errors.Is(err, errBreakerOpen) {
 		// A down upstream, or one whose breaker is open, keeps its tools in the catalog: its
 		// calls answer "unavailable" (503), audited as such, never as hidden or missing.
 		cl.Fail(call.Refuse(call.CodeUpstreamUnavailable, "upstream %s is unavailable: %v", u.cfg.Name, err))
@@ -279,15 +278,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out.Params.Meta, key = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
 	defer g.inflight.end(n.upstream, key)
 	res, err := forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
-		return request(ctx, c, mcp.MethodToolsCall, out.Params, parseToolResult,
-			func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
-				// The level in _meta asks for every log message; the session's level filters them.
-				if out.Params.Meta == nil {
-					out.Params.Meta = &mcp.Meta{}
-				}
-				out.Params.Meta.AdditionalFields = withLogLevel(out.Params.Meta.AdditionalFields)
-				return c.CallTool(ctx, out)
-			})
+		return request(ctx, c, mcp.MethodToolsCall, out.Params, parseToolResult)
 	})
 	if err != nil {
 		return mcp.NewToolResultError(err.Error()), nil
@@ -318,10 +309,7 @@ func (g *Gateway) readResource(ctx context.Context, req mcp.ReadResourceRequest)
 	out.Params.URI = uri
 	out.Params.Arguments = req.Params.Arguments
 	res, err := forward(ctx, cl, u, func(ctx context.Context, c *client.Client) (*mcp.ReadResourceResult, error) {
-		return request(ctx, c, mcp.MethodResourcesRead, out.Params, parseReadResult,
-			func(ctx context.Context, c *client.Client) (*mcp.ReadResourceResult, error) {
-				return c.ReadResource(ctx, out)
-			})
+		return request(ctx, c, mcp.MethodResourcesRead, out.Params, parseReadResult)
 	})
 	if err != nil {
 		return nil, err
@@ -349,10 +337,7 @@ func (g *Gateway) getPrompt(ctx context.Context, req mcp.GetPromptRequest) (*mcp
 	out.Params.Name = n.name
 	out.Params.Arguments = req.Params.Arguments
 	return forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.GetPromptResult, error) {
-		return request(ctx, c, mcp.MethodPromptsGet, out.Params, parsePromptResult,
-			func(ctx context.Context, c *client.Client) (*mcp.GetPromptResult, error) {
-				return c.GetPrompt(ctx, out)
-			})
+		return request(ctx, c, mcp.MethodPromptsGet, out.Params, parsePromptResult)
 	})
 }
 

@@ -20,7 +20,6 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/admission"
-	"github.com/sandgate/sandgate/internal/breaker"
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
@@ -185,10 +184,10 @@ func setDefaults(opts *Options) {
 			u.MaxSessions = 256
 		}
 		if u.Breaker.Failures == 0 {
-			u.Breaker.Failures = breaker.DefaultFailures
+			u.Breaker.Failures = defaultBreakerFailures
 		}
 		if u.Breaker.OpenFor == 0 {
-			u.Breaker.OpenFor = config.Duration(breaker.DefaultOpenFor)
+			u.Breaker.OpenFor = config.Duration(defaultBreakerOpenFor)
 		}
 		ups[i] = u
 	}

@@ -140,7 +140,8 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gd.g.serveVerbatim(rec, r.WithContext(ctx), gd.next, k)
 		return
 	}
-	gd.next.ServeHTTP(rec, r.WithContext(ctx))
+	ctx, out := withExtras(ctx, rec, msg.Method, msg.ID)
+	gd.next.ServeHTTP(out, r.WithContext(ctx))
 }
 
 // readMessage reads and checks a POST body: its media type, size and JSON-RPC shape.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -99,22 +100,39 @@ func (t replyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// breakerDone reports a call's outcome to the upstream's breaker.
-func (u *upstream) breakerDone(t breaker.Ticket, o outcome) {
+// Breaker defaults of an upstream (breaker.failures, breaker.open_for).
+const (
+	defaultBreakerFailures = 5
+	defaultBreakerOpenFor  = 10 * time.Second
+)
+
+// errBreakerOpen is returned for a call its upstream's open breaker refused.
+var errBreakerOpen = errors.New("circuit breaker open")
+
+// allow asks u's breaker whether a call may go to u now.
+func (u *upstream) allow() error {
+	if u.brk.Allow() {
+		return nil
+	}
+	return fmt.Errorf("%w after %d consecutive transport failures or timeouts; one call probes it every %s",
+		errBreakerOpen, u.cfg.Breaker.Failures, u.cfg.Breaker.OpenFor.D())
+}
+
+// breakerDone reports a call's outcome to the upstream's breaker. An outcome that says nothing
+// about the upstream is not reported: a probe that ends so is given up after open_for.
+func (u *upstream) breakerDone(o outcome) {
 	switch o {
 	case outcomeOK, outcomeReply:
-		u.brk.Done(t, true)
+		u.brk.Success()
 	case outcomeTransport, outcomeTimeout:
-		u.brk.Done(t, false)
-	default:
-		u.brk.Abandon(t)
+		u.brk.Failure()
 	}
 }
 
-// newBreaker is u's breaker; its transitions are logged.
-func (u *upstream) newBreaker() *breaker.Breaker {
+// newBreaker is u's breaker (opts: a test's clock); its transitions are logged.
+func (u *upstream) newBreaker(opts ...breaker.Option) *breaker.Breaker {
 	cfg := breaker.Config{Failures: u.cfg.Breaker.Failures, OpenFor: u.cfg.Breaker.OpenFor.D()}
-	return breaker.New(cfg, nil, func(from, to breaker.State) {
+	return breaker.New(cfg, append(opts, breaker.OnChange(func(from, to breaker.State) {
 		switch to {
 		case breaker.Open:
 			u.log.Warn("upstream circuit breaker open: its calls answer upstream_unavailable", "from", from.String(),
@@ -122,7 +140,7 @@ func (u *upstream) newBreaker() *breaker.Breaker {
 		case breaker.Closed:
 			u.log.Info("upstream circuit breaker closed", "from", from.String())
 		}
-	})
+	}))...)
 }
 
 // breakerHealth is nil unless u's breaker refuses calls.
@@ -142,10 +160,10 @@ func jittered(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2)
 }
 
-// registerBreakerMetric reports each upstream's breaker state: 0 closed, 1 half-open, 2 open.
+// registerBreakerMetric reports each upstream's breaker state: 0 closed, 1 open, 2 half-open.
 func (g *Gateway) registerBreakerMetric(m metric.Meter) error {
 	_, err := m.Int64ObservableGauge("sandgate.gateway.upstream.breaker",
-		metric.WithDescription("Circuit breaker state per MCP upstream: 0 closed, 1 half-open (probing), 2 open"),
+		metric.WithDescription("Circuit breaker state per MCP upstream: 0 closed, 1 open, 2 half-open (probing)"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			for _, u := range g.upstreams {
 				o.Observe(int64(u.brk.State()), metric.WithAttributes(attribute.String("upstream", u.cfg.Name)))

@@ -213,7 +213,7 @@ func TestHangingUpstreamOpensItsBreaker(t *testing.T) {
 	// The breaker's clock is the test's, so that the open period ends when the test says.
 	clk := &testClock{t: time.Now()}
 	rich := h.gw.upstreams[1]
-	rich.brk = breaker.New(breaker.Config{Failures: failures, OpenFor: time.Minute}, clk.now, nil)
+	rich.brk = rich.newBreaker(breaker.WithClock(clk.now))
 
 	victim := connectSandbox(t, h.URL(), "127.0.0.2", nil)
 	bystander := connectSandbox(t, h.URL(), "127.0.0.1", nil)

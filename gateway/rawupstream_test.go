@@ -17,13 +17,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rawUpstream is a hand-written Streamable HTTP MCP server (legacy protocol, JSON responses)
-// that answers the lists from a fixture exactly as written there, and records every message
-// it receives. It stands for upstreams whose objects carry more than mcp-go models.
+// rawUpstream is a hand-written Streamable HTTP MCP server (legacy protocol, JSON responses;
+// 2026-07-28 too when modern is set) that answers the lists from a fixture exactly as written
+// there, and records every message it receives. It stands for upstreams whose objects carry
+// more than mcp-go models.
 type rawUpstream struct {
 	srv      *httptest.Server
 	catalog  map[string]json.RawMessage
 	mu       sync.Mutex
+	modern   bool // answers server/discover: speaks 2026-07-28
 	got      []rpcEnvelope
 	sessions int             // sessions initialized
 	deleted  []string        // sessions ended with DELETE
@@ -94,6 +96,7 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	m.Session = r.Header.Get("Mcp-Session-Id")
 	u.mu.Lock()
 	u.got = append(u.got, m)
+	modern := u.modern
 	if m.Method == "initialize" {
 		u.sessions++
 		w.Header().Set("Mcp-Session-Id", fmt.Sprint("raw-session-", u.sessions))
@@ -108,11 +111,21 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	case "initialize":
 		result = map[string]any{"protocolVersion": "2025-06-18", "serverInfo": map[string]any{"name": "raw", "version": "1"},
 			"capabilities": map[string]any{"tools": map[string]any{}, "resources": map[string]any{}, "prompts": map[string]any{}}}
+	case "server/discover":
+		if !modern {
+			writeJSON(w, map[string]any{"jsonrpc": "2.0", "id": m.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
+			return
+		}
+		result = json.RawMessage(modernDiscover)
 	case "tools/call":
 		var p struct {
 			Name string `json:"name"`
 		}
 		_ = json.Unmarshal(m.Params, &p)
+		if p.Name == "ask-model" {
+			result = askModel(m.Params)
+			break
+		}
 		if p.Name == "poll" { // SEP-1699: end the stream before the result; the client resumes
 			u.mu.Lock()
 			u.polled = m.ID
@@ -143,7 +156,27 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if tok := progressTokenOf(m.Params); tok != nil {
+		// A request with a progress token gets a progress notification, then its result, on
+		// an SSE stream.
+		n, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress",
+			"params": map[string]any{"progressToken": tok, "progress": 1, "total": 2}})
+		res, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = fmt.Fprintf(w, "data: %s\n\ndata: %s\n\n", n, res)
+		return
+	}
 	writeJSON(w, map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
+}
+
+func progressTokenOf(params json.RawMessage) any {
+	var p struct {
+		Meta struct {
+			ProgressToken any `json:"progressToken"`
+		} `json:"_meta"`
+	}
+	_ = json.Unmarshal(params, &p)
+	return p.Meta.ProgressToken
 }
 
 // resume answers a GET with Last-Event-ID ev-1 with the result of the polled request.
@@ -163,17 +196,20 @@ func (u *rawUpstream) resume(w http.ResponseWriter, r *http.Request) {
 }
 
 // richResult is every tools/call result of rawUpstream: content items with annotations and _meta,
-// a content type no revision defines, structuredContent and the result's _meta.
+// a content type no revision defines, structuredContent, the result's _meta and a top-level
+// field no revision defines.
 const richResult = `{"content":[{"type":"text","text":"ok","annotations":{"audience":["user"],"priority":1},"_meta":{"k":"v"}},` +
 	`{"type":"image","data":"aGk=","mimeType":"image/png"},{"type":"hologram","frames":[1,2]}],` +
-	`"structuredContent":{"echoed":"ok","n":[1,2.5,null]},"_meta":{"com.example/trace":"t-1"}}`
+	`"structuredContent":{"echoed":"ok","n":[1,2.5,null]},"_meta":{"com.example/trace":"t-1"},"x-future":{"kept":[1,"a"]}}`
 
-// richRead and richPrompt are rawUpstream's resources/read and prompts/get results.
+// richRead and richPrompt are rawUpstream's resources/read and prompts/get results, each with
+// top-level fields mcp-go's typed results do not carry.
 const (
 	richRead = `{"contents":[{"uri":"note://rich/readme","mimeType":"text/markdown","text":"# hi","_meta":{"etag":"abc"},` +
-		`"annotations":{"audience":["user"]}},{"uri":"note://rich/readme#2","blob":"aGk=","mimeType":"application/octet-stream"}]}`
+		`"annotations":{"audience":["user"]}},{"uri":"note://rich/readme#2","blob":"aGk=","mimeType":"application/octet-stream"}],` +
+		`"_meta":{"com.example/etag":"r1"},"x-future":true}`
 	richPrompt = `{"description":"d","messages":[{"role":"user","content":{"type":"text","text":"hi","_meta":{"k":1}}},` +
-		`{"role":"assistant","content":{"type":"resource_link","uri":"note://rich/readme","name":"readme","icons":[{"src":"https://example.com/i.png"}]}}]}`
+		`{"role":"assistant","content":{"type":"resource_link","uri":"note://rich/readme","name":"readme","icons":[{"src":"https://example.com/i.png"}]}}],"x-future":"p"}`
 )
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -64,20 +64,22 @@ func rpc(ctx context.Context, cli *client.Client, method string, params any) (js
 	return res.Result, nil
 }
 
-// request forwards one sandbox request. On the legacy protocol Sandgate sends it itself (rpc),
-// so that cancelling it reaches the upstream, and parse decodes the result; on 2026-07-28 and
-// later it goes through mcp-go's typed client (typed), which runs the multi round-trip
-// requests (input_required) of that revision.
+// request forwards one sandbox request and decodes its result with parse, which keeps what
+// the sandbox must see verbatim. Sandgate sends it itself (rpc), so that cancelling it reaches
+// the upstream; on 2026-07-28 and later roundTrip also runs the multi round-trip exchange of
+// that revision (input_required).
 func request[R any](ctx context.Context, cli *client.Client, method mcp.MCPMethod, params any,
-	parse func(*json.RawMessage) (R, error), typed func(context.Context, *client.Client) (R, error)) (R, error) {
+	parse func(*json.RawMessage) (R, error)) (R, error) {
+	send := rpc
 	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
-		return typed(ctx, cli)
+		send = roundTrip
 	}
-	raw, err := rpc(ctx, cli, string(method), params)
+	raw, err := send(ctx, cli, string(method), params)
 	if err != nil {
 		var zero R
 		return zero, err
 	}
+	keepExtras(ctx, string(method), raw)
 	return parse(&raw)
 }
 
@@ -138,16 +140,6 @@ func modernParams(cli *client.Client, version, method string, params any) (any, 
 		h.Set(k, v)
 	}
 	return fields, h, nil
-}
-
-// withLogLevel is a request's _meta fields asking a 2026-07-28 upstream for every log message.
-func withLogLevel(fields map[string]any) map[string]any {
-	out := make(map[string]any, len(fields)+1)
-	for k, v := range fields {
-		out[k] = v
-	}
-	out[mcp.MetaKeyLogLevel] = mcp.LoggingLevelDebug
-	return out
 }
 
 // clientInfo is how Sandgate introduces itself to upstreams.

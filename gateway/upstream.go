@@ -58,7 +58,7 @@ type connHooks struct {
 }
 
 // upstream is one supervised MCP server connection, which lists the catalog and checks health,
-// plus, for a stateful HTTP upstream in per-sandbox mode, one upstream session per sandbox
+// plus, for a stateful upstream in per-sandbox mode, one upstream session per sandbox
 // session (sandboxSessions) for the sandboxes' requests. Server-to-client requests made while
 // a call is in flight reach the sandbox session of that call.
 //

@@ -50,10 +50,13 @@ type lease struct {
 	conn *sandboxConn // nil for the shared connection
 }
 
-// perSandbox reports whether sandbox requests to u get their own upstream session: an HTTP
-// upstream in per-sandbox mode whose shared connection speaks a revision with sessions.
+// perSandbox reports whether sandbox requests to u get their own upstream session: an upstream
+// in per-sandbox mode whose shared connection speaks a revision with sessions. For a stdio
+// upstream the session is a process of its own, started on the sandbox session's first request
+// and stopped (stdin closed, then SIGTERM, then SIGKILL) when the session ends, idles out or is
+// evicted at max_sessions.
 func (u *upstream) perSandbox(shared *client.Client) bool {
-	return u.cfg.Sessions != config.SessionsShared && !u.cfg.IsStdio() && !mcp.IsModernProtocol(shared.ProtocolVersion())
+	return u.cfg.Sessions != config.SessionsShared && !mcp.IsModernProtocol(shared.ProtocolVersion())
 }
 
 // lease returns the connection for the request in ctx: its sandbox session's own upstream
@@ -226,12 +229,11 @@ func (l *lease) drop(err error) {
 // opens a new one and retries once: the request was not processed.
 func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *client.Client) (T, error)) (T, error) {
 	var zero T
-	ticket, err := u.brk.Allow()
-	if err != nil {
+	if err := u.allow(); err != nil {
 		return zero, err
 	}
 	o := outcomeNeutral
-	defer func() { u.breakerDone(ticket, o) }()
+	defer func() { u.breakerDone(o) }()
 	for attempt := 0; ; attempt++ {
 		l, err := u.lease(ctx)
 		if err != nil {
@@ -240,7 +242,7 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 			}
 			return zero, err
 		}
-		cctx, cancel := context.WithTimeout(ctx, u.cfg.CallTimeout.D())
+		cctx, cancel := context.WithTimeout(withConnHooks(ctx, u.hooks.conn(u, l.sid)), u.cfg.CallTimeout.D())
 		cctx, rp := withReply(cctx)
 		res, err := f(cctx, l.cli)
 		timedOut := cctx.Err() != nil

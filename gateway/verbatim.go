@@ -130,25 +130,11 @@ func renamed(raw json.RawMessage, field, name string) json.RawMessage {
 // and puts the entries back in the upstreams' order (mcp-go sorts them by name). An entry raw
 // does not know is left as mcp-go wrote it, after the others.
 func splice(body []byte, contentType string, k listKind, raw verbatimList) []byte {
-	if strings.HasPrefix(contentType, "text/event-stream") {
-		lines := bytes.Split(body, []byte("\n"))
-		for i, l := range lines {
-			if d, ok := bytes.CutPrefix(l, []byte("data:")); ok {
-				if out, err := spliceMessage(bytes.TrimSpace(d), k, raw); err == nil {
-					lines[i] = append([]byte("data: "), out...)
-				}
-			}
-		}
-		return bytes.Join(lines, []byte("\n"))
-	}
-	out, err := spliceMessage(bytes.TrimSpace(body), k, raw)
-	if err != nil {
-		return body
-	}
-	return append(out, '\n')
+	return rewriteMessages(body, contentType, func(msg []byte) ([]byte, error) { return spliceMessage(msg, k, raw) })
 }
 
-var errNotAList = errors.New("not a list result")
+// errNotAList is a message that is not the result being rewritten.
+var errNotAList = errors.New("not the result rewritten")
 
 func spliceMessage(msg []byte, k listKind, raw verbatimList) ([]byte, error) {
 	var m map[string]json.RawMessage

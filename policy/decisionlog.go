@@ -23,7 +23,8 @@ const BundleName = "sandgate"
 
 // DecisionLogConfig configures a DecisionLog. Zero values take the defaults.
 type DecisionLogConfig struct {
-	// File is the active log file; rotated files sit next to it as File.<UTC time>.
+	// File is the active log file; rotated files sit next to it as File.<UTC time>. Empty:
+	// no file (HTTP must then be set).
 	File string
 	// MaxSize in bytes rotates File before a line would grow it past this size (default 64 MiB).
 	MaxSize int64
@@ -41,6 +42,8 @@ type DecisionLogConfig struct {
 	Meters metric.MeterProvider
 	// Log receives write errors (never decision contents).
 	Log *slog.Logger
+	// HTTP, if set, also uploads every event in gzip batches as OPA's decision-log plugin does.
+	HTTP *DecisionLogHTTP
 }
 
 // DecisionLog writes every decision it is given as one line of OPA's decision-log event
@@ -53,7 +56,8 @@ type DecisionLogConfig struct {
 // which OPA's own type cannot decode.
 type DecisionLog struct {
 	queue  chan loggedDecision
-	file   *rotatingFile
+	file   *rotatingFile // nil: no file
+	http   *httpSink     // nil: no upload
 	masks  []maskPointer
 	labels map[string]string
 	log    *slog.Logger
@@ -68,16 +72,17 @@ type DecisionLog struct {
 }
 
 type loggedDecision struct {
-	id string
-	at time.Time
-	in Input
-	d  Decision
+	id   string
+	path string
+	at   time.Time
+	in   Input
+	d    Decision
 }
 
 // OpenDecisionLog opens (or continues) the log file and starts its writer; Close stops it.
 func OpenDecisionLog(cfg DecisionLogConfig) (*DecisionLog, error) {
-	if cfg.File == "" {
-		return nil, errors.New("decision log: no file")
+	if cfg.File == "" && cfg.HTTP == nil {
+		return nil, errors.New("decision log: no file and no HTTP sink")
 	}
 	if cfg.MaxSize <= 0 {
 		cfg.MaxSize = 64 << 20
@@ -105,13 +110,19 @@ func OpenDecisionLog(cfg DecisionLogConfig) (*DecisionLog, error) {
 		}
 		masks[i] = m
 	}
-	f, err := openRotatingFile(cfg.File, cfg.MaxSize, cfg.MaxFiles)
-	if err != nil {
-		return nil, err
-	}
-	l := &DecisionLog{queue: make(chan loggedDecision, cfg.QueueSize), file: f, masks: masks,
+	l := &DecisionLog{queue: make(chan loggedDecision, cfg.QueueSize), masks: masks,
 		labels: cfg.Labels, log: cfg.Log, done: make(chan struct{})}
+	if cfg.File != "" {
+		f, err := openRotatingFile(cfg.File, cfg.MaxSize, cfg.MaxFiles)
+		if err != nil {
+			return nil, err
+		}
+		l.file = f
+	}
 	m := cfg.Meters.Meter("github.com/sandgate/sandgate/policy")
+	if cfg.HTTP != nil {
+		l.http = newHTTPSink(*cfg.HTTP, m, cfg.Log)
+	}
 	l.droppedMetric, _ = m.Int64Counter("sandgate.policy.decision_log.dropped",
 		metric.WithDescription("Decisions not written to the decision log: its queue was full or the file could not be written."))
 	l.writtenMetric, _ = m.Int64Counter("sandgate.policy.decision_log.written",
@@ -124,7 +135,12 @@ func OpenDecisionLog(cfg DecisionLogConfig) (*DecisionLog, error) {
 // input the policy saw (it is read later, by the writer: the caller must not change it after
 // the decision) and d is the decision. It never blocks.
 func (l *DecisionLog) Record(id string, in *Input, d Decision) {
-	item := loggedDecision{id: id, at: time.Now(), in: *in, d: d}
+	l.record(id, DecisionPath, in, d)
+}
+
+// record queues a decision made under path (DecisionPath, or ShadowPath for a shadow's).
+func (l *DecisionLog) record(id, path string, in *Input, d Decision) {
+	item := loggedDecision{id: id, path: path, at: time.Now(), in: *in, d: d}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
@@ -162,7 +178,31 @@ func (l *DecisionLog) Close() error {
 	close(l.queue)
 	l.mu.Unlock()
 	<-l.done
+	if l.http != nil {
+		l.http.close()
+	}
+	if l.file == nil {
+		return nil
+	}
 	return l.file.close()
+}
+
+// Uploaded is how many decisions the HTTP sink delivered; UploadDropped how many it dropped
+// (queue full, or every retry failed).
+func (l *DecisionLog) Uploaded() uint64 {
+	return l.httpCount(func(s *httpSink) uint64 { return s.sent.Load() })
+}
+
+// UploadDropped: see Uploaded.
+func (l *DecisionLog) UploadDropped() uint64 {
+	return l.httpCount(func(s *httpSink) uint64 { return s.dropped.Load() })
+}
+
+func (l *DecisionLog) httpCount(f func(*httpSink) uint64) uint64 {
+	if l.http == nil {
+		return 0
+	}
+	return f(l.http)
 }
 
 func (l *DecisionLog) run() {
@@ -170,6 +210,12 @@ func (l *DecisionLog) run() {
 	failing := false
 	for item := range l.queue {
 		ev, err := l.event(&item)
+		if err == nil && l.http != nil {
+			l.http.offer(ev)
+		}
+		if l.file == nil {
+			continue
+		}
 		if err == nil {
 			err = l.file.writeJSON(ev)
 		}
@@ -210,7 +256,7 @@ func (l *DecisionLog) event(item *loggedDecision) (*logs.EventV1, error) {
 		Labels:     l.labels,
 		DecisionID: item.id,
 		Bundles:    map[string]logs.BundleInfoV1{BundleName: {Revision: item.d.Revision}},
-		Path:       DecisionPath,
+		Path:       item.path,
 		Input:      &input,
 		Result:     &result,
 		Timestamp:  item.at.UTC(),

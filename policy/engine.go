@@ -68,6 +68,8 @@ type Engine struct {
 
 	stateMu sync.Mutex
 	state   reloadState
+
+	bundle *BundleSource // nil: the engine serves dir
 }
 
 // ReloadResult reports one reload attempt to an observer (logs, metrics).
@@ -107,11 +109,7 @@ func WithClock(c Clock) Option { return func(e *Engine) { e.clock = c } }
 // policy files yields an engine that denies everything with reason "no policy is loaded" until
 // a reload finds some.
 func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
-	e := &Engine{dir: dir, log: slog.New(slog.DiscardHandler), debounce: defaultDebounce, cacheMax: DefaultCacheEntries,
-		clock: systemClock{}, poll: DefaultPollInterval}
-	for _, o := range opts {
-		o(e)
-	}
+	e := newEngine(dir, opts)
 	if err := e.Reload(ctx); err != nil && !errors.Is(err, ErrNoPolicy) {
 		return nil, err
 	}
@@ -119,7 +117,16 @@ func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
 	return e, nil
 }
 
-// Dir is the policy folder.
+func newEngine(dir string, opts []Option) *Engine {
+	e := &Engine{dir: dir, log: slog.New(slog.DiscardHandler), debounce: defaultDebounce, cacheMax: DefaultCacheEntries,
+		clock: systemClock{}, poll: DefaultPollInterval}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+// Dir is the policy folder (for an engine serving a bundle, the bundle's source).
 func (e *Engine) Dir() string { return e.dir }
 
 // Revision is the revision serving now, or "none".

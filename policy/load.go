@@ -176,13 +176,21 @@ func compile(_ context.Context, dir string, files policyFiles, cacheEntries int)
 	if err != nil {
 		return nil, fmt.Errorf("load policies from %s: %w", dir, err)
 	}
-	if len(res.Modules) == 0 {
-		return nil, fmt.Errorf("%s: %w", dir, ErrNoPolicy)
-	}
 	modules := make(map[string]*ast.Module, len(res.Modules))
-	names := make([]string, 0, len(res.Modules))
 	for name, m := range res.Modules {
 		modules[name] = m.Parsed
+	}
+	return compileModules(dir, files.revision(), modules, res.Documents, cacheEntries)
+}
+
+// compileModules builds a revision named id from parsed modules and data, read from a folder
+// or a bundle (dir names the source in errors).
+func compileModules(dir, id string, modules map[string]*ast.Module, data map[string]any, cacheEntries int) (*revision, error) {
+	if len(modules) == 0 {
+		return nil, fmt.Errorf("%s: %w", dir, ErrNoPolicy)
+	}
+	names := make([]string, 0, len(modules))
+	for name := range modules {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -200,9 +208,9 @@ func compile(_ context.Context, dir string, files policyFiles, cacheEntries int)
 		return nil, fmt.Errorf("compile %s: %w", Query, err)
 	}
 	return &revision{
-		id:       files.revision(),
+		id:       id,
 		compiler: compiler,
-		store:    inmem.NewFromObjectWithOpts(res.Documents, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true)),
+		store:    inmem.NewFromObjectWithOpts(data, inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true)),
 		query:    query,
 		files:    names,
 		cache:    newDecisionCache(compiler, cacheEntries),

@@ -14,6 +14,8 @@ const (
 	ReloadCompileError = "compile"   // a file does not parse or compile, or no decision rule
 	ReloadNoPolicy     = "no_policy" // the folder holds no .rego file
 	ReloadWatchError   = "watch"     // the file watcher failed; only the periodic check finds changes
+	ReloadBundleError  = "bundle"    // a bundle could not be fetched or read
+	ReloadSignature    = "signature" // a bundle is unsigned or its signature does not verify
 )
 
 // DefaultPollInterval is how often Watch hashes the folder's contents as a backstop.
@@ -84,11 +86,14 @@ func (e *Engine) Status() ReloadStatus {
 	return s
 }
 
-// Reload reads and compiles the folder again. On failure the last good revision keeps serving,
-// the error says why, and Status reports the engine degraded until a reload succeeds; a folder
-// emptied of policies also keeps the last revision. Files identical to the serving revision are
-// not compiled again.
+// Reload reads and compiles the folder again (for an engine serving a bundle: looks at the
+// bundle again). On failure the last good revision keeps serving, the error says why, and
+// Status reports the engine degraded until a reload succeeds; a folder emptied of policies also
+// keeps the last revision. Files identical to the serving revision are not compiled again.
 func (e *Engine) Reload(ctx context.Context) error {
+	if e.bundle != nil {
+		return e.bundle.Poll(ctx)
+	}
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
 	prev := e.cur.Load()
@@ -109,6 +114,12 @@ func (e *Engine) Reload(ctx context.Context) error {
 			}
 		}
 	}
+	return e.settle(prev, rev, err, reason, reading)
+}
+
+// settle installs rev (nil: nothing new) after one reload attempt and does its bookkeeping:
+// status, log, metrics and the observer. The caller holds reloadMu.
+func (e *Engine) settle(prev, rev *revision, err error, reason, reading string) error {
 	now := e.clock.Now()
 	res := ReloadResult{Err: err, Reason: reason, Revision: e.Revision()}
 	if rev != nil {

@@ -226,7 +226,7 @@ func FindDecision(path, id string) (*logs.EventV1, error) {
 				return nil
 			}
 			ev, err := ReadDecisionEvent(line)
-			if err == nil && ev.DecisionID == id {
+			if err == nil && ev.DecisionID == id && ev.Path != ShadowPath {
 				found = ev
 				return errFound
 			}
@@ -246,6 +246,10 @@ func replayLine(ctx context.Context, e *Engine, line []byte, seq int, opts *Repl
 	ev, err := ReadDecisionEvent(line)
 	if err != nil {
 		return fmt.Errorf("decision %d of the log: %w", seq+1, err)
+	}
+	if ev.Path == ShadowPath {
+		// A shadow policy's divergence, not a decision that was enforced.
+		return nil
 	}
 	r.Read++
 	facts := factsOf(*ev.Input)

@@ -480,7 +480,7 @@ func (x *exchange) chargeTokens() {
 	if total <= x.charged {
 		return
 	}
-	v := x.p.core.Admission().AddTokens(context.Background(), x.ev().Identity, total-x.charged)
+	v := x.p.core.Admission().AddTokens(x.c.Detached(), x.ev().Identity, total-x.charged)
 	x.charged = total
 	if !v.Allowed && x.spent == "" {
 		x.spent = string(v.Code)

@@ -7,7 +7,9 @@
 #         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
 #         CRDs + controller (pinned v0.5.6 from the Go module proxy, zip hash checked), cyclonus
 #         v0.5.6 (NetworkPolicy cross-check, zip hash checked)
-#   npm:  node@22, @modelcontextprotocol/conformance, @anthropic-ai/sdk (test/node)
+#   npm:  node@22, @modelcontextprotocol/conformance, @modelcontextprotocol/server-everything
+#         (the TypeScript SDK's reference server: second conformance upstream), @anthropic-ai/sdk
+#         (test/node, versions pinned in its package.json and package-lock.json)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # The built tools live in a cache outside the clone, once per machine, and .tools in the clone
@@ -113,10 +115,12 @@ fi
 
 if [ -f "$root/test/node/package.json" ]; then
   stamp=$(sha256sum "$root/test/node/package.json" "$root/test/node/package-lock.json" 2>/dev/null | sha256sum | cut -c1-16)
-  if [ ! -d "$root/test/node/node_modules" ] || [ "$(cat "$tools/.npm.stamp" 2>/dev/null)" != "$stamp" ]; then
+  # The stamp lives in the clone's own node_modules: the tools cache is shared by every clone
+  # on the machine, and one clone's install says nothing of another's.
+  if [ "$(cat "$root/test/node/node_modules/.sandgate-stamp" 2>/dev/null)" != "$stamp" ]; then
     log "npm ci (test/node)"
     (cd "$root/test/node" && { [ -f package-lock.json ] && npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error; })
-    echo "$stamp" > "$tools/.npm.stamp"
+    echo "$stamp" > "$root/test/node/node_modules/.sandgate-stamp"
   fi
 fi
 log "ready: $(ls "$bin" | tr '\n' ' ')"

@@ -46,9 +46,33 @@ func checkConfig(ctx context.Context, env *cliEnv, path string, cfg *config.Conf
 			return fmt.Errorf("config %s: proxy.ca: %w", path, err)
 		}
 	}
-	if _, err := policy.New(ctx, cfg.Policy.Dir); err != nil {
-		return err
+	if err := checkPolicies(ctx, cfg); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
 	}
 	fmt.Fprintf(env.stdout, "config %s is valid\n", path)
+	return nil
+}
+
+// checkPolicies compiles policy.dir, or reads policy.bundle's key and, for a file bundle, loads
+// and verifies it (a remote bundle is not fetched), and compiles policy.shadow.dir.
+func checkPolicies(ctx context.Context, cfg *config.Config) error {
+	if cfg.Policy.Bundle.Configured() {
+		bc, err := bundleConfig(cfg)
+		if err != nil {
+			return err
+		}
+		if bc.File != "" {
+			if _, _, err := policy.NewBundleEngine(ctx, bc); err != nil {
+				return fmt.Errorf("policy.bundle: %w", err)
+			}
+		}
+	} else if _, err := policy.New(ctx, cfg.Policy.Dir); err != nil {
+		return err
+	}
+	if dir := cfg.Policy.Shadow.Dir; dir != "" {
+		if _, err := policy.NewShadowEngine(ctx, dir); err != nil {
+			return fmt.Errorf("policy.shadow.dir: %w", err)
+		}
+	}
 	return nil
 }

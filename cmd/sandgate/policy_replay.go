@@ -87,6 +87,9 @@ func policyPaths(dir, from, cfgPath string) (string, string, error) {
 		if err != nil {
 			return "", "", err
 		}
+		if dir == "" && cfg.Policy.Bundle.Configured() {
+			return "", "", fmt.Errorf("config %s serves a bundle (policy.bundle), not a folder: pass the policy folder (a bundle's files, tar xzf bundle.tar.gz) with --dir or --policies", cfgPath)
+		}
 		if dir == "" {
 			dir = cfg.Policy.Dir
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/internal/limits"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
+	"github.com/sandgate/sandgate/internal/redisconn"
 	"github.com/sandgate/sandgate/internal/telemetry"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -51,6 +52,8 @@ type serveDeps struct {
 	tracer    trace.TracerProvider
 	// core is the one request path both halves call (internal/call).
 	core *call.Core
+	// policyLoops keep the policies current (watches, bundle polling) and run the shadow.
+	policyLoops []component
 }
 
 // component is one listener (admin, MCP, proxy) or background loop. Serve runs until ctx ends,
@@ -114,7 +117,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		log.Info("go memory limit set to 90% of the container's", "soft_limit_bytes", memLimit, "from", containerMemoryEnv)
 	}
 	// go-redis logs through a package-level logger; this is the one place it is set.
-	redis.SetLogger(redisLogger{log.With("component", "redis")})
+	redis.SetLogger(redisLogger{log.With("component", "redis"), telemetry.NewThrottle(warnPeriod, nil)})
 	return serve(ctx, cfg, creds, log, env.getenv)
 }
 
@@ -139,11 +142,11 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		}
 		return nil
 	})
-	engine, err := newPolicyEngine(ctx, cfg, log, tel, ready)
+	ps, err := newPolicySide(ctx, cfg, log, tel, ready)
 	if err != nil {
 		return err
 	}
-	shared, err := newSharedState(cfg, creds, replica, log, ready)
+	shared, err := newSharedState(cfg, creds, replica, log, tel.MeterProvider(), ready)
 	if err != nil {
 		return err
 	}
@@ -165,22 +168,22 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: engine, audit: writer,
+	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer,
 		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider()}
 	if d.admission, err = shared.admission(d); err != nil {
 		return err
 	}
-	closeDecisions, err := newCore(d, engine, writer, replica, tel)
+	closeDecisions, err := newCore(d, ps, writer, replica, tel)
 	if err != nil {
 		return err
 	}
 	defer closeDecisions()
-	comps, err := serveComponents(d, engine, creds, shared, tel, kubeComps)
+	comps, err := serveComponents(d, creds, shared, tel, kubeComps)
 	if err != nil {
 		return err
 	}
 
-	log.Info("sandgate starting", "version", version, "policy_revision", engine.Revision(),
+	log.Info("sandgate starting", "version", version, "policy_revision", ps.engine.Revision(),
 		"mcp", cfg.Listen.MCP, "proxy", cfg.Listen.Proxy, "admin", cfg.Listen.Admin)
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range comps {
@@ -202,26 +205,11 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	return runErr
 }
 
-// openDecisionLog opens policy.decision_log when a file is configured, else returns nil.
-func openDecisionLog(cfg *config.Config, replica string, log *slog.Logger, tel *telemetry.Telemetry) (*policy.DecisionLog, error) {
-	c := cfg.Policy.DecisionLog
-	if c.File == "" {
-		return nil, nil
-	}
-	dl, err := policy.OpenDecisionLog(policy.DecisionLogConfig{File: c.File, MaxSize: int64(c.MaxSizeMB) << 20,
-		MaxFiles: c.MaxFiles, Mask: c.Mask, Labels: map[string]string{"id": replica, "version": version},
-		Meters: tel.MeterProvider(), Log: log.With("component", "decision_log")})
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	return dl, nil
-}
-
 // newCore builds the request path into d.core, with the decision log when one is configured.
 // The returned function closes the decision log; serve calls it once the listeners have
 // drained, when every decision they made is queued.
-func newCore(d *serveDeps, engine *policy.Engine, writer *audit.Writer, replica string, tel *telemetry.Telemetry) (func(), error) {
-	opts := call.Options{Policy: engine, Audit: writer, Admission: d.admission,
+func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string, tel *telemetry.Telemetry) (func(), error) {
+	opts := call.Options{Policy: ps.engine, Audit: writer, Admission: d.admission,
 		Meters: d.meters, Tracer: d.tracer, Log: d.log.With("component", "call")}
 	decisions, err := openDecisionLog(d.cfg, replica, d.log, tel)
 	if err != nil {
@@ -236,6 +224,13 @@ func newCore(d *serveDeps, engine *policy.Engine, writer *audit.Writer, replica 
 			}
 		}
 	}
+	d.policyLoops = ps.loops
+	if ps.shadow != nil {
+		shadow := policy.NewShadow(ps.shadow, policy.ShadowConfig{QueueSize: d.cfg.Policy.Shadow.QueueSize,
+			Decisions: decisions, Meters: d.meters, Log: d.log.With("component", "shadow")})
+		opts.Shadow = shadow
+		d.policyLoops = append(d.policyLoops, componentFunc(shadow.Run))
+	}
 	d.core, err = call.New(opts)
 	if err != nil {
 		closeDecisions()
@@ -244,42 +239,13 @@ func newCore(d *serveDeps, engine *policy.Engine, writer *audit.Writer, replica 
 	return closeDecisions, nil
 }
 
-// newPolicyEngine loads the policies and adds their readiness: ready means a policy is loaded. A
-// reload or watch that fails leaves the last good revision serving, so it is reported as
-// degraded, not as a failing check.
-func newPolicyEngine(ctx context.Context, cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry, ready *readiness) (*policy.Engine, error) {
-	engine, err := policy.New(ctx, cfg.Policy.Dir,
-		policy.WithLogger(log.With("component", "policy")),
-		policy.WithDecisionCache(cfg.Policy.DecisionCacheEntries()),
-		policy.WithPollInterval(cfg.Policy.PollInterval.D()),
-		policy.WithMeterProvider(tel.MeterProvider()))
-	if err != nil {
-		return nil, err
-	}
-	ready.Add("policy", func() error {
-		if engine.Revision() == "none" {
-			return errors.New("no policy loaded")
-		}
-		return nil
-	})
-	ready.AddDegraded("policy", func() error {
-		if s := engine.Status(); s.Degraded() {
-			return errors.New(s.Problem())
-		}
-		return nil
-	})
-	return engine, nil
-}
-
 // serveComponents is everything serve runs: the admin listener, the Kubernetes controllers,
 // the shared state's loops, the policy and credential watchers and the sandbox listeners.
-func serveComponents(d *serveDeps, engine *policy.Engine, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, kubeComps []component) ([]component, error) {
+func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, kubeComps []component) ([]component, error) {
 	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
 	comps = append(comps, shared.components()...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
-	if d.cfg.Policy.WatchEnabled() {
-		comps = append(comps, componentFunc(engine.Watch))
-	}
+	comps = append(comps, d.policyLoops...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { creds.Watch(ctx, credentialPoll); return nil }))
 	for _, build := range listenerBuilders(d.cfg) {
 		c, err := build(d)
@@ -435,11 +401,22 @@ func newLogger(env *cliEnv, lc config.Log) *slog.Logger {
 	if w == nil {
 		w = os.Stderr
 	}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if lc.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	// A Redis outage fails every call that touches Redis: one warning per message and period
+	// says so, with the count of those held back, instead of one per call.
+	h = telemetry.ThrottledHandler(h, telemetry.NewThrottle(warnPeriod, nil), func(r slog.Record) bool {
+		return r.Level >= slog.LevelWarn && telemetry.RecordHasError(r, func(err error) bool {
+			return errors.Is(err, redisconn.ErrUnavailable)
+		})
+	})
+	return slog.New(h)
 }
+
+// warnPeriod is how often a warning about the same outage is repeated.
+const warnPeriod = 10 * time.Second
 
 // readiness is the set of named checks behind /readyz.
 type readiness struct {

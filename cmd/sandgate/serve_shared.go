@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/admission"
@@ -16,6 +17,7 @@ import (
 	"github.com/sandgate/sandgate/internal/limits"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
 	"github.com/sandgate/sandgate/internal/redisconn"
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // sharedState is what replicas share through Redis when it is configured, else its in-memory
@@ -37,7 +39,12 @@ type sharedState struct {
 // file keeps every event while the mirror catches up later. Taking every replica out of service
 // because the shared Redis is down would turn a degraded gateway into no gateway at all, so the
 // Redis check is reported under "degraded" by /readyz, not under "failing".
-func newSharedState(cfg *config.Config, creds *credential.Store, replica string, log *slog.Logger, ready *readiness) (*sharedState, error) {
+//
+// Every request-path Redis call runs under a deadline of redis.op_timeout, dial and pool wait
+// included, behind a breaker (redisconn.Guard) that skips Redis for redis.breaker.open_for once
+// it failed. Readiness and the audit stream mirror bypass the breaker: an answered readiness
+// ping closes it.
+func newSharedState(cfg *config.Config, creds *credential.Store, replica string, log *slog.Logger, mp metric.MeterProvider, ready *readiness) (*sharedState, error) {
 	rc := cfg.Redis
 	if !rc.Enabled() {
 		return &sharedState{limits: limits.NewMemory(cfg.Limits), grants: grants.NewMemory()}, nil
@@ -46,14 +53,18 @@ func newSharedState(cfg *config.Config, creds *credential.Store, replica string,
 	if err != nil {
 		return nil, err
 	}
+	if _, err := redisconn.NewGuard(client, rc.Breaker, mp, log.With("component", "redis")); err != nil {
+		_ = client.Close()
+		return nil, err
+	}
 	s := &sharedState{
 		client:   client,
 		limits:   limits.NewRedis(client, rc.KeyPrefix, cfg.Limits, limits.WithTimeout(rc.OpTimeout.D())),
-		grants:   grants.NewRedis(client, rc.KeyPrefix, grants.WithTimeout(max(rc.OpTimeout.D(), 500*time.Millisecond))),
+		grants:   grants.NewRedis(client, rc.KeyPrefix, grants.WithTimeout(rc.OpTimeout.D())),
 		sessions: mcpsessions.NewRedis(client, rc.KeyPrefix, rc.OpTimeout.D()),
 	}
 	ready.AddDegraded("redis", func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), rc.OpTimeout.D())
+		ctx, cancel := context.WithTimeout(redisconn.Unguarded(context.Background()), rc.OpTimeout.D())
 		defer cancel()
 		return redisconn.Check(ctx, client)
 	})
@@ -119,7 +130,7 @@ func (s *sharedState) components() []component {
 		return nil
 	}
 	return []component{componentFunc(func(ctx context.Context) error {
-		_ = s.mirror.Run(ctx) // returns ctx's error: a normal stop
+		_ = s.mirror.Run(redisconn.Unguarded(ctx)) // returns ctx's error: a normal stop
 		return nil
 	})}
 }
@@ -129,7 +140,7 @@ func (s *sharedState) sync(ctx context.Context, log *slog.Logger) {
 	if s.mirror == nil {
 		return
 	}
-	if err := s.mirror.Sync(ctx); err != nil {
+	if err := s.mirror.Sync(redisconn.Unguarded(ctx)); err != nil {
 		log.Warn("audit stream not fully mirrored on shutdown; the next start catches up from the file", "err", err)
 	}
 }
@@ -152,9 +163,21 @@ func (s *sharedState) sandboxGone(log *slog.Logger) func(key string) {
 	}
 }
 
-// redisLogger routes go-redis's own log lines (reconnects, pool trouble) through slog.
-type redisLogger struct{ log *slog.Logger }
+// redisLogger routes go-redis's own log lines (reconnects, pool trouble) through slog, one line
+// per format and throttle period: during an outage go-redis says the same thing on every dial.
+type redisLogger struct {
+	log      *slog.Logger
+	throttle *telemetry.Throttle
+}
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	ok, suppressed := l.throttle.Allow(format)
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		l.log.WarnContext(ctx, fmt.Sprintf(format, v...), "suppressed", suppressed)
+		return
+	}
 	l.log.WarnContext(ctx, fmt.Sprintf(format, v...))
 }

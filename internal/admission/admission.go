@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -49,6 +50,28 @@ func New(l *limits.Limiter, g grants.Store, log *slog.Logger, mp metric.MeterPro
 	return &Admission{limits: l, grants: g, log: log, denied: denied, errors: errs}, nil
 }
 
+// Counting records, for one call, whether the limits could not count it. A call carries one
+// in its context (WithCounting); the admission steps mark it when the limits store failed and the
+// call went on anyway (fail_open), and the call's event then says limits "unavailable".
+type Counting struct{ uncounted atomic.Bool }
+
+// Uncounted reports whether a step of the call was admitted without being counted.
+func (c *Counting) Uncounted() bool { return c != nil && c.uncounted.Load() }
+
+type countingKey struct{}
+
+// WithCounting returns ctx carrying c.
+func WithCounting(ctx context.Context, c *Counting) context.Context {
+	return context.WithValue(ctx, countingKey{}, c)
+}
+
+// markUncounted marks ctx's call as admitted uncounted (a verdict that allowed despite err).
+func markUncounted(ctx context.Context) {
+	if c, _ := ctx.Value(countingKey{}).(*Counting); c != nil {
+		c.uncounted.Store(true)
+	}
+}
+
 // Refusal is a call a limit refused, or that could not be counted because the limits store is
 // unreachable and the failure mode is fail_closed. Code is the limit's bounded code
 // (limits.CodeRateLimited, limits.CodeStoreUnavailable …).
@@ -73,7 +96,7 @@ func (a *Admission) Admit(ctx context.Context, in *policy.Input) *Refusal {
 	if a.limits != nil {
 		usage, v, err := a.limits.Take(ctx, limits.KeysFor(in.Identity))
 		if err != nil {
-			a.storeError(ctx, "limits", in.Identity, err)
+			a.limitsError(ctx, in.Identity, v, err)
 		}
 		if !v.Allowed {
 			return a.deny(ctx, in.Kind, v)
@@ -117,7 +140,7 @@ func (a *Admission) AcquireToolCall(ctx context.Context, id identity.Identity) (
 	}
 	release, _, v, err := a.limits.Acquire(ctx, limits.KeysFor(id))
 	if err != nil {
-		a.storeError(ctx, "limits", id, err)
+		a.limitsError(ctx, id, v, err)
 	}
 	if !v.Allowed {
 		release()
@@ -135,7 +158,7 @@ func (a *Admission) AddTokens(ctx context.Context, id identity.Identity, n int64
 	}
 	_, v, err := a.limits.AddTokens(ctx, limits.KeysFor(id), n)
 	if err != nil {
-		a.storeError(ctx, "limits", id, err)
+		a.limitsError(ctx, id, v, err)
 	}
 	if !v.Allowed {
 		a.denied.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(audit.KindHTTPRequest)), attribute.String("code", string(v.Code))))
@@ -146,6 +169,15 @@ func (a *Admission) AddTokens(ctx context.Context, id identity.Identity, n int64
 func (a *Admission) deny(ctx context.Context, kind audit.Kind, v limits.Verdict) *Refusal {
 	a.denied.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(kind)), attribute.String("code", string(v.Code))))
 	return &Refusal{Code: v.Code, Reason: v.Reason, RetryAfter: v.RetryAfter}
+}
+
+// limitsError logs and counts a limits store failure, and marks the call uncounted when the
+// verdict let it go on regardless (fail_open).
+func (a *Admission) limitsError(ctx context.Context, id identity.Identity, v limits.Verdict, err error) {
+	a.storeError(ctx, "limits", id, err)
+	if v.Allowed {
+		markUncounted(ctx)
+	}
 }
 
 func (a *Admission) storeError(ctx context.Context, store string, id identity.Identity, err error) {

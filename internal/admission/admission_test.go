@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -96,6 +97,49 @@ func TestAdmitClaimGrants(t *testing.T) {
 			in := &policy.Input{Kind: audit.KindToolsCall, Identity: tc.id}
 			require.Nil(t, a.Admit(ctx, in))
 			assert.Equal(t, tc.want, in.Grants)
+		})
+	}
+}
+
+// TestUncountedCallsAreMarked: a call the limits could not count but let through (fail_open)
+// is marked in its Counting, so its event says limits "unavailable"; a counted call, and one
+// refused fail_closed, are not.
+func TestUncountedCallsAreMarked(t *testing.T) {
+	coder := identity.Identity{Namespace: "agents", Sandbox: "coder-1", Template: "coding-agent", Known: true}
+	// Nothing listens on port 1 of loopback: every Redis call fails at once.
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = down.Close() })
+	set := config.LimitSet{RequestsPerMinute: 10, ConcurrentToolCalls: 2}
+	for _, tc := range []struct {
+		name          string
+		limits        *limits.Limiter
+		wantRefused   bool
+		wantUncounted bool
+	}{
+		{"counted in memory", limits.NewMemory(config.Limits{Default: set}), false, false},
+		{"store down, fail_open: admitted uncounted", limits.NewRedis(down, "t:", config.Limits{Default: set, FailureMode: config.FailOpen}), false, true},
+		{"store down, fail_closed: refused", limits.NewRedis(down, "t:", config.Limits{Default: set, FailureMode: config.FailClosed}), true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := New(tc.limits, nil, nil, nil)
+			require.NoError(t, err)
+			for _, step := range []string{"admit", "acquire", "tokens"} {
+				var c Counting
+				ctx := WithCounting(context.Background(), &c)
+				refused := false
+				switch step {
+				case "admit":
+					refused = a.Admit(ctx, &policy.Input{Kind: audit.KindToolsCall, Identity: coder}) != nil
+				case "acquire":
+					release, deny := a.AcquireToolCall(ctx, coder)
+					release()
+					refused = deny != nil
+				case "tokens":
+					refused = !a.AddTokens(ctx, coder, 5).Allowed
+				}
+				assert.Equal(t, tc.wantRefused, refused, step)
+				assert.Equal(t, tc.wantUncounted, c.Uncounted(), step)
+			}
 		})
 	}
 }

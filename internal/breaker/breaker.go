@@ -1,201 +1,156 @@
-// Package breaker is a circuit breaker: after a run of consecutive failures a dependency is
-// left alone for a while (open), so that callers fail at once instead of each paying a
-// timeout; then one probe call (half-open) decides whether it is back (closed) or not (open
-// again).
+// Package breaker is a circuit breaker for a dependency on the request path (Redis, an MCP
+// upstream): after a run of consecutive failures it stops sending calls for a while, so that an
+// outage costs each caller nothing instead of a timeout, then lets one probe through and closes on
+// its success.
 //
-// What counts as a failure is the caller's choice: for an MCP upstream, a transport failure
-// or a timeout, never an error the dependency answered.
+// The caller asks Allow before each call and reports the call's outcome with Success or Failure.
+// Outcomes that say nothing about the dependency (the caller gave up, the dependency answered
+// with an error of its own) should be reported with neither.
 package breaker
 
 import (
-	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// State is where a breaker is.
-type State int
+// State is the breaker's state; its numeric value is what a gauge exports.
+type State int32
 
-// States. The numbers are what the state metrics report.
+// States. Closed lets every call through; Open lets none; HalfOpen has let one probe through
+// and waits for its outcome.
 const (
-	Closed   State = 0 // calls go through
-	HalfOpen State = 1 // one probe call is in flight; the others are refused
-	Open     State = 2 // calls are refused until the open period ends
+	Closed   State = 0
+	Open     State = 1
+	HalfOpen State = 2
 )
 
 func (s State) String() string {
 	switch s {
-	case Closed:
-		return "closed"
+	case Open:
+		return "open"
 	case HalfOpen:
 		return "half-open"
-	default:
-		return "open"
 	}
+	return "closed"
 }
 
-// ErrOpen is what Allow returns while the breaker refuses calls.
-var ErrOpen = errors.New("circuit breaker open")
-
-// Config sets a breaker. Zero values take the defaults.
+// Config tunes a Breaker.
 type Config struct {
-	// Failures is how many consecutive failures open the breaker (default 5).
+	// Failures is the number of consecutive failures that opens the breaker (default 1).
 	Failures int
-	// OpenFor is how long the breaker stays open before it lets one probe through (default 10s).
+	// OpenFor is how long the breaker stays open before a probe is let through (default 2s). A
+	// probe that reports nothing within OpenFor is given up, and another one is let through.
 	OpenFor time.Duration
 }
 
-// Defaults.
-const (
-	DefaultFailures = 5
-	DefaultOpenFor  = 10 * time.Second
-)
-
-// Breaker is one dependency's breaker. It is safe for concurrent use.
+// Breaker is safe for concurrent use. The zero value is not usable: call New.
 type Breaker struct {
-	cfg Config
-	now func() time.Time
-
-	mu       sync.Mutex
-	state    State
-	failures int
-	openedAt time.Time
-	gen      uint64 // moves on each transition, so that a stale outcome is ignored
+	cfg      Config
+	now      func() time.Time
 	onChange func(from, to State)
+
+	state    atomic.Int32 // State; read without the lock on the fast path
+	mu       sync.Mutex
+	failures int       // consecutive, while closed
+	since    time.Time // when the breaker opened, or when the probe was let through
 }
 
-// New returns a closed breaker. now is the clock (nil: time.Now); onChange, if set, is called
-// on every transition, outside the breaker's lock.
-func New(cfg Config, now func() time.Time, onChange func(from, to State)) *Breaker {
+// Option configures a Breaker.
+type Option func(*Breaker)
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option { return func(b *Breaker) { b.now = now } }
+
+// OnChange calls f after every state change (outside the breaker's lock; calls may race with
+// later changes, so f should log or count, not decide).
+func OnChange(f func(from, to State)) Option { return func(b *Breaker) { b.onChange = f } }
+
+// New returns a closed Breaker.
+func New(cfg Config, opts ...Option) *Breaker {
 	if cfg.Failures <= 0 {
-		cfg.Failures = DefaultFailures
+		cfg.Failures = 1
 	}
 	if cfg.OpenFor <= 0 {
-		cfg.OpenFor = DefaultOpenFor
+		cfg.OpenFor = 2 * time.Second
 	}
-	if now == nil {
-		now = time.Now
+	b := &Breaker{cfg: cfg, now: time.Now}
+	for _, o := range opts {
+		o(b)
 	}
-	return &Breaker{cfg: cfg, now: now, onChange: onChange}
+	return b
 }
 
-// Ticket is one allowed call; report its outcome with Done.
-type Ticket struct {
-	gen   uint64
-	probe bool
-}
+// State returns the current state.
+func (b *Breaker) State() State { return State(b.state.Load()) }
 
-// Allow asks whether a call may go ahead. While open it returns ErrOpen (wrapped with how
-// long it stays open); when the open period is over the first caller gets the probe and the
-// others ErrOpen until the probe's outcome is known.
-func (b *Breaker) Allow() (Ticket, error) {
+// Allow reports whether a call may go to the dependency now. While closed it always may (one
+// atomic load); while open it may not, except for one probe once OpenFor has passed.
+func (b *Breaker) Allow() bool {
+	if b.State() == Closed {
+		return true
+	}
 	b.mu.Lock()
-	switch b.state {
-	case Closed:
-		t := Ticket{gen: b.gen}
-		b.mu.Unlock()
-		return t, nil
-	case Open:
-		if left := b.cfg.OpenFor - b.now().Sub(b.openedAt); left > 0 {
-			b.mu.Unlock()
-			return Ticket{}, &OpenError{Left: left}
-		}
-		from := b.transition(HalfOpen)
-		t := Ticket{gen: b.gen, probe: true}
-		b.mu.Unlock()
-		b.changed(from, HalfOpen)
-		return t, nil
-	default: // HalfOpen: the probe is in flight
-		b.mu.Unlock()
-		return Ticket{}, &OpenError{}
-	}
-}
-
-// Done reports the outcome of an allowed call: ok is false for a failure. Outcomes of calls
-// allowed before the last transition only count when they are failures in the closed state
-// they were allowed in, or the probe's own.
-func (b *Breaker) Done(t Ticket, ok bool) {
-	b.mu.Lock()
-	if t.gen != b.gen {
-		b.mu.Unlock()
-		return
-	}
-	from, to := b.state, b.state
+	from := b.State()
 	switch {
-	case t.probe && ok:
-		b.failures = 0
-		to = Closed
-	case t.probe:
-		to = Open
-	case ok:
-		b.failures = 0
-	default:
-		b.failures++
-		if b.failures >= b.cfg.Failures {
-			to = Open
-		}
+	case from == Closed:
+		b.mu.Unlock()
+		return true
+	case b.now().Sub(b.since) < b.cfg.OpenFor:
+		b.mu.Unlock()
+		return false
 	}
-	if to != from {
-		b.transition(to)
-	}
+	b.since = b.now() // this call is the probe
+	b.set(HalfOpen)
 	b.mu.Unlock()
-	if to != from {
-		b.changed(from, to)
-	}
+	b.changed(from, HalfOpen)
+	return true
 }
 
-// Abandon releases a ticket whose call ended without telling anything about the dependency
-// (the caller gave up, or the call never reached it). An abandoned probe leaves the breaker
-// open with its period over, so that the next call probes.
-func (b *Breaker) Abandon(t Ticket) {
-	b.mu.Lock()
-	if !t.probe || t.gen != b.gen {
+// Success reports a call the dependency answered: the breaker closes.
+func (b *Breaker) Success() {
+	if b.State() == Closed {
+		b.mu.Lock()
+		b.failures = 0
 		b.mu.Unlock()
 		return
 	}
-	b.transition(Open)
-	b.openedAt = b.now().Add(-b.cfg.OpenFor)
-	b.mu.Unlock()
-	b.changed(HalfOpen, Open)
-}
-
-// State is the breaker's state now (an open breaker whose period is over still reads open
-// until a call probes it).
-func (b *Breaker) State() State {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.state
+	from := b.State()
+	b.failures = 0
+	b.set(Closed)
+	b.mu.Unlock()
+	b.changed(from, Closed)
 }
 
-// transition moves to s; the caller holds mu and calls changed after unlocking.
-func (b *Breaker) transition(s State) State {
-	from := b.state
-	b.state = s
-	b.gen++
-	if s == Open {
-		b.openedAt = b.now()
+// Failure reports a call the dependency failed (unreachable, timed out). Config.Failures of them
+// in a row open a closed breaker; a failed probe opens it again for OpenFor. Failures reported
+// while open (calls that started before it opened) do not extend the open period.
+func (b *Breaker) Failure() {
+	b.mu.Lock()
+	from := b.State()
+	switch from {
+	case Open: // a call that started before the breaker opened: it stays open as it is
+		b.mu.Unlock()
+		return
+	case Closed:
+		b.failures++
+		if b.failures < b.cfg.Failures {
+			b.mu.Unlock()
+			return
+		}
 	}
-	if s == Closed {
-		b.failures = 0
-	}
-	return from
+	b.failures = 0
+	b.since = b.now()
+	b.set(Open)
+	b.mu.Unlock()
+	b.changed(from, Open)
 }
+
+func (b *Breaker) set(s State) { b.state.Store(int32(s)) }
 
 func (b *Breaker) changed(from, to State) {
-	if b.onChange != nil {
+	if from != to && b.onChange != nil {
 		b.onChange(from, to)
 	}
 }
-
-// OpenError is ErrOpen with how long the breaker stays open (0 while a probe is in flight).
-type OpenError struct{ Left time.Duration }
-
-func (e *OpenError) Error() string {
-	if e.Left > 0 {
-		return "circuit breaker open for another " + e.Left.Round(time.Millisecond).String()
-	}
-	return "circuit breaker open; a probe call is in flight"
-}
-
-// Is makes errors.Is(err, ErrOpen) true.
-func (e *OpenError) Is(target error) bool { return target == ErrOpen }

@@ -1,7 +1,7 @@
 package breaker
 
 import (
-	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,100 +11,150 @@ import (
 
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time { return c.t }
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// step is one thing that happens to a breaker, and what it should say afterwards.
+type step struct {
+	do      string // "allow", "success", "failure", or "wait" (advance the clock by wait)
+	wait    time.Duration
+	allowed bool   // for "allow": the answer wanted
+	state   string // State.String() wanted afterwards; "" checks nothing
+}
 
 func TestBreaker(t *testing.T) {
-	c := &clock{t: time.Unix(1000, 0)}
-	var changes []string
-	b := New(Config{Failures: 3, OpenFor: 10 * time.Second}, c.now, func(from, to State) {
-		changes = append(changes, from.String()+">"+to.String())
-	})
-	fail := func() {
-		tk, err := b.Allow()
-		require.NoError(t, err)
-		b.Done(tk, false)
+	cfg := Config{Failures: 2, OpenFor: time.Second}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"a closed breaker lets calls through and one failure does not open it", []step{
+			{do: "allow", allowed: true, state: "closed"},
+			{do: "failure", state: "closed"},
+			{do: "allow", allowed: true, state: "closed"},
+		}},
+		{"a success between failures resets the count", []step{
+			{do: "failure", state: "closed"},
+			{do: "success", state: "closed"},
+			{do: "failure", state: "closed"},
+		}},
+		{"consecutive failures open it and calls are refused while open", []step{
+			{do: "failure", state: "closed"},
+			{do: "failure", state: "open"},
+			{do: "allow", allowed: false, state: "open"},
+			{do: "wait", wait: 999 * time.Millisecond, state: "open"},
+			{do: "allow", allowed: false, state: "open"},
+		}},
+		{"after open_for one probe goes through and the others wait for it", []step{
+			{do: "failure"}, {do: "failure"},
+			{do: "wait", wait: time.Second, state: "open"},
+			{do: "allow", allowed: true, state: "half-open"},
+			{do: "allow", allowed: false, state: "half-open"},
+		}},
+		{"a probe that succeeds closes it", []step{
+			{do: "failure"}, {do: "failure"},
+			{do: "wait", wait: time.Second},
+			{do: "allow", allowed: true, state: "half-open"},
+			{do: "success", state: "closed"},
+			{do: "allow", allowed: true, state: "closed"},
+			{do: "failure", state: "closed"}, // the count starts again from zero
+		}},
+		{"a probe that fails opens it again for open_for", []step{
+			{do: "failure"}, {do: "failure"},
+			{do: "wait", wait: time.Second},
+			{do: "allow", allowed: true, state: "half-open"},
+			{do: "failure", state: "open"},
+			{do: "wait", wait: 500 * time.Millisecond},
+			{do: "allow", allowed: false, state: "open"},
+			{do: "wait", wait: 500 * time.Millisecond},
+			{do: "allow", allowed: true, state: "half-open"},
+		}},
+		{"a probe that never reports is given up after open_for", []step{
+			{do: "failure"}, {do: "failure"},
+			{do: "wait", wait: time.Second},
+			{do: "allow", allowed: true, state: "half-open"},
+			{do: "wait", wait: time.Second},
+			{do: "allow", allowed: true, state: "half-open"},
+		}},
+		{"late failures of calls started before it opened do not extend the open period", []step{
+			{do: "failure"}, {do: "failure"},
+			{do: "wait", wait: 900 * time.Millisecond},
+			{do: "failure", state: "open"},
+			{do: "wait", wait: 100 * time.Millisecond},
+			{do: "allow", allowed: true, state: "half-open"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clock{t: time.Unix(1_800_000_000, 0)}
+			b := New(cfg, WithClock(c.now))
+			for i, s := range tc.steps {
+				switch s.do {
+				case "allow":
+					assert.Equal(t, s.allowed, b.Allow(), "step %d: allow", i)
+				case "success":
+					b.Success()
+				case "failure":
+					b.Failure()
+				case "wait":
+					c.advance(s.wait)
+				}
+				if s.state != "" {
+					assert.Equal(t, s.state, b.State().String(), "step %d (%s): state", i, s.do)
+				}
+			}
+		})
 	}
-
-	t.Run("fewer consecutive failures than the threshold keep it closed", func(t *testing.T) {
-		fail()
-		fail()
-		tk, err := b.Allow()
-		require.NoError(t, err)
-		b.Done(tk, true) // a success resets the run
-		fail()
-		fail()
-		assert.Equal(t, Closed, b.State())
-	})
-	t.Run("the threshold opens it and calls are refused at once", func(t *testing.T) {
-		fail()
-		assert.Equal(t, Open, b.State())
-		_, err := b.Allow()
-		assert.ErrorIs(t, err, ErrOpen)
-		var oe *OpenError
-		require.True(t, errors.As(err, &oe))
-		assert.Equal(t, 10*time.Second, oe.Left)
-	})
-	t.Run("after the open period one probe goes through, the others are refused", func(t *testing.T) {
-		c.t = c.t.Add(10 * time.Second)
-		probe, err := b.Allow()
-		require.NoError(t, err)
-		assert.Equal(t, HalfOpen, b.State())
-		_, err = b.Allow()
-		assert.ErrorIs(t, err, ErrOpen)
-		b.Done(probe, false)
-		assert.Equal(t, Open, b.State(), "a failed probe opens it again")
-		_, err = b.Allow()
-		assert.ErrorIs(t, err, ErrOpen)
-	})
-	t.Run("a successful probe closes it", func(t *testing.T) {
-		c.t = c.t.Add(10 * time.Second)
-		probe, err := b.Allow()
-		require.NoError(t, err)
-		b.Done(probe, true)
-		assert.Equal(t, Closed, b.State())
-		_, err = b.Allow()
-		assert.NoError(t, err)
-	})
-	t.Run("outcomes of calls allowed before a transition do not count", func(t *testing.T) {
-		stale := make([]Ticket, 0, 4)
-		for range 4 {
-			tk, err := b.Allow()
-			require.NoError(t, err)
-			stale = append(stale, tk)
-		}
-		for _, tk := range stale[:3] {
-			b.Done(tk, false)
-		}
-		require.Equal(t, Open, b.State())
-		b.Done(stale[3], true) // a late success of a call allowed before it opened
-		assert.Equal(t, Open, b.State())
-	})
-	t.Run("an abandoned probe lets the next call probe at once", func(t *testing.T) {
-		c.t = c.t.Add(10 * time.Second)
-		probe, err := b.Allow()
-		require.NoError(t, err)
-		b.Abandon(probe)
-		assert.Equal(t, Open, b.State())
-		next, err := b.Allow()
-		require.NoError(t, err, "no new open period")
-		b.Done(next, true)
-		assert.Equal(t, Closed, b.State())
-		tk, _ := b.Allow()
-		b.Abandon(tk) // not a probe: nothing changes
-		assert.Equal(t, Closed, b.State())
-	})
-	assert.Equal(t, []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed", "closed>open",
-		"open>half-open", "half-open>open", "open>half-open", "half-open>closed"}, changes)
 }
 
 func TestDefaults(t *testing.T) {
-	b := New(Config{}, nil, nil)
-	for range DefaultFailures - 1 {
-		tk, _ := b.Allow()
-		b.Done(tk, false)
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	b := New(Config{}, WithClock(c.now))
+	b.Failure()
+	assert.Equal(t, Open, b.State(), "one failure opens a breaker with the default threshold")
+	c.advance(2*time.Second - time.Nanosecond)
+	assert.False(t, b.Allow())
+	c.advance(time.Nanosecond)
+	assert.True(t, b.Allow(), "the default open period is 2s")
+}
+
+func TestOnChangeReportsEachTransition(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	var got []string
+	b := New(Config{Failures: 1, OpenFor: time.Second}, WithClock(c.now), OnChange(func(from, to State) {
+		got = append(got, from.String()+"->"+to.String())
+	}))
+	b.Success() // closed stays closed: no change
+	b.Failure()
+	b.Failure() // already open
+	c.advance(time.Second)
+	require.True(t, b.Allow())
+	b.Failure()
+	c.advance(time.Second)
+	require.True(t, b.Allow())
+	b.Success()
+	assert.Equal(t, []string{"closed->open", "open->half-open", "half-open->open", "open->half-open", "half-open->closed"}, got)
+}
+
+// TestOneProbeUnderContention: many callers at once after open_for get exactly one probe.
+func TestOneProbeUnderContention(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	b := New(Config{OpenFor: time.Second}, WithClock(c.now))
+	b.Failure()
+	c.advance(time.Second)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := 0
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if b.Allow() {
+				mu.Lock()
+				allowed++
+				mu.Unlock()
+			}
+		}()
 	}
-	assert.Equal(t, Closed, b.State())
-	tk, _ := b.Allow()
-	b.Done(tk, false)
-	assert.Equal(t, Open, b.State())
+	wg.Wait()
+	assert.Equal(t, 1, allowed)
 }

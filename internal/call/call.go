@@ -46,6 +46,14 @@ type Options struct {
 	Rejections RejectionLimit
 	// Decisions, if set, logs each call's decision and input (the policy decision log).
 	Decisions DecisionRecorder
+	// Shadow, if set, evaluates each decided call under a shadow policy off the request path;
+	// a divergence ready when the event is written goes into it (*policy.Shadow).
+	Shadow ShadowSubmitter
+}
+
+// ShadowSubmitter queues a decided call for a shadow policy without blocking (*policy.Shadow).
+type ShadowSubmitter interface {
+	Submit(id string, in *policy.Input, enforced policy.Decision) *policy.ShadowPending
 }
 
 // Core is the request path both halves share. It is safe for concurrent use.
@@ -113,6 +121,10 @@ type Call struct {
 	// why there is none (the call is then refused: AuditRefusal).
 	slot   audit.Slot
 	noSlot error
+	shadow *policy.ShadowPending
+	// counting says whether admission let the call go on uncounted (limits store unreachable,
+	// fail_open): the event then says limits "unavailable".
+	counting admission.Counting
 }
 
 type callKey struct{}
@@ -136,6 +148,7 @@ func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity)
 		cl.slot, cl.noSlot = r.Reserve()
 	}
 	ctx = context.WithValue(ctx, callKey{}, cl)
+	ctx = admission.WithCounting(ctx, &cl.counting)
 	cl.ctx = ctx
 	return ctx, cl
 }
@@ -150,8 +163,16 @@ func (cl *Call) AuditRefusal() *Refusal {
 	return nil
 }
 
+// Shadow is the call's shadow evaluation (nil: none was queued), for tests that wait for it;
+// the request path never waits.
+func (cl *Call) Shadow() *policy.ShadowPending { return cl.shadow }
+
 // Start is when the call began.
 func (cl *Call) Start() time.Time { return cl.start }
+
+// Detached is the call's context (the one Begin returned) without its cancellation, for work
+// of the call that may outlive its request, such as charging the tokens of a finished stream.
+func (cl *Call) Detached() context.Context { return context.WithoutCancel(cl.ctx) }
 
 // Span is the call's span (a no-op span when tracing is off).
 func (cl *Call) Span() trace.Span { return cl.span }
@@ -183,6 +204,9 @@ func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (po
 	d := core.opts.Policy.Decide(ctx, in)
 	if core.opts.Decisions != nil {
 		core.opts.Decisions.Record(cl.Event.ID, in, d)
+	}
+	if core.opts.Shadow != nil {
+		cl.shadow = core.opts.Shadow.Submit(cl.Event.ID, in, d)
 	}
 	cl.Event.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	cl.span.SetAttributes(attribute.Bool("sandgate.decision.allow", d.Allow), attribute.String("sandgate.decision.code", d.Code))
@@ -243,6 +267,12 @@ func (cl *Call) Finish() {
 	ev.Outcome.TokensIn, ev.Outcome.TokensOut = cl.TokensIn, cl.TokensOut
 	if ev.Decision.PolicyRevision == "" {
 		ev.Decision.PolicyRevision = core.opts.Policy.Revision()
+	}
+	if s := cl.shadow.Collect(); s != nil {
+		ev.Shadow = &audit.ShadowDecision{Allow: s.Allow, Reason: s.Reason, Code: s.Code, Revision: s.Revision}
+	}
+	if cl.counting.Uncounted() {
+		ev.Limits = audit.LimitsUnavailable
 	}
 	if !cl.decided && ev.Outcome.Error == "" && ev.Decision.Reason == "" {
 		// A request no policy decides (ping, initialize …) that Sandgate served.

@@ -73,13 +73,20 @@ type Policy struct {
 	// DecisionLog writes every call's decision, with its full input, in OPA's decision-log
 	// format (docs/policies.md). Off unless file is set.
 	DecisionLog DecisionLog `json:"decision_log"`
+	// Shadow evaluates a candidate policy beside this one, off the request path.
+	Shadow Shadow `json:"shadow"`
+	// Bundle loads the policies from a signed OPA bundle instead of Dir.
+	Bundle Bundle `json:"bundle"`
 }
 
 // DecisionLog configures the policy decision log, read by `sandgate policy replay` and
 // `policy eval --decision-id`.
 type DecisionLog struct {
-	// File is the active log file; rotated files sit next to it. Empty: no decision log.
+	// File is the active log file; rotated files sit next to it. Empty (and no http.url):
+	// no decision log.
 	File string `json:"file"`
+	// HTTP uploads the events to a decision-log service as OPA's plugin does.
+	HTTP DecisionLogHTTP `json:"http"`
 	// MaxSizeMB rotates the file when it would grow past this size. Default 64.
 	MaxSizeMB int `json:"max_size_mb"`
 	// MaxFiles is how many rotated files are kept. Default 10.
@@ -177,10 +184,15 @@ type Redis struct {
 	// KeyPrefix starts every key Sandgate writes, so that several deployments can share one Redis.
 	// Default "sandgate:".
 	KeyPrefix string `json:"key_prefix"`
-	// DialTimeout bounds connecting (default 1s); OpTimeout bounds every command (default 250ms),
-	// so a Redis outage delays a request by at most about this much.
+	// OpTimeout bounds every Redis call on the request path in total, connecting and waiting for
+	// a pooled connection included (default 250ms), so a Redis outage delays a request by at most
+	// about this much. DialTimeout bounds one connection attempt of background work (readiness,
+	// the audit stream mirror; default 1s); on the request path op_timeout cuts it shorter.
 	DialTimeout Duration `json:"dial_timeout"`
 	OpTimeout   Duration `json:"op_timeout"`
+	// Breaker skips Redis on the request path for a while after it failed, so that an outage
+	// costs a call nothing instead of op_timeout.
+	Breaker RedisBreaker `json:"breaker"`
 	// AuditStream mirrors the audit log into a Redis Stream (the file stays the source of truth).
 	AuditStream RedisAuditStream `json:"audit_stream"`
 }
@@ -343,12 +355,7 @@ func (c *Config) applyDefaults() {
 	if c.Listen.MaxConnsPerSource == 0 {
 		c.Listen.MaxConnsPerSource = 512
 	}
-	if c.Policy.Dir == "" {
-		c.Policy.Dir = "policies"
-	}
-	if c.Policy.PollInterval == 0 {
-		c.Policy.PollInterval = Duration(10 * time.Second)
-	}
+	c.Policy.applyDefaults(c)
 	if c.Audit.File.Dir == "" {
 		c.Audit.File.Dir = "var/audit"
 	}
@@ -375,10 +382,6 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Log.Format == "" {
 		c.Log.Format = "json"
-	}
-	c.Policy.Dir = c.Path(c.Policy.Dir)
-	if c.Policy.DecisionLog.File != "" {
-		c.Policy.DecisionLog.File = c.Path(c.Policy.DecisionLog.File)
 	}
 	c.Audit.File.Dir = c.Path(c.Audit.File.Dir)
 	for i := range c.Credentials {
@@ -439,10 +442,7 @@ func (c *Config) validate() error {
 	default:
 		errs.add("audit.file.fsync", "%q is not one of batch, always, never", c.Audit.File.Fsync)
 	}
-	if n := c.Policy.DecisionCacheEntries(); n < 0 {
-		errs.add("policy.decision_cache", "must be 0 (off) or a number of entries, got %d", n)
-	}
-	c.Policy.DecisionLog.validate(&errs)
+	c.Policy.validate(&errs)
 	if c.Audit.File.MaxSizeMB < 0 {
 		errs.add("audit.file.max_size_mb", "must be positive, got %d", c.Audit.File.MaxSizeMB)
 	}

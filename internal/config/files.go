@@ -33,11 +33,7 @@ func (c *Config) CheckFiles(offline bool) error {
 		checkReadableFile(&errs, "proxy.ca.cert", c.Proxy.CA.Cert)
 		checkReadableFile(&errs, "proxy.ca.key", c.Proxy.CA.Key)
 	}
-	if st, err := os.Stat(c.Policy.Dir); err != nil {
-		errs.add("policy.dir", "%v", pathError(err))
-	} else if !st.IsDir() {
-		errs.add("policy.dir", "%s is a file, not a folder of .rego files", c.Policy.Dir)
-	}
+	c.Policy.checkFiles(&errs)
 	if t := c.Redis.TLS; t != nil {
 		for _, f := range [][2]string{{"redis.tls.ca_file", t.CAFile}, {"redis.tls.cert_file", t.CertFile}, {"redis.tls.key_file", t.KeyFile}} {
 			if f[1] != "" {
@@ -110,4 +106,26 @@ func pathError(err error) error {
 		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
 	}
 	return err
+}
+
+func (p *Policy) checkFiles(errs *fieldErrors) {
+	if b := p.Bundle; b.Configured() {
+		checkReadableFile(errs, "policy.bundle.public_key_file", b.PublicKeyFile)
+		if b.File != "" {
+			checkReadableFile(errs, "policy.bundle.file", b.File)
+		}
+	} else {
+		checkPolicyDir(errs, "policy.dir", p.Dir)
+	}
+	if p.Shadow.Dir != "" {
+		checkPolicyDir(errs, "policy.shadow.dir", p.Shadow.Dir)
+	}
+}
+
+func checkPolicyDir(errs *fieldErrors, field, dir string) {
+	if st, err := os.Stat(dir); err != nil {
+		errs.add(field, "%v", pathError(err))
+	} else if !st.IsDir() {
+		errs.add(field, "%s is a file, not a folder of .rego files", dir)
+	}
 }

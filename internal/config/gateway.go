@@ -86,15 +86,16 @@ type Upstream struct {
 	// revision before 2026-07-28 keeps the initialize handshake and its session.
 	ProtocolVersion string `json:"protocol_version"`
 	// Sessions is per-sandbox (the default) or shared. per-sandbox gives every sandbox session
-	// its own upstream session on a stateful (pre-2026-07-28) HTTP upstream, so that log
-	// messages, subscriptions, sampling and elicitation of one sandbox never meet another's;
-	// shared sends every sandbox's requests on one upstream session. A stdio upstream is one
-	// process and always shared; a 2026-07-28 upstream keeps no session state and shares one
-	// connection.
+	// its own upstream session on a stateful (pre-2026-07-28) upstream, so that log messages,
+	// subscriptions, sampling and elicitation of one sandbox never meet another's; on a stdio
+	// upstream that session is a process of its own. shared sends every sandbox's requests on
+	// one upstream session (one process). A 2026-07-28 upstream keeps no session state and
+	// shares one connection.
 	Sessions string `json:"sessions"`
-	// MaxSessions bounds the per-sandbox sessions open to this upstream (default 256): at the
-	// limit the least recently used idle one is closed; when none is idle, calls use the shared
-	// session. Sessions idle for gateway.session_idle_timeout are closed.
+	// MaxSessions bounds the per-sandbox sessions open to this upstream (default 256 for url,
+	// 32 for command, where each is a process): at the limit the least recently used idle one
+	// is closed; when none is idle, calls use the shared session. Sessions idle for
+	// gateway.session_idle_timeout are closed.
 	MaxSessions int `json:"max_sessions"`
 	// Breaker isolates the upstream when its transport fails: after Failures consecutive
 	// transport failures or timeouts of calls, its calls answer upstream_unavailable at once
@@ -112,6 +113,13 @@ type UpstreamBreaker struct {
 const (
 	SessionsPerSandbox = "per-sandbox"
 	SessionsShared     = "shared"
+)
+
+// Default bounds on per-sandbox upstream sessions: an HTTP session costs the upstream some
+// memory; a stdio one is a whole process (tens of MB for a Node or Python server).
+const (
+	defaultMaxSessions      = 256
+	defaultMaxStdioSessions = 32
 )
 
 // IsStdio reports whether the upstream is a command Sandgate starts.
@@ -154,7 +162,10 @@ func (x *Gateway) applyDefaults(c *Config) {
 			u.Sessions = SessionsPerSandbox
 		}
 		if u.MaxSessions == 0 {
-			u.MaxSessions = 256
+			u.MaxSessions = defaultMaxSessions
+			if u.IsStdio() {
+				u.MaxSessions = defaultMaxStdioSessions
+			}
 		}
 		if u.Breaker.Failures == 0 {
 			u.Breaker.Failures = 5

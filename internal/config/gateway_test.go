@@ -43,6 +43,9 @@ gateway:
 	assert.Equal(t, 10*time.Second, g.Upstreams[0].Breaker.OpenFor.D())
 	assert.Equal(t, "/etc/sandgate/bin/mcp-upstream", g.Upstreams[2].Command)
 	assert.True(t, g.Upstreams[2].IsStdio())
+	assert.Equal(t, SessionsPerSandbox, g.Upstreams[2].Sessions)
+	assert.Equal(t, 256, g.Upstreams[0].MaxSessions, "an HTTP upstream session")
+	assert.Equal(t, 32, g.Upstreams[2].MaxSessions, "a stdio upstream session is a process")
 }
 
 func TestGatewayValidation(t *testing.T) {

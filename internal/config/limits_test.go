@@ -32,6 +32,8 @@ func TestLimitsAndRedisErrorsNameTheField(t *testing.T) {
 		{"redis password names a missing credential", "redis:\n  addr: redis:6379\n  password_credential: nope\n",
 			`redis.password_credential: no credential named "nope"`},
 		{"redis op timeout that would hold requests", "redis:\n  op_timeout: 1m\n", "redis.op_timeout: 1m0s is longer than 10s"},
+		{"negative breaker threshold", "redis:\n  breaker:\n    failures: -1\n", "redis.breaker.failures: must be positive"},
+		{"breaker open for longer than a minute", "redis:\n  breaker:\n    open_for: 5m\n", "redis.breaker.open_for: must be between 0 and 1m, got 5m0s"},
 		{"negative stream length", "redis:\n  audit_stream:\n    max_len: -1\n", "redis.audit_stream.max_len: must be positive"},
 	}
 	for _, tc := range cases {
@@ -65,6 +67,8 @@ limits:
 	assert.Equal(t, 10*time.Minute, c.Limits.ConcurrencyLease.D())
 	assert.Equal(t, 250*time.Millisecond, c.Redis.OpTimeout.D())
 	assert.Equal(t, time.Second, c.Redis.DialTimeout.D())
+	assert.Equal(t, 1, c.Redis.Breaker.Failures, "the first failure opens the breaker")
+	assert.Equal(t, 2*time.Second, c.Redis.Breaker.OpenFor.D())
 	assert.Equal(t, "sandgate:", c.Redis.KeyPrefix)
 	assert.Equal(t, "sandgate:audit", c.Redis.AuditStream.Name)
 	assert.Equal(t, int64(1_000_000), c.Redis.AuditStream.MaxLen)

@@ -37,6 +37,17 @@ type RedisTLS struct {
 	ServerName string `json:"server_name"`
 }
 
+// RedisBreaker is the circuit breaker in front of Redis.
+type RedisBreaker struct {
+	// Failures is how many request-path Redis calls in a row must fail (no answer within
+	// op_timeout, connection refused) to open the breaker. Default 1: the first timeout already
+	// tells that Redis is gone, and each further try would cost a caller op_timeout.
+	Failures int `json:"failures"`
+	// OpenFor is how long the open breaker skips Redis before one call probes it again
+	// (default 2s). Limits then apply their failure mode without asking Redis.
+	OpenFor Duration `json:"open_for"`
+}
+
 // RedisAuditStream is the audit log's mirror in a Redis Stream.
 type RedisAuditStream struct {
 	// Enabled mirrors the audit log when Redis is configured. Default true.
@@ -78,6 +89,12 @@ func (r *Redis) applyDefaults(c *Config) {
 	if r.OpTimeout == 0 {
 		r.OpTimeout = Duration(250 * time.Millisecond)
 	}
+	if r.Breaker.Failures == 0 {
+		r.Breaker.Failures = 1
+	}
+	if r.Breaker.OpenFor == 0 {
+		r.Breaker.OpenFor = Duration(2 * time.Second)
+	}
 	if r.AuditStream.Name == "" {
 		r.AuditStream.Name = r.KeyPrefix + "audit"
 		if r.Cluster != nil {
@@ -102,6 +119,12 @@ func (r *Redis) validate(c *Config, errs *fieldErrors) {
 	}
 	if r.OpTimeout.D() > 10*time.Second {
 		errs.add("redis.op_timeout", "%s is longer than 10s: a Redis outage would hold requests that long", r.OpTimeout.D())
+	}
+	if r.Breaker.Failures < 0 {
+		errs.add("redis.breaker.failures", "must be positive, got %d", r.Breaker.Failures)
+	}
+	if d := r.Breaker.OpenFor.D(); d < 0 || d > time.Minute {
+		errs.add("redis.breaker.open_for", "must be between 0 and 1m, got %s", d)
 	}
 	if r.AuditStream.MaxLen < 0 {
 		errs.add("redis.audit_stream.max_len", "must be positive, got %d", r.AuditStream.MaxLen)

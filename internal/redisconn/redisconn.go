@@ -23,8 +23,10 @@ type Passwords struct {
 }
 
 // New returns a client for cfg's topology (a single node, Sentinel or Cluster; cfg.Enabled() must
-// hold), with TLS when cfg.TLS is set. Dial is bounded by cfg.DialTimeout, each command by
-// cfg.OpTimeout and by the caller's context deadline; failed commands are not retried, since the
+// hold), with TLS when cfg.TLS is set. Each command is bounded by cfg.OpTimeout and by the
+// caller's context deadline, which (ContextTimeoutEnabled) also bounds dialing, the connection
+// handshake and the pool wait; cfg.DialTimeout caps one dial attempt (background work without a
+// deadline of its own relies on it). Failed commands are not retried, since the
 // callers have their own failure modes and retries (a retry would double the worst-case delay).
 // A Cluster client still follows MOVED and ASK redirections: they are answers, not failures.
 func New(cfg config.Redis, pw Passwords) (redis.UniversalClient, error) {

@@ -14,6 +14,16 @@ import (
 	"github.com/sandgate/sandgate/test/redistest"
 )
 
+// outages are the ways a Redis server goes away in these tests, and how it comes back.
+var outages = []struct {
+	name            string
+	hung            bool // paused (SIGSTOP): commands sent meanwhile run when it resumes
+	outage, recover func(*redistest.Server)
+}{
+	{"a hung server", true, (*redistest.Server).Pause, (*redistest.Server).Resume},
+	{"a stopped server", false, (*redistest.Server).Stop, (*redistest.Server).Restart},
+}
+
 func TestClientCallsAreBoundedByOpTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	c, err := redisconn.New(config.Redis{
@@ -26,13 +36,7 @@ func TestClientCallsAreBoundedByOpTimeout(t *testing.T) {
 	ctx := context.Background()
 	require.Eventually(t, func() bool { return redisconn.Check(ctx, c) == nil }, 10*time.Second, 50*time.Millisecond)
 
-	for _, tc := range []struct {
-		name            string
-		outage, recover func(*redistest.Server)
-	}{
-		{"a hung server", (*redistest.Server).Pause, (*redistest.Server).Resume},
-		{"a stopped server", (*redistest.Server).Stop, (*redistest.Server).Restart},
-	} {
+	for _, tc := range outages {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.outage(srv)
 			start := time.Now()
@@ -127,6 +131,41 @@ func TestTLSConfigErrorsNameTheField(t *testing.T) {
 			_, err := redisconn.TLSConfig(&tc.tls)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// TestOneDeadlineBoundsDialAndPoolWait: with a dial_timeout far longer than op_timeout, a fresh
+// client's calls to a hung or stopped server (dial, handshake, retries of the dial) and the calls
+// queued for a pooled connection behind them (more callers than the pool holds) all return within
+// about op_timeout: the context deadline of the call bounds it all, not dial_timeout.
+func TestOneDeadlineBoundsDialAndPoolWait(t *testing.T) {
+	srv := redistest.Start(t)
+	const op = 300 * time.Millisecond
+	for _, tc := range outages {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := redisconn.New(config.Redis{Addr: srv.Addr, DialTimeout: config.Duration(10 * time.Second), OpTimeout: config.Duration(op)}, redisconn.Passwords{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			tc.outage(srv)
+			t.Cleanup(func() { tc.recover(srv) })
+			const callers = 60 // more than the pool's 10 per CPU
+			took := make(chan time.Duration, callers)
+			for range callers {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), op) // as the request path does
+					defer cancel()
+					start := time.Now()
+					_ = c.Set(ctx, "k", "v", 0).Err()
+					took <- time.Since(start)
+				}()
+			}
+			var worst time.Duration
+			for range callers {
+				worst = max(worst, <-took)
+			}
+			t.Logf("%s: slowest of %d calls %s (op_timeout %s, dial_timeout 10s)", tc.name, callers, worst, op)
+			assert.Less(t, worst, op+2*time.Second, "bounded by op_timeout, not by dial_timeout (10s)")
 		})
 	}
 }

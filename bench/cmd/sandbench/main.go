@@ -28,6 +28,7 @@ func main() {
 	o := bench.Options{}
 	quick := flag.Bool("quick", false, "a short run (about a minute): 1 repetition, 1 s windows, 200 sandboxes")
 	flag.StringVar(&o.SandgateBin, "sandgate", "bin/sandgate", "sandgate binary (make build)")
+	flag.StringVar(&o.BaselineBin, "baseline", "", "a second sandgate binary (e.g. main's build) measured beside -sandgate, interleaved: the A/B of a change")
 	flag.StringVar(&o.RelayBin, "relay", "bin/bench-relay", "bare CONNECT relay binary (bench/cmd/relay)")
 	flag.StringVar(&o.PolicyDir, "policies", "policies", "the shipped policies (their rules; the bench brings its own data)")
 	flag.StringVar(&o.OutDir, "out", "bench/results", "results folder")
@@ -84,6 +85,14 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("report: %s/%s.md\n", o.OutDir, o.Label)
+	printTargets(rep, o)
+	for _, c := range rep.Checks(o.Sandboxes) {
+		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
+	}
+}
+
+// printTargets prints the ratio targets and, with -baseline, the A/B of this run.
+func printTargets(rep *bench.Report, o bench.Options) {
 	fmt.Printf("targets (ratio against the floor of this run: median, min–max over %d repetitions):\n", o.Reps)
 	for _, x := range rep.Ratios(o.Sandboxes, o.Concurrency) {
 		status := "missed"
@@ -95,8 +104,11 @@ func main() {
 		}
 		fmt.Printf("  %-12s %-10s %-55s %6.2f (%.2f–%.2f) target %s\n", status, x.Workload, x.Measure, x.Ratio, x.Min, x.Max, x.TargetText())
 	}
-	for _, c := range rep.Checks(o.Sandboxes) {
-		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
+	if o.BaselineBin != "" {
+		fmt.Printf("A/B (sandgate over baseline, median and min–max over repetitions):\n")
+		for _, x := range rep.ABRatios() {
+			fmt.Printf("  %-10s %-40s %6.3f (%.3f–%.3f)\n", x.Workload, x.Measure, x.Ratio, x.Min, x.Max)
+		}
 	}
 }
 

@@ -38,6 +38,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{- /* True when the policies come from a signed bundle (policies.bundle), not a ConfigMap. */}}
+{{- define "sandgate.policyBundle" -}}
+{{- if or .Values.policies.bundle.url .Values.policies.bundle.oci }}true{{ end -}}
+{{- end -}}
+
 {{- define "sandgate.policiesConfigMap" -}}
 {{- .Values.policies.existingConfigMap | default (printf "%s-policies" (include "sandgate.fullname" .)) -}}
 {{- end -}}
@@ -76,6 +81,13 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
   "gateway" (dict "allowed_hosts" $hosts)
   "kubernetes" $kube
   "log" (dict "format" "json" "level" "info") -}}
+{{- with .Values.policies.bundle -}}
+{{- if or .url .oci -}}
+{{- $b := dict "public_key_file" (printf "/etc/sandgate/bundle-key/%s" .publicKeySecret.key) "key_id" .keyId "algorithm" .algorithm "poll_interval" .pollInterval -}}
+{{- if .url }}{{ $_ := set $b "url" .url }}{{ else }}{{ $_ := set $b "oci" .oci }}{{ end -}}
+{{- $_ := set $base "policy" (dict "bundle" $b) -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.ca.secretName -}}
 {{- $_ := set $base "proxy" (dict "ca" (dict "cert" "/etc/sandgate/ca/ca.crt" "key" "/etc/sandgate/ca/ca.key")) -}}
 {{- end -}}

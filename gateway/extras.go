@@ -1,0 +1,154 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// A result's top-level fields that mcp-go's typed results have no place for (a field a later
+// revision adds, an upstream's own extension, a resources/read result's _meta) reach the sandbox
+// too: the handler that forwarded the request keeps them (keepExtras) and the guard's writer adds
+// them to the response to that request as mcp-go writes it (extrasWriter). A field the typed
+// result already wrote is never replaced. An SSE event replayed after a Last-Event-ID is the one
+// mcp-go recorded, without them.
+
+// typedFields are, per method, the top-level result fields the sandbox's result already carries
+// (or that belong to the upstream hop only: resultType and the multi round-trip fields).
+var typedFields = map[string][]string{
+	string(mcp.MethodToolsCall):     {"content", "structuredContent", "isError", "_meta"},
+	string(mcp.MethodResourcesRead): {"contents"},
+	string(mcp.MethodPromptsGet):    {"description", "messages", "_meta"},
+}
+
+var hopFields = []string{"resultType", "inputRequests", "requestState"}
+
+// resultExtras carries the extra fields of one request's result from its handler to the writer
+// of its response.
+type resultExtras struct {
+	mu     sync.Mutex
+	fields map[string]json.RawMessage
+}
+
+type extrasKey struct{}
+
+func (e *resultExtras) get() map[string]json.RawMessage {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fields
+}
+
+// keepExtras records the top-level fields of raw, the result of method, that the sandbox's
+// typed result does not carry, for the request in ctx (when its writer adds them).
+func keepExtras(ctx context.Context, method string, raw json.RawMessage) {
+	e, ok := ctx.Value(extrasKey{}).(*resultExtras)
+	known, forwarded := typedFields[method]
+	if !ok || !forwarded {
+		return
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return
+	}
+	for _, k := range append(known, hopFields...) {
+		delete(fields, k)
+	}
+	e.mu.Lock()
+	e.fields = fields
+	e.mu.Unlock()
+}
+
+// extrasWriter adds the extras kept for request id to its response.
+type extrasWriter struct {
+	http.ResponseWriter
+	id     json.RawMessage
+	extras *resultExtras
+}
+
+// withExtras prepares the response to a request of method with ID id to carry its result's
+// extra fields; w unchanged for a method whose results have none to keep.
+func withExtras(ctx context.Context, w http.ResponseWriter, method string, id json.RawMessage) (context.Context, http.ResponseWriter) {
+	if _, ok := typedFields[method]; !ok || len(id) == 0 {
+		return ctx, w
+	}
+	e := &resultExtras{}
+	return context.WithValue(ctx, extrasKey{}, e), &extrasWriter{ResponseWriter: w, id: id, extras: e}
+}
+
+func (w *extrasWriter) Write(p []byte) (int, error) {
+	fields := w.extras.get()
+	if len(fields) == 0 {
+		return w.ResponseWriter.Write(p)
+	}
+	out := rewriteMessages(p, w.Header().Get("Content-Type"), func(msg []byte) ([]byte, error) {
+		return addExtras(msg, w.id, fields)
+	})
+	if _, err := w.ResponseWriter.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (w *extrasWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *extrasWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// addExtras adds fields to the result of msg when msg is the response to request id.
+func addExtras(msg []byte, id json.RawMessage, fields map[string]json.RawMessage) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(msg, &m); err != nil || m["result"] == nil || !bytes.Equal(compact(m["id"]), compact(id)) {
+		return nil, errNotAList
+	}
+	var res map[string]json.RawMessage
+	if err := json.Unmarshal(m["result"], &res); err != nil {
+		return nil, err
+	}
+	for k, v := range fields {
+		if _, ok := res[k]; !ok {
+			res[k] = v
+		}
+	}
+	var err error
+	if m["result"], err = json.Marshal(res); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+func compact(b json.RawMessage) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return b
+	}
+	return buf.Bytes()
+}
+
+// rewriteMessages applies f to each JSON-RPC message of body: a JSON response, or the data lines
+// of an SSE stream. A message f fails on is left as it is.
+func rewriteMessages(body []byte, contentType string, f func([]byte) ([]byte, error)) []byte {
+	if strings.HasPrefix(contentType, "text/event-stream") {
+		lines := bytes.Split(body, []byte("\n"))
+		for i, l := range lines {
+			if d, ok := bytes.CutPrefix(l, []byte("data:")); ok {
+				if out, err := f(bytes.TrimSpace(d)); err == nil {
+					lines[i] = append([]byte("data: "), out...)
+				}
+			}
+		}
+		return bytes.Join(lines, []byte("\n"))
+	}
+	out, err := f(bytes.TrimSpace(body))
+	if err != nil {
+		return body
+	}
+	return append(out, '\n')
+}

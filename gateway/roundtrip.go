@@ -1,0 +1,148 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// On 2026-07-28 and later an upstream that needs something of the client mid-request
+// (elicitation, sampling, roots) answers with a result of resultType "input_required" carrying
+// its input requests and an opaque requestState; the client answers them and sends the request
+// again with inputResponses and that requestState (SEP-2322, multi round-trip requests).
+// Sandgate runs that exchange itself, on rpc, rather than through mcp-go's typed client, so
+// that the final result reaches the sandbox as the upstream wrote it (the typed result drops
+// what mcp-go does not model: content types and fields of later revisions) and a cancelled
+// request is cancelled upstream as on the legacy path.
+
+// Bounds of one exchange, as mcp-go's client has them: round trips in all, and retries in a
+// row where the upstream asked for nothing (load shedding).
+const (
+	maxInputRoundTrips  = 10
+	maxLoadSheddingRuns = 3
+)
+
+// connHooksKey carries, in a forwarded request's context, the hooks of the connection it is
+// sent on: its input requests are answered with them.
+type connHooksKey struct{}
+
+func withConnHooks(ctx context.Context, h connHooks) context.Context {
+	return context.WithValue(ctx, connHooksKey{}, h)
+}
+
+// inputRequired is the part of a result that asks for input.
+type inputRequired struct {
+	ResultType    mcp.ResultType    `json:"resultType"`
+	InputRequests mcp.InputRequests `json:"inputRequests"`
+	RequestState  string            `json:"requestState"`
+}
+
+// roundTrip sends method with params on a 2026-07-28 connection and returns the final result
+// verbatim, answering the upstream's input requests with the connection's hooks (which ask
+// the sandbox whose call this is) until it stops asking.
+func roundTrip(ctx context.Context, cli *client.Client, method string, params any) (json.RawMessage, error) {
+	sent, shed := params, 0
+	for attempt := 1; ; attempt++ {
+		raw, err := rpc(ctx, cli, method, sent)
+		if err != nil {
+			return nil, err
+		}
+		var ir inputRequired
+		if err := json.Unmarshal(raw, &ir); err != nil {
+			return nil, fmt.Errorf("%s: decode result: %w", method, err)
+		}
+		if ir.ResultType != mcp.ResultTypeInputRequired {
+			return raw, nil
+		}
+		if shed = shed + 1; len(ir.InputRequests) > 0 {
+			shed = 0
+		}
+		if attempt >= maxInputRoundTrips || shed >= maxLoadSheddingRuns {
+			return nil, fmt.Errorf("%s: the upstream still asks for input after %d round trips", method, attempt)
+		}
+		answers, err := answerInput(ctx, ir.InputRequests)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", method, err)
+		}
+		if sent, err = withInputResponses(params, answers, ir.RequestState); err != nil {
+			return nil, fmt.Errorf("%s: %w", method, err)
+		}
+	}
+}
+
+// answerInput answers each input request with the hooks of the request's connection.
+func answerInput(ctx context.Context, reqs mcp.InputRequests) (mcp.InputResponses, error) {
+	h, ok := ctx.Value(connHooksKey{}).(connHooks)
+	if !ok {
+		return nil, errors.New("the upstream asks for input outside a sandbox's call")
+	}
+	out := make(mcp.InputResponses, len(reqs))
+	for id, r := range reqs {
+		var resp mcp.InputResponse
+		var err error
+		switch {
+		case r.Method == mcp.MethodElicitationCreate && r.Elicitation != nil:
+			resp, err = answered(mcp.NewElicitationInputResponse)(h.elicitation.Elicit(ctx,
+				mcp.ElicitationRequest{Request: mcp.Request{Method: string(r.Method)}, Params: *r.Elicitation}))
+		case r.Method == mcp.MethodSamplingCreateMessage && r.Sampling != nil:
+			resp, err = answered(mcp.NewSamplingInputResponse)(h.sampling.CreateMessage(ctx,
+				mcp.CreateMessageRequest{Request: mcp.Request{Method: string(r.Method)}, CreateMessageParams: *r.Sampling}))
+		case r.Method == mcp.MethodListRoots:
+			resp, err = answered(rootsResponse)(h.roots.ListRoots(ctx, mcp.ListRootsRequest{Request: mcp.Request{Method: string(r.Method)}}))
+		default:
+			err = fmt.Errorf("unsupported input request %q", r.Method)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("input request %q: %w", id, err)
+		}
+		out[id] = resp
+	}
+	return out, nil
+}
+
+// answered turns a handler's answer into an input response.
+func answered[T any](response func(T) mcp.InputResponse) func(*T, error) (mcp.InputResponse, error) {
+	return func(res *T, err error) (mcp.InputResponse, error) {
+		if err != nil {
+			return mcp.InputResponse{}, err
+		}
+		if res == nil {
+			return mcp.InputResponse{}, errors.New("no answer")
+		}
+		return response(*res), nil
+	}
+}
+
+func rootsResponse(res mcp.ListRootsResult) mcp.InputResponse {
+	if res.Roots == nil { // the field is required
+		res.Roots = []mcp.Root{}
+	}
+	return mcp.NewRootsInputResponse(res)
+}
+
+// withInputResponses is params with the answers and the upstream's request state added.
+func withInputResponses(params any, answers mcp.InputResponses, state string) (map[string]json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	if params != nil {
+		b, err := json.Marshal(params)
+		if err != nil {
+			return nil, fmt.Errorf("encode params: %w", err)
+		}
+		if err := json.Unmarshal(b, &fields); err != nil {
+			return nil, fmt.Errorf("params are not an object: %w", err)
+		}
+	}
+	var err error
+	if fields["inputResponses"], err = json.Marshal(answers); err != nil {
+		return nil, fmt.Errorf("encode input responses: %w", err)
+	}
+	delete(fields, "requestState")
+	if state != "" {
+		fields["requestState"], _ = json.Marshal(state)
+	}
+	return fields, nil
+}
