@@ -71,6 +71,8 @@ type Event struct {
 
 	// assignedID is the ID AssignID minted; Record keeps ev.ID only while it equals this.
 	assignedID string
+	// owed is what the event holds of the sink's reserve until it is written (reserve.go).
+	owed int64
 }
 
 // AssignID gives the event its ID before it is recorded, so that what is written about the call

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/config"
@@ -37,6 +38,10 @@ type FileConfig struct {
 	Fsync FsyncMode
 	// FsyncInterval is the batch mode's bound on how long a write stays unsynced (default 100ms).
 	FsyncInterval time.Duration
+	// Reserve is the disk space, in bytes, kept aside in Dir/audit.reserve so that the events
+	// of calls already admitted are written when the disk fills up (reserve.go). 0 keeps none;
+	// otherwise at least MinReserve.
+	Reserve int64
 }
 
 // FileConfigFrom translates the config file's audit.file section.
@@ -46,6 +51,7 @@ func FileConfigFrom(c config.AuditFile) (FileConfig, error) {
 		MaxSize:       int64(c.MaxSizeMB) << 20,
 		Fsync:         FsyncMode(c.Fsync),
 		FsyncInterval: c.FsyncInterval.D(),
+		Reserve:       int64(c.ReserveMB) << 20,
 	}
 	return fc, fc.withDefaults().validate()
 }
@@ -76,6 +82,9 @@ func (c FileConfig) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("audit.file.fsync: %q is not one of batch, always, never", c.Fsync))
 	}
+	if c.Reserve != 0 && c.Reserve < MinReserve {
+		errs = append(errs, fmt.Errorf("audit.file.reserve_mb: must be at least %d bytes, got %d", MinReserve, c.Reserve))
+	}
 	if c.FsyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("audit.file.fsync_interval: must not be negative, got %s", c.FsyncInterval))
 	}
@@ -102,6 +111,8 @@ type FileSink struct {
 	closed      bool
 	lastRotated time.Time
 	buf         []byte
+	reserve     *os.File // Dir/audit.reserve, nil without a reserve
+	reserveSize int64    // its allocated size now; below cfg.Reserve after a draw
 
 	stop chan struct{}
 	done chan struct{}
@@ -132,12 +143,17 @@ func OpenFileSink(cfg FileConfig) (*FileSink, error) {
 	if err := s.open(); err != nil {
 		return nil, err
 	}
+	if err := s.openReserve(); err != nil {
+		s.f.Close()
+		return nil, err
+	}
 	// The newest event is in audit.log, or in the newest rotated file when audit.log is empty
 	// (a crash between rotation and the first write, or between rename and create).
 	for i := len(files) - 1; i >= 0 && s.lastHash == ""; i-- {
 		h, err := lastLineHash(files[i])
 		if err != nil {
 			s.f.Close()
+			s.closeReserve()
 			return nil, err
 		}
 		s.lastHash = h
@@ -199,12 +215,14 @@ func (s *FileSink) WriteBatch(b *Batch) error {
 			return err
 		}
 	}
-	if n, err := s.f.Write(data); err != nil {
-		err = fmt.Errorf("append %d events to %s: %w", len(b.Lines), s.path, err)
-		if n > 0 {
-			s.undo(err)
+	if err := s.appendData(data); err != nil {
+		// A full disk: the lines the writer owes are written in space drawn from the reserve.
+		if !errors.Is(err, syscall.ENOSPC) || s.broken != nil || !s.draw(int64(len(data))) {
+			return fmt.Errorf("append %d events to %s: %w", len(b.Lines), s.path, err)
 		}
-		return err
+		if err := s.appendData(data); err != nil {
+			return fmt.Errorf("append %d events to %s from the reserve: %w", len(b.Lines), s.path, err)
+		}
 	}
 	s.size += int64(len(data))
 	switch s.cfg.Fsync {
@@ -219,6 +237,15 @@ func (s *FileSink) WriteBatch(b *Batch) error {
 		s.dirty = true
 	}
 	return nil
+}
+
+// appendData appends data to the active file, undoing a partial write.
+func (s *FileSink) appendData(data []byte) error {
+	n, err := s.f.Write(data)
+	if err != nil && n > 0 {
+		s.undo(err)
+	}
+	return err
 }
 
 // undo truncates a partly written batch away so a retry does not store it twice.
@@ -324,6 +351,7 @@ func (s *FileSink) Close() error {
 		}
 		s.f = nil
 	}
+	s.closeReserve()
 	s.mu.Unlock()
 	if s.stop != nil {
 		close(s.stop)

@@ -66,14 +66,23 @@ func (w *Writer) newSequencer() (*sequencer, error) {
 // succeeds or Close gives up.
 func (w *Writer) sequence(s *sequencer) {
 	defer close(w.done)
-	var tick <-chan time.Time
+	var tick, replenish <-chan time.Time
 	if w.checkpoints != nil {
 		var stop func()
 		tick, stop = w.clock.Every(w.checkpoints.Every)
 		defer stop()
 	}
+	if w.reserve > 0 { // while the disk is full, notice when space is freed
+		t := time.NewTicker(w.retryMax)
+		defer t.Stop()
+		replenish = t.C
+	}
 	for {
 		select {
+		case <-replenish:
+			if w.short.Load() {
+				w.checkReserve()
+			}
 		case ev, ok := <-w.queue:
 			if !ok {
 				s.closing()

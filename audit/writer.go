@@ -54,6 +54,13 @@ type Writer struct {
 	// lastErr is the most recent sink error, kept after recovery for Stats.
 	lastErr atomic.Pointer[failure]
 
+	// reserve is what the writer may owe the sink, in line bytes (0: the sink keeps no
+	// reserve); owed is what the accepted, unwritten events and the slots of calls in flight
+	// hold of it; short is set while the sink's reserve is not whole (reserve.go).
+	reserve int64
+	owed    atomic.Int64
+	short   atomic.Bool
+
 	written  atomic.Uint64
 	failed   atomic.Uint64
 	rejected atomic.Uint64
@@ -191,6 +198,9 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 	if w.queue == nil {
 		w.queue = make(chan Event, 4096)
 	}
+	if r, ok := sink.(Reserver); ok {
+		w.reserve = max(r.ReserveBytes()-reserveMargin, 0)
+	}
 	s, err := w.newSequencer()
 	if err != nil {
 		w.fatal = fmt.Errorf("%w: %w", ErrUnhealthy, err)
@@ -198,6 +208,7 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 		close(w.done)
 		return w
 	}
+	w.checkReserve() // a disk already full at start: unhealthy until space is freed
 	go w.sequence(s)
 	return w
 }
@@ -209,23 +220,49 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 //
 // A nil error means the event will be written exactly once, in order, unless the writer becomes
 // unhealthy. On any error the event was not accepted and the caller must fail closed.
+//
+// With a sink that keeps a reserve (Reserver), the event's line must also fit in what is left
+// of the reserve, else Record returns ErrReserveExhausted; a call that took a Slot records with
+// RecordReserved instead.
 func (w *Writer) Record(ev *Event) error {
 	if err := w.Healthy(); err != nil {
 		w.rejected.Add(1)
 		return err
 	}
-	now := time.Now()
-	if ev.Time.IsZero() {
-		ev.Time = now
-	}
+	w.prepare(ev)
 	if err := checkEncodable(ev); err != nil {
 		w.rejected.Add(1)
 		return err
 	}
+	ev.owed = 0
+	if w.reserve > 0 {
+		n := lineBytes(ev)
+		if !w.take(n) {
+			w.rejected.Add(1)
+			return ErrReserveExhausted
+		}
+		ev.owed = n
+	}
+	if err := w.enqueue(ev); err != nil {
+		w.owed.Add(-ev.owed)
+		return err
+	}
+	return nil
+}
+
+// prepare sets ev's time (when zero) and ID.
+func (w *Writer) prepare(ev *Event) {
+	now := time.Now()
+	if ev.Time.IsZero() {
+		ev.Time = now
+	}
 	if ev.ID == "" || ev.ID != ev.assignedID {
 		ev.ID = newID(now)
 	}
+}
 
+// enqueue hands a copy of ev to the sequencer, waiting at most the enqueue timeout for room.
+func (w *Writer) enqueue(ev *Event) error {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
@@ -289,6 +326,11 @@ type Stats struct {
 	Lost uint64
 	// Healthy is false while the sink is failing.
 	Healthy bool
+	// ReserveBytes is what the writer may owe a sink that keeps a reserve (0: none), ReserveOwed
+	// what it owes now (accepted events not yet written, slots of calls in flight), and
+	// ReserveShort is set while the disk is full and the reserve is being drawn on.
+	ReserveBytes, ReserveOwed int64
+	ReserveShort              bool
 	// LastError is the most recent sink error (kept after recovery) and when it happened.
 	LastError     error
 	LastErrorTime time.Time
@@ -304,6 +346,9 @@ func (w *Writer) Stats() Stats {
 		Rejected:      w.rejected.Load(),
 		Lost:          w.lost.Load(),
 		Healthy:       w.Healthy() == nil,
+		ReserveBytes:  w.reserve,
+		ReserveOwed:   w.owed.Load(),
+		ReserveShort:  w.short.Load(),
 	}
 	if f := w.lastErr.Load(); f != nil {
 		s.LastError, s.LastErrorTime = f.err, f.time
@@ -349,7 +394,14 @@ func (w *Writer) write(b *Batch) bool {
 		err := w.sink.WriteBatch(b)
 		if err == nil {
 			w.written.Add(uint64(len(b.Events)))
-			w.failure.Store(nil)
+			var owed int64
+			for i := range b.Events {
+				owed += b.Events[i].owed
+			}
+			w.owed.Add(-owed)
+			if !w.checkReserve() {
+				w.failure.Store(nil)
+			}
 			return true
 		}
 		w.failed.Add(1)
@@ -364,6 +416,26 @@ func (w *Writer) write(b *Batch) bool {
 		}
 		backoff = min(2*backoff, w.retryMax)
 	}
+}
+
+// checkReserve asks a sink with a reserve whether it is whole, and keeps the writer unhealthy
+// while it is not: the disk is full and the reserve holds only what the writer already owes.
+// It reports whether the reserve is short.
+func (w *Writer) checkReserve() bool {
+	r, ok := w.sink.(Reserver)
+	if !ok {
+		return false
+	}
+	err := r.Replenish()
+	if err == nil {
+		if w.short.Swap(false) {
+			w.failure.Store(nil)
+		}
+		return false
+	}
+	w.short.Store(true)
+	w.setFailure(fmt.Errorf("%w: the disk is full; the events of the calls already admitted are written from the reserve, new calls are refused until space is freed: %w", ErrUnhealthy, err))
+	return true
 }
 
 func (w *Writer) setFailure(err error) {

@@ -225,9 +225,9 @@ func (g *Gateway) authorize(ctx context.Context, cl *call.Call, a action) *call.
 // forward sends an authorized call to its upstream and ends the call with the outcome.
 func forward[R any](ctx context.Context, cl *call.Call, u *upstream, send func(context.Context, *client.Client) (R, error)) (R, error) {
 	res, err := do(ctx, u, send)
-	if errors.Is(err, errUpstreamDown) {
-		// A down upstream keeps its tools in the catalog: its calls answer "unavailable" (503),
-		// audited as such, never as hidden or missing.
+	if errors.Is(err, errUpstreamDown) || errors.Is(err, errBreakerOpen) {
+		// A down upstream, or one whose breaker is open, keeps its tools in the catalog: its
+		// calls answer "unavailable" (503), audited as such, never as hidden or missing.
 		cl.Fail(call.Refuse(call.CodeUpstreamUnavailable, "upstream %s is unavailable: %v", u.cfg.Name, err))
 		return res, fmt.Errorf("upstream %s is unavailable (%s): %w", u.cfg.Name, call.CodeUpstreamUnavailable, err)
 	}

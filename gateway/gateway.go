@@ -104,7 +104,7 @@ func New(opts Options) (*Gateway, error) {
 	events, _ := opts.Sessions.(mcpsessions.EventLog) // Redis keeps both
 	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
 		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
-	hc := &http.Client{Transport: tracingTransport{opts.Transport}}
+	hc := &http.Client{Transport: replyTransport{tracingTransport{opts.Transport}}}
 	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
 	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks}
 	for _, uc := range opts.Config.Upstreams {
@@ -112,7 +112,11 @@ func New(opts Options) (*Gateway, error) {
 	}
 	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log)
 	g.sessions.ended = g.endUpstreamSessions
-	if _, err := opts.Meters.Meter("github.com/sandgate/sandgate/gateway").Int64ObservableGauge("sandgate.gateway.sessions",
+	meter := opts.Meters.Meter("github.com/sandgate/sandgate/gateway")
+	if err := g.registerBreakerMetric(meter); err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	if _, err := meter.Int64ObservableGauge("sandgate.gateway.sessions",
 		metric.WithDescription("Sandbox MCP sessions this replica holds"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(int64(g.sessions.count()))
@@ -179,6 +183,12 @@ func setDefaults(opts *Options) {
 		if u.MaxSessions == 0 {
 			u.MaxSessions = 256
 		}
+		if u.Breaker.Failures == 0 {
+			u.Breaker.Failures = defaultBreakerFailures
+		}
+		if u.Breaker.OpenFor == 0 {
+			u.Breaker.OpenFor = config.Duration(defaultBreakerOpenFor)
+		}
 		ups[i] = u
 	}
 	opts.Config.Upstreams = ups
@@ -219,8 +229,8 @@ func (g *Gateway) Close() {
 // Handler serves /mcp.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// Ready is nil when every upstream is connected; otherwise it names each one that is not and
-// why. The gateway serves either way.
+// Ready is nil when every upstream is connected and its circuit breaker closed; otherwise it
+// names each one that is not and why. The gateway serves either way.
 func (g *Gateway) Ready() error {
 	var errs []error
 	for _, u := range g.upstreams {

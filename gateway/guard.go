@@ -25,6 +25,7 @@ const (
 	codeInvalidRequest = -32600
 	codeInvalidParams  = -32602
 	codeResourceGone   = -32002 // MCP's resource-not-found before protocol 2026-07-28
+	codeInternalError  = -32603
 )
 
 // guard is where every sandbox request to /mcp begins its call (internal/call): exactly one
@@ -117,6 +118,12 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	cl.Span().SetName("mcp " + spanMethod(r.Method, msg))
 	cl.Event.Target.Method = msg.Method
 	cl.BytesIn.Store(int64(len(body)))
+	if rf := cl.AuditRefusal(); rf != nil {
+		// No room for this request's event (a full disk): nothing of it is answered but the
+		// refusal, whatever its method (docs/audit.md).
+		writeRPCError(w, cl.Refuse(rf), msg.ID, codeInternalError, rf.Reason)
+		return
+	}
 	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut}
 	defer func() {
 		if cl.Event.Outcome.Status == 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandgate/sandgate/internal/breaker"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 )
@@ -74,6 +75,7 @@ type upstream struct {
 	idle  time.Duration // a per-sandbox session unused this long is closed
 
 	pool sandboxSessions
+	brk  *breaker.Breaker // calls' transport failures and timeouts (isolation.go)
 
 	mu        sync.RWMutex
 	cli       *client.Client
@@ -91,10 +93,12 @@ type upstream struct {
 }
 
 func newUpstream(cfg config.Upstream, creds *credential.Store, hc *http.Client, hooks upstreamHooks, idle time.Duration, log *slog.Logger) *upstream {
-	return &upstream{cfg: cfg, creds: creds, http: hc, hooks: hooks, idle: idle, log: log.With("upstream", cfg.Name),
+	u := &upstream{cfg: cfg, creds: creds, http: hc, hooks: hooks, idle: idle, log: log.With("upstream", cfg.Name),
 		pool: sandboxSessions{conns: map[string]*sandboxConn{}},
 		err:  errors.New("not connected yet"), downSince: time.Now(),
 		kick: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
+	u.brk = u.newBreaker()
+	return u
 }
 
 // client returns the connected client and its generation, or errUpstreamDown.
@@ -107,14 +111,14 @@ func (u *upstream) client() (*client.Client, uint64, error) {
 	return u.cli, u.gen, nil
 }
 
-// health is nil while connected, else why not.
+// health is nil while connected with a closed breaker, else why not.
 func (u *upstream) health() error {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
 	if u.cli == nil || !u.listed {
 		return fmt.Errorf("upstream %s down since %s: %v", u.cfg.Name, u.downSince.UTC().Format(time.RFC3339), u.err)
 	}
-	return nil
+	return u.breakerHealth()
 }
 
 func (u *upstream) catalog() catalog {
@@ -173,7 +177,8 @@ func (u *upstream) run(ctx context.Context) {
 				u.mu.Lock()
 				u.err = err
 				u.mu.Unlock()
-				u.log.Warn("upstream connect failed; retrying", "err", err, "retry_in", backoff)
+				wait := jittered(backoff)
+				u.log.Warn("upstream connect failed; retrying", "err", err, "retry_in", wait)
 				select { // a kick left by the failed attempt itself must not cut the backoff short
 				case <-u.kick:
 				default:
@@ -181,7 +186,7 @@ func (u *upstream) run(ctx context.Context) {
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(backoff):
+				case <-time.After(wait):
 				case <-u.kick:
 				}
 				backoff = min(backoff*2, backoffMax)

@@ -194,16 +194,18 @@ func (u *upstream) endSession(sid string) {
 	}
 }
 
-// done ends the lease. err is the request's error: a connection it shows broken is dropped
-// (the shared one is reconnected by the supervisor).
-func (l *lease) done(err error, timedOut bool) {
+// done ends a lease whose request did not fail.
+func (l *lease) done(error, bool) { l.end(outcomeOK, nil) }
+
+// end ends the lease. A transport failure (o) drops the connection it happened on (the
+// shared one is reconnected by the supervisor); an error the upstream answered keeps it.
+func (l *lease) end(o outcome, err error) {
 	if l.conn != nil {
 		l.u.release(l.conn)
 	}
-	if err == nil || timedOut || streamEndedEarly(err) || !isTransportError(err) {
-		return
+	if o == outcomeTransport {
+		l.drop(err)
 	}
-	l.drop(err)
 }
 
 func (l *lease) drop(err error) {
@@ -222,26 +224,36 @@ func (l *lease) drop(err error) {
 	}
 }
 
-// do runs one request on the connection of the request's sandbox session. When the upstream
-// ended that session (404, e.g. after a restart) it opens a new one and retries once: the
-// request was not processed.
+// do runs one request on the connection of the request's sandbox session, if u's breaker lets
+// it (isolation.go). When the upstream ended that session (404, e.g. after a restart) it
+// opens a new one and retries once: the request was not processed.
 func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *client.Client) (T, error)) (T, error) {
 	var zero T
+	if err := u.allow(); err != nil {
+		return zero, err
+	}
+	o := outcomeNeutral
+	defer func() { u.breakerDone(o) }()
 	for attempt := 0; ; attempt++ {
 		l, err := u.lease(ctx)
 		if err != nil {
+			if !errors.Is(err, errUpstreamDown) && ctx.Err() == nil {
+				o = outcomeTransport // the sandbox's upstream session could not be opened
+			}
 			return zero, err
 		}
 		cctx, cancel := context.WithTimeout(withConnHooks(ctx, u.hooks.conn(u, l.sid)), u.cfg.CallTimeout.D())
+		cctx, rp := withReply(cctx)
 		res, err := f(cctx, l.cli)
 		timedOut := cctx.Err() != nil
 		cancel()
+		o = classify(ctx, err, timedOut, rp)
 		if err == nil || ctx.Err() != nil {
-			l.done(nil, false)
+			l.end(outcomeOK, nil)
 			return res, err
 		}
 		if errors.Is(err, transport.ErrSessionTerminated) && attempt == 0 {
-			l.done(nil, false)
+			l.end(outcomeOK, nil)
 			l.drop(err)
 			if l.conn == nil {
 				if werr := u.waitConnected(ctx); werr != nil {
@@ -250,7 +262,7 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 			}
 			continue
 		}
-		l.done(err, timedOut)
+		l.end(o, err)
 		return zero, err
 	}
 }

@@ -269,16 +269,35 @@ func observeAudit(mp metric.MeterProvider, w *audit.Writer) error {
 	if err != nil {
 		return fmt.Errorf("audit metrics: %w", err)
 	}
+	owed, err := m.Int64ObservableGauge("sandgate.audit.reserve.owed", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of the audit reserve held by requests in flight and events not yet written (docs/audit.md)"))
+	if err != nil {
+		return fmt.Errorf("audit metrics: %w", err)
+	}
+	short, err := m.Int64ObservableGauge("sandgate.audit.reserve.short",
+		metric.WithDescription("1 while the audit disk is full and the reserve is drawn on: new requests are refused"))
+	if err != nil {
+		return fmt.Errorf("audit metrics: %w", err)
+	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := w.Stats()
 		o.ObserveInt64(depth, int64(s.QueueDepth))
 		o.ObserveInt64(capacity, int64(s.QueueCapacity))
+		o.ObserveInt64(owed, s.ReserveOwed)
+		o.ObserveInt64(short, boolGauge(s.ReserveShort))
 		return nil
-	}, depth, capacity)
+	}, depth, capacity, owed, short)
 	if err != nil {
 		return fmt.Errorf("audit metrics: %w", err)
 	}
 	return nil
+}
+
+func boolGauge(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // auditWriterOptions keys the chain and turns on signed checkpoints as audit.* says. The keys are

@@ -117,7 +117,11 @@ type Call struct {
 	TokensIn, TokensOut int64
 	decided             bool
 	done                atomic.Bool
-	shadow              *policy.ShadowPending
+	// slot is the room the audit log set aside for the event when the call began; noSlot says
+	// why there is none (the call is then refused: AuditRefusal).
+	slot   audit.Slot
+	noSlot error
+	shadow *policy.ShadowPending
 	// counting says whether admission let the call go on uncounted (limits store unreachable,
 	// fail_open): the event then says limits "unavailable".
 	counting admission.Counting
@@ -138,10 +142,25 @@ func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity)
 	cl.Event = audit.Event{Kind: kind, Identity: id}
 	// Minted now, not when the event is recorded, so the decision log can name the event.
 	cl.Event.AssignID()
+	// Room for the event is taken before anything is answered, so that an answered call's
+	// event is written even if the disk fills up meanwhile (docs/audit.md).
+	if r, ok := c.opts.Audit.(audit.ReservingRecorder); ok {
+		cl.slot, cl.noSlot = r.Reserve()
+	}
 	ctx = context.WithValue(ctx, callKey{}, cl)
 	ctx = admission.WithCounting(ctx, &cl.counting)
 	cl.ctx = ctx
 	return ctx, cl
+}
+
+// AuditRefusal is the refusal of a call whose event the audit log has no room for (nil when
+// it has): such a call must be refused before anything else is answered. Authorize checks it;
+// a half that answers a call without Authorize checks it itself.
+func (cl *Call) AuditRefusal() *Refusal {
+	if cl.noSlot != nil {
+		return Refuse(CodeAuditUnavailable, "audit log unavailable")
+	}
+	return nil
 }
 
 // Shadow is the call's shadow evaluation (nil: none was queued), for tests that wait for it;
@@ -166,6 +185,9 @@ func (cl *Call) Span() trace.Span { return cl.span }
 func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (policy.Decision, *Refusal) {
 	core := cl.core
 	cl.decided = true
+	if rf := cl.AuditRefusal(); rf != nil {
+		return policy.Decision{}, rf
+	}
 	if err := core.opts.Audit.Healthy(); err != nil {
 		return policy.Decision{}, Refuse(CodeAuditUnavailable, "audit log unavailable")
 	}
@@ -276,13 +298,22 @@ func (cl *Call) Finish() {
 		)
 	}
 	cl.span.End()
-	core.record(cl.ctx, ev)
+	core.record(cl.ctx, ev, cl)
 }
 
-// record writes ev. A write error after the call happened cannot undo it: it is logged and
-// counted, and the next calls are refused while the recorder reports unhealthy.
-func (c *Core) record(ctx context.Context, ev *audit.Event) {
-	if err := c.opts.Audit.Record(ev); err != nil {
+// record writes ev, on the call's slot when it has one. A write error after the call happened
+// cannot undo it: it is logged and counted, and the next calls are refused while the recorder
+// reports unhealthy. With a slot the only such errors are a closed writer (shutdown) and a queue
+// that stayed full; without one (a call refused because the log had no room), the refusal's
+// event is not written while the log cannot take it: counted in sandgate_audit_write_errors_total.
+func (c *Core) record(ctx context.Context, ev *audit.Event, cl *Call) {
+	var err error
+	if r, ok := c.opts.Audit.(audit.ReservingRecorder); ok && cl.noSlot == nil {
+		err = r.RecordReserved(ev, cl.slot)
+	} else {
+		err = c.opts.Audit.Record(ev)
+	}
+	if err != nil {
 		c.metrics.auditErrors.Add(ctx, 1)
 		c.log.Error("audit event not recorded", "kind", ev.Kind, "sandbox", ev.Identity.Key(),
 			"allow", ev.Decision.Allow, "code", ev.Outcome.Error, "err", err)

@@ -145,6 +145,9 @@ type AuditFile struct {
 	Fsync string `json:"fsync"`
 	// FsyncInterval bounds how long an acknowledged event may sit unsynced in batch mode.
 	FsyncInterval Duration `json:"fsync_interval"`
+	// ReserveMB is disk space kept aside in the audit dir so that the events of admitted calls
+	// are written when the disk fills up (docs/audit.md, "When the disk fills up"). Default 32.
+	ReserveMB int `json:"reserve_mb"`
 }
 
 // Identity says how callers are identified.
@@ -356,6 +359,9 @@ func (c *Config) applyDefaults() {
 	if c.Audit.File.Dir == "" {
 		c.Audit.File.Dir = "var/audit"
 	}
+	if c.Audit.File.ReserveMB == 0 {
+		c.Audit.File.ReserveMB = 32
+	}
 	if c.Audit.File.MaxSizeMB == 0 {
 		c.Audit.File.MaxSizeMB = 64
 	}
@@ -439,6 +445,9 @@ func (c *Config) validate() error {
 	c.Policy.validate(&errs)
 	if c.Audit.File.MaxSizeMB < 0 {
 		errs.add("audit.file.max_size_mb", "must be positive, got %d", c.Audit.File.MaxSizeMB)
+	}
+	if c.Audit.File.ReserveMB < 0 {
+		errs.add("audit.file.reserve_mb", "must be positive, got %d", c.Audit.File.ReserveMB)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -97,6 +97,16 @@ type Upstream struct {
 	// is closed; when none is idle, calls use the shared session. Sessions idle for
 	// gateway.session_idle_timeout are closed.
 	MaxSessions int `json:"max_sessions"`
+	// Breaker isolates the upstream when its transport fails: after Failures consecutive
+	// transport failures or timeouts of calls, its calls answer upstream_unavailable at once
+	// for OpenFor, then one probe call decides. An error the upstream answers never counts.
+	Breaker UpstreamBreaker `json:"breaker"`
+}
+
+// UpstreamBreaker is an upstream's circuit breaker (defaults: 5 failures, open for 10s).
+type UpstreamBreaker struct {
+	Failures int      `json:"failures"`
+	OpenFor  Duration `json:"open_for"`
 }
 
 // Upstream session models.
@@ -156,6 +166,12 @@ func (x *Gateway) applyDefaults(c *Config) {
 			if u.IsStdio() {
 				u.MaxSessions = defaultMaxStdioSessions
 			}
+		}
+		if u.Breaker.Failures == 0 {
+			u.Breaker.Failures = 5
+		}
+		if u.Breaker.OpenFor == 0 {
+			u.Breaker.OpenFor = Duration(10 * time.Second)
 		}
 		u.Credential.applyDefaults()
 		if u.Command != "" && strings.ContainsRune(u.Command, '/') {
@@ -241,6 +257,12 @@ func (u Upstream) validate(c *Config, f string, errs *fieldErrors) {
 		if !c.HasCredential(cred) {
 			errs.add(f+".credential_env."+env, "no credential named %q in credentials", cred)
 		}
+	}
+	if u.Breaker.Failures < 0 {
+		errs.add(f+".breaker.failures", "must not be negative, got %d", u.Breaker.Failures)
+	}
+	if u.Breaker.OpenFor.D() < 0 {
+		errs.add(f+".breaker.open_for", "must not be negative, got %s", u.Breaker.OpenFor.D())
 	}
 	if u.CallTimeout.D() < 10*time.Millisecond {
 		errs.add(f+".call_timeout", "must be at least 10ms")

@@ -39,6 +39,8 @@ gateway:
 	assert.Equal(t, "{value}", g.Upstreams[1].Credential.Format)
 	assert.Equal(t, 60*time.Second, g.Upstreams[0].CallTimeout.D())
 	assert.Equal(t, 10*time.Second, g.Upstreams[0].ConnectTimeout.D())
+	assert.Equal(t, 5, g.Upstreams[0].Breaker.Failures)
+	assert.Equal(t, 10*time.Second, g.Upstreams[0].Breaker.OpenFor.D())
 	assert.Equal(t, "/etc/sandgate/bin/mcp-upstream", g.Upstreams[2].Command)
 	assert.True(t, g.Upstreams[2].IsStdio())
 	assert.Equal(t, SessionsPerSandbox, g.Upstreams[2].Sessions)
@@ -62,6 +64,7 @@ func TestGatewayValidation(t *testing.T) {
 		{"unknown prefix mode is refused", `upstreams: [{name: a, url: "https://a.example", prefix: sometimes}]`, "gateway.upstreams[0].prefix"},
 		{"unknown session model is refused", `upstreams: [{name: a, url: "https://a.example", sessions: per-call}]`, "gateway.upstreams[0].sessions"},
 		{"negative max_sessions is refused", `upstreams: [{name: a, url: "https://a.example", max_sessions: -1}]`, "gateway.upstreams[0].max_sessions"},
+		{"negative breaker failures are refused", `upstreams: [{name: a, url: "https://a.example", breaker: {failures: -1}}]`, "gateway.upstreams[0].breaker.failures"},
 		{"undefined credential is refused", `upstreams: [{name: a, url: "https://a.example", credential: {name: nope}}]`, "gateway.upstreams[0].credential.name"},
 		{"credential format without {value} is refused", `upstreams: [{name: a, url: "https://a.example", credential: {name: github, format: "Bearer x"}}]`, "gateway.upstreams[0].credential.format"},
 		{"credential header with a space is refused", `upstreams: [{name: a, url: "https://a.example", credential: {name: github, header: "X Key"}}]`, "gateway.upstreams[0].credential.header"},
