@@ -96,6 +96,6 @@ print-build-flags:
 BENCH_POLICY_COUNT ?= 5
 bench-policy:
 	go test -run '^$$' -bench 'FirstSeenVsFloor' -benchmem -count $(BENCH_POLICY_COUNT) ./policy/ | tee /dev/stderr | \
-	awk '/x-floor/ { for (i = 1; i < NF; i++) if ($$(i+1) == "x-floor") r[$$1] = r[$$1] " " $$i } \
+	awk '/x-floor/ { for (i = 1; i < NF; i++) if ($$(i+1) ~ /x-floor$$/) r[$$1 " " $$(i+1)] = r[$$1 " " $$(i+1)] " " $$i } \
 	END { for (k in r) { n = split(substr(r[k], 2), v, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t } \
-	m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2; printf "%s median x-floor %.2f (min %.2f, max %.2f, n=%d)\n", k, m, v[1], v[n], n } }'
+	m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2; printf "%s median %.2f (min %.2f, max %.2f, n=%d)\n", k, m, v[1], v[n], n } }'

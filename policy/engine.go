@@ -201,11 +201,13 @@ func (rev *revision) decideTraced(ctx context.Context, val ast.Value, tracer top
 		return Decision{Reason: "policy store: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}
 	}
 	defer rev.store.Abort(ctx, txn)
+	rev.data.load(rev.store)
 	var result *ast.Term
 	err = topdown.NewQuery(rev.query).
 		WithCompiler(rev.compiler).
 		WithStore(rev.store).
 		WithTransaction(txn).
+		WithBaseCache(&rev.data).
 		WithInput(ast.NewTerm(val)).
 		WithStrictBuiltinErrors(true).
 		WithQueryTracer(tracer).

@@ -39,6 +39,7 @@ type revision struct {
 	files    []string
 	loadedAt time.Time      // set when Reload installs it
 	cache    *decisionCache // nil: every decision is evaluated
+	data     dataCache      // the store's data for every evaluation, read on first use
 }
 
 // resultVar binds the decision in the compiled query.
