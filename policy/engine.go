@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
@@ -208,6 +209,7 @@ func (rev *revision) decideTraced(ctx context.Context, val ast.Value, tracer top
 		WithStore(rev.store).
 		WithTransaction(txn).
 		WithBaseCache(&rev.data).
+		WithMetrics(metrics.NoOp()).
 		WithInput(ast.NewTerm(val)).
 		WithStrictBuiltinErrors(true).
 		WithQueryTracer(tracer).

@@ -5,10 +5,7 @@ package policy_test
 import (
 	"context"
 	"os"
-	"syscall"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/stretchr/testify/require"
@@ -77,69 +74,19 @@ func BenchmarkFirstSeenVsFloor(b *testing.B) {
 			rs, err := pq.Eval(ctx, rego.EvalParsedInput(v))
 			return err == nil && rs.Allowed()
 		}
-		arms := []benchArm{{"floor", floor}, {"shipped", func() bool { return shipped.Decide(ctx, c.in).Allow }}}
+		arms := []policy.BenchArm{{Name: "floor", Op: floor}, {Name: "shipped", Op: func() bool { return shipped.Decide(ctx, c.in).Allow }}}
 		if other != nil {
-			arms = append(arms, benchArm{"b", func() bool { return other.Decide(ctx, c.in).Allow }})
+			arms = append(arms, policy.BenchArm{Name: "b", Op: func() bool { return other.Decide(ctx, c.in).Allow }})
 		}
 		for _, a := range arms {
-			require.True(b, a.op(), a.name)
-			b.Run(c.name+"/"+a.name, func(b *testing.B) {
+			require.True(b, a.Op(), a.Name)
+			b.Run(c.name+"/"+a.Name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					a.op()
+					a.Op()
 				}
 			})
 		}
-		b.Run(c.name+"/ratio", func(b *testing.B) { interleave(b, arms) })
+		b.Run(c.name+"/ratio", func(b *testing.B) { policy.Interleave(b, arms) })
 	}
-}
-
-type benchArm struct {
-	name string
-	op   func() bool
-}
-
-// interleave gives every arm a turn of interleaveTurn ops per iteration, starting with a
-// different arm each time, and reports each arm's CPU per op and, for every arm but the first
-// (the floor), its ratio to the first: x-floor for "shipped", NAME-x-floor for the others.
-func interleave(b *testing.B, arms []benchArm) {
-	spent := make([]time.Duration, len(arms))
-	i := 0
-	for b.Loop() {
-		for j := range arms {
-			k := (i + j) % len(arms)
-			t := processCPU(b)
-			for range interleaveTurn {
-				arms[k].op()
-			}
-			spent[k] += processCPU(b) - t
-		}
-		i++
-	}
-	ops := float64(b.N * interleaveTurn)
-	for k, a := range arms {
-		b.ReportMetric(float64(spent[k].Nanoseconds())/ops, a.name+"-cpu-ns/op")
-		if k == 0 {
-			continue
-		}
-		unit := a.name + "-x-floor"
-		if a.name == "shipped" {
-			unit = "x-floor"
-		}
-		b.ReportMetric(float64(spent[k])/float64(spent[0]), unit)
-	}
-}
-
-// interleaveTurn ops per turn make the clock's own cost (a system call, under a microsecond)
-// small against the ops it times, and the turns short enough to alternate many times a second.
-const interleaveTurn = 8
-
-// processCPU is the CPU time used by the whole process so far.
-func processCPU(b *testing.B) time.Duration {
-	var ts syscall.Timespec
-	const clockProcessCPUTime = 2 // CLOCK_PROCESS_CPUTIME_ID
-	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockProcessCPUTime, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
-		b.Fatalf("clock_gettime: %v", errno)
-	}
-	return time.Duration(ts.Nano())
 }
