@@ -8,37 +8,13 @@ package sandgate.mcp
 
 template := data.templates[input.identity.template]
 
-# The rules of the caller's template for the upstream called.
-upstream_rules contains entry if {
+# The allow path is one rule body that reads data directly (no intermediate set of the
+# template's entries is built); the reasons for a deny are worked out only when it fails.
+decision := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"} if {
 	some entry in template.tools
 	entry.upstream == input.mcp.upstream
-}
-
-tool_permitted if {
-	some entry in upstream_rules
 	some p in entry.allow
 	glob.match(p, [], input.mcp.tool)
-}
-
-grant_scoped if {
-	some entry in upstream_rules
-	some p in entry.grant_scoped
-	glob.match(p, [], input.mcp.tool)
-}
-
-repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])
-
-repo_granted if repo in input.grants.github_repos
-
-grant_missing if {
-	input.kind == "mcp.tools_call"
-	grant_scoped
-	not repo_granted
-}
-
-# The allow path is one rule body; the reasons for a deny are worked out only when it fails.
-decision := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"} if {
-	tool_permitted
 	not grant_missing
 } else := {
 	"allow": false,
@@ -57,3 +33,28 @@ decision := {"allow": true, "reason": "tool allowed for template", "code": "tool
 	"reason": sprintf("repository %q is not granted to this session", [repo]),
 	"code": "repo_not_granted",
 }
+
+tool_permitted if {
+	some entry in template.tools
+	entry.upstream == input.mcp.upstream
+	some p in entry.allow
+	glob.match(p, [], input.mcp.tool)
+}
+
+# Only a tools/call needs a grant: listing a grant-scoped tool shows it.
+grant_missing if {
+	input.kind == "mcp.tools_call"
+	grant_scoped
+	not repo_granted
+}
+
+grant_scoped if {
+	some entry in template.tools
+	entry.upstream == input.mcp.upstream
+	some p in entry.grant_scoped
+	glob.match(p, [], input.mcp.tool)
+}
+
+repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])
+
+repo_granted if repo in input.grants.github_repos
