@@ -15,7 +15,7 @@ decision := {"allow": true, "reason": "tool allowed for template", "code": "tool
 	entry.upstream == input.mcp.upstream
 	some p in entry.allow
 	glob.match(p, [], input.mcp.tool)
-	not grant_missing
+	grant_ok
 } else := {
 	"allow": false,
 	"reason": sprintf("template %q has no MCP rules", [input.identity.template]),
@@ -41,12 +41,14 @@ tool_permitted if {
 	glob.match(p, [], input.mcp.tool)
 }
 
-# Only a tools/call needs a grant: listing a grant-scoped tool shows it.
-grant_missing if {
-	input.kind == "mcp.tools_call"
-	grant_scoped
-	not repo_granted
-}
+# A call needs no grant, or has the one it needs. Only a tools/call needs a grant: listing a
+# grant-scoped tool shows it. Three definitions, not the negation of a "grant missing" rule, so the
+# common cases stop at the first that holds.
+grant_ok if not input.kind == "mcp.tools_call"
+
+grant_ok if not grant_scoped
+
+grant_ok if sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo]) in input.grants.github_repos
 
 grant_scoped if {
 	some entry in template.tools
@@ -56,5 +58,3 @@ grant_scoped if {
 }
 
 repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])
-
-repo_granted if repo in input.grants.github_repos

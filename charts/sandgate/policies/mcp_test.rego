@@ -89,3 +89,13 @@ test_only_a_tools_call_needs_a_grant if {
 	}
 	d.allow
 }
+
+# Arguments that do not name a repository (missing, not strings) never match a grant.
+test_a_grant_scoped_call_without_a_repository_is_not_granted if {
+	grants := {"github_repos": ["acme/api", "1/api"]}
+	not call_with_grants(coder, "github", "push_files", {"repo": "api"}, grants).allow
+	d := call_with_grants(coder, "github", "push_files", {"owner": 1, "repo": "api"}, grants)
+	not d.allow
+	d.code == "repo_not_granted"
+	not call_with_grants(coder, "github", "push_files", {"owner": "acme", "repo": "api"}, {"github_repos": "acme/api"}).allow
+}
