@@ -41,14 +41,15 @@ tool_permitted if {
 	glob.match(p, [], input.mcp.tool)
 }
 
-# A call needs no grant, or has the one it needs. Only a tools/call needs a grant: listing a
-# grant-scoped tool shows it. Three definitions, not the negation of a "grant missing" rule, so the
-# common cases stop at the first that holds.
+# A call has the grant it would need, or needs none (only a tools/call of a grant-scoped tool
+# does: listing one shows it). Three definitions, not the negation of a "grant missing" rule, so
+# evaluation stops at the first that holds; the grant comes first because reading it is cheaper
+# than matching the grant_scoped patterns.
+grant_ok if sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo]) in input.grants.github_repos
+
 grant_ok if not input.kind == "mcp.tools_call"
 
 grant_ok if not grant_scoped
-
-grant_ok if sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo]) in input.grants.github_repos
 
 grant_scoped if {
 	some entry in template.tools
