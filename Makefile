@@ -9,7 +9,7 @@ export CGO_ENABLED := 0
 TOOLS := $(CURDIR)/.tools/bin
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: build run test test-go test-policy setup lint bench bench-go clean image
+.PHONY: build run test test-go test-policy setup lint bench bench-go bench-policy clean image
 
 build:
 	go build $(GO_BUILD_FLAGS) -o bin/sandgate ./cmd/sandgate
@@ -89,3 +89,13 @@ chart-sync:
 print-build-flags:
 	@echo 'CGO_ENABLED=$(CGO_ENABLED)'
 	@echo '$(GO_BUILD_FLAGS)'
+
+# Issue #23's policy target: a first-seen decision on the shipped policies against OPA's own
+# evaluation of a one-line policy, interleaved in one run (policy/firstseen_bench_test.go);
+# prints each case's median x-floor over the repetitions (target ≤ 1.5).
+BENCH_POLICY_COUNT ?= 5
+bench-policy:
+	go test -run '^$$' -bench 'FirstSeenVsFloor' -benchmem -count $(BENCH_POLICY_COUNT) ./policy/ | tee /dev/stderr | \
+	awk '/x-floor/ { for (i = 1; i < NF; i++) if ($$(i+1) ~ /x-floor$$/) r[$$1 " " $$(i+1)] = r[$$1 " " $$(i+1)] " " $$i } \
+	END { for (k in r) { n = split(substr(r[k], 2), v, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t } \
+	m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2; printf "%s median %.2f (min %.2f, max %.2f, n=%d)\n", k, m, v[1], v[n], n } }'

@@ -82,3 +82,23 @@ test_max_tokens_is_optional_where_the_api_says_so if {
 	d := request(coder, {"route": "openai", "host": "api.openai.com", "path": "/v1/chat/completions", "model": "gpt-5", "max_tokens": -1}) with data.templates["coding-agent"].models.openai as {"allow": ["gpt-5"], "max_tokens": 1000}
 	d.allow
 }
+
+# The route's allow path (request_decision's first branch) is the general one narrowed: a
+# request through the route and the same request by host must decide alike, allow or deny.
+test_route_and_host_requests_decide_alike if {
+	every model in ["claude-sonnet-4-5", "claude-haiku-4-5", "gpt-5", ""] {
+		every max_tokens in [-1, 0, 100, 16384, 16385] {
+			by_route := request(coder, {"route": "anthropic", "host": "api.anthropic.com", "path": "/v1/messages", "model": model, "max_tokens": max_tokens})
+			by_host := request(coder, {"host": "api.anthropic.com", "path": "/v1/messages", "model": model, "max_tokens": max_tokens})
+			by_route.allow == by_host.allow
+			by_route.code == by_host.code
+			object.get(by_route, "credential", "") == object.get(by_host, "credential", "")
+		}
+	}
+}
+
+test_a_route_the_template_has_no_models_for_is_denied if {
+	d := request(coder, {"route": "openai", "host": "api.openai.com", "model": "gpt-5", "max_tokens": 10})
+	not d.allow
+	d.code == "provider_not_allowed"
+}

@@ -8,38 +8,14 @@ package sandgate.mcp
 
 template := data.templates[input.identity.template]
 
-# The rules of the caller's template for the upstream called.
-upstream_rules contains entry if {
+# The allow path is one rule body that reads data directly (no intermediate set of the
+# template's entries is built); the reasons for a deny are worked out only when it fails.
+decision := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"} if {
 	some entry in template.tools
 	entry.upstream == input.mcp.upstream
-}
-
-tool_permitted if {
-	some entry in upstream_rules
 	some p in entry.allow
 	glob.match(p, [], input.mcp.tool)
-}
-
-grant_scoped if {
-	some entry in upstream_rules
-	some p in entry.grant_scoped
-	glob.match(p, [], input.mcp.tool)
-}
-
-repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])
-
-repo_granted if repo in input.grants.github_repos
-
-grant_missing if {
-	input.kind == "mcp.tools_call"
-	grant_scoped
-	not repo_granted
-}
-
-# The allow path is one rule body; the reasons for a deny are worked out only when it fails.
-decision := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"} if {
-	tool_permitted
-	not grant_missing
+	grant_ok
 } else := {
 	"allow": false,
 	"reason": sprintf("template %q has no MCP rules", [input.identity.template]),
@@ -57,3 +33,29 @@ decision := {"allow": true, "reason": "tool allowed for template", "code": "tool
 	"reason": sprintf("repository %q is not granted to this session", [repo]),
 	"code": "repo_not_granted",
 }
+
+tool_permitted if {
+	some entry in template.tools
+	entry.upstream == input.mcp.upstream
+	some p in entry.allow
+	glob.match(p, [], input.mcp.tool)
+}
+
+# A call has the grant it would need, or needs none (only a tools/call of a grant-scoped tool
+# does: listing one shows it). Three definitions, not the negation of a "grant missing" rule, so
+# evaluation stops at the first that holds; the grant comes first because reading it is cheaper
+# than matching the grant_scoped patterns.
+grant_ok if sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo]) in input.grants.github_repos
+
+grant_ok if not input.kind == "mcp.tools_call"
+
+grant_ok if not grant_scoped
+
+grant_scoped if {
+	some entry in template.tools
+	entry.upstream == input.mcp.upstream
+	some p in entry.grant_scoped
+	glob.match(p, [], input.mcp.tool)
+}
+
+repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])

@@ -68,3 +68,34 @@ test_grant_for_another_repo_does_not_help if {
 test_grant_scoped_tool_is_still_listed if listed(coder, "github", "create_pull_request").allow
 
 test_read_tool_needs_no_grant if call(coder, "github", "get_file_contents", {"owner": "acme", "repo": "billing"}).allow
+
+# Two entries for one upstream both apply: the allow of one, the grant_scoped of the other.
+test_every_entry_of_an_upstream_applies if {
+	tools := [
+		{"upstream": "github", "allow": ["get_*"]},
+		{"upstream": "github", "allow": ["push_files"], "grant_scoped": ["push_files"]},
+	]
+	call(coder, "github", "get_issue", {}).allow with data.templates["coding-agent"].tools as tools
+	d := call(coder, "github", "push_files", {"owner": "acme", "repo": "api"}) with data.templates["coding-agent"].tools as tools
+	d.code == "repo_not_granted"
+	call_with_grants(coder, "github", "push_files", {"owner": "acme", "repo": "api"}, {"github_repos": ["acme/api"]}).allow with data.templates["coding-agent"].tools as tools
+}
+
+# A grant is needed to call a grant-scoped tool, not to read a resource of the same name.
+test_only_a_tools_call_needs_a_grant if {
+	d := sandgate.decision with input as {
+		"kind": "mcp.resources_read", "identity": coder,
+		"mcp": {"upstream": "github", "tool": "create_pull_request", "arguments": {}},
+	}
+	d.allow
+}
+
+# Arguments that do not name a repository (missing, not strings) never match a grant.
+test_a_grant_scoped_call_without_a_repository_is_not_granted if {
+	grants := {"github_repos": ["acme/api", "1/api"]}
+	not call_with_grants(coder, "github", "push_files", {"repo": "api"}, grants).allow
+	d := call_with_grants(coder, "github", "push_files", {"owner": 1, "repo": "api"}, grants)
+	not d.allow
+	d.code == "repo_not_granted"
+	not call_with_grants(coder, "github", "push_files", {"owner": "acme", "repo": "api"}, {"github_repos": "acme/api"}).allow
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
@@ -208,11 +209,14 @@ func (rev *revision) decideTraced(ctx context.Context, val ast.Value, tracer top
 		return Decision{Reason: "policy store: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}
 	}
 	defer rev.store.Abort(ctx, txn)
+	rev.data.load(rev.store)
 	var result *ast.Term
 	err = topdown.NewQuery(rev.query).
 		WithCompiler(rev.compiler).
 		WithStore(rev.store).
 		WithTransaction(txn).
+		WithBaseCache(&rev.data).
+		WithMetrics(metrics.NoOp()).
 		WithInput(ast.NewTerm(val)).
 		WithStrictBuiltinErrors(true).
 		WithQueryTracer(tracer).

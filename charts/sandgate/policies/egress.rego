@@ -33,9 +33,23 @@ connect_decision := {"allow": true, "reason": "host allowed for template", "code
 	"code": "host_not_allowed",
 }
 
-# The allow path is one rule body, so an allowed request evaluates as little as possible; the
-# reasons for a deny are worked out only when it does not match.
+# The allow path of a request through a model route comes first and reads data directly (no
+# rule of this package is evaluated for it); the general allow path follows, and the reasons
+# for a deny are worked out only when neither matches. The first branch is the second one
+# narrowed to a route (provider is the route then) and a max_tokens that is present (so
+# max_tokens_missing is false): wherever it matches, the second gives the same decision.
 request_decision := {
+	"allow": true,
+	"reason": "model allowed for template",
+	"code": "model_allowed",
+	"credential": data.providers[input.http.route].credential,
+} if {
+	input.http.route != ""
+	m := data.templates[input.identity.template].models[input.http.route]
+	input.http.model in m.allow
+	input.http.max_tokens >= 0
+	input.http.max_tokens <= m.max_tokens
+} else := {
 	"allow": true,
 	"reason": "model allowed for template",
 	"code": "model_allowed",
