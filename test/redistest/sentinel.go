@@ -116,15 +116,15 @@ func (s *Sentinel) AwaitPrimary(t testing.TB, old string, within time.Duration) 
 // Client returns a Sentinel-aware client with short timeouts, closed when the test ends.
 func (s *Sentinel) Client(t testing.TB) redis.UniversalClient {
 	c := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:               SentinelMaster,
-		SentinelAddrs:            s.SentinelAddrs,
-		DialTimeout:              time.Second,
-		ReadTimeout:              time.Second,
-		WriteTimeout:             time.Second,
-		ContextTimeoutEnabled:    true,
-		MaxRetries:               -1,
-		DisableIdentity:          true,
-		Protocol:                 2,
+		MasterName:            SentinelMaster,
+		SentinelAddrs:         s.SentinelAddrs,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DisableIdentity:       true,
+		Protocol:              2,
 	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
