@@ -348,7 +348,7 @@ func TestReplicasShareState(t *testing.T) {
 			return true
 		}, 15*time.Second, 100*time.Millisecond, "every event of both files reaches the stream")
 		for _, r := range []*replica{a, b} {
-			n, err := rdb.Exists(context.Background(), "sandgate:audit:mirrored:"+r.name).Result()
+			n, err := rdb.Exists(context.Background(), audit.ReplicaStream("sandgate:audit", r.name)+":mirrored").Result()
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), n, "replica %s mirrors under its own source", r.name)
 		}
