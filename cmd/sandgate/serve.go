@@ -161,6 +161,9 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err := observeAudit(tel.MeterProvider(), writer); err != nil {
 		return err
 	}
+	if err := observeReadiness(tel.MeterProvider(), ready); err != nil {
+		return err
+	}
 	resolver, kubeComps, err := newResolver(cfg, log, tel, ready, shared.sandboxGone(log))
 	if err != nil {
 		return err
