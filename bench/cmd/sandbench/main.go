@@ -43,6 +43,7 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
 	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ","))
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
+	replicas := flag.Bool("replicas", false, "run only the replicas cells (3 replicas on Redis and on a Cluster vs 1 with memory state; bench/replicas.go)")
 	flag.Parse()
 	if *quick {
 		o.RateDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, 200*time.Millisecond
@@ -79,6 +80,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *replicas {
+		if err := runReplicas(ctx, o); err != nil {
+			fmt.Fprintln(os.Stderr, "sandbench -replicas:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	rep, err := bench.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbench:", err)
