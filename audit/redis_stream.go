@@ -271,7 +271,8 @@ func (m *StreamMirror) pump(ctx context.Context) (done bool, err error) {
 // mirrorScript appends a batch to the replica's stream (KEYS[1]) unless its marker (KEYS[2], the
 // hash of the last line it mirrored) shows that a prefix of it is there already: an attempt that
 // timed out on the client may still have run on a slow server. ARGV: MAXLEN, marker TTL (ms), then
-// id, hash and line of each line. Returns how many lines were appended.
+// id, hash and line of each line. Returns how many lines were appended and whether the marker was
+// there (absent: a new stream, or a Redis that lost its data, whose registry must be told again).
 var mirrorScript = redis.NewScript(`
 local marker = redis.call('GET', KEYS[2])
 local n = (#ARGV - 2) / 3
@@ -286,7 +287,7 @@ for i = from, n do
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'id', ARGV[b], 'hash', ARGV[b+1], 'line', ARGV[b+2])
 end
 redis.call('SET', KEYS[2], ARGV[3 + 3*(n-1) + 1], 'PX', ARGV[2])
-return n - from + 1
+return {n - from + 1, marker and 1 or 0}
 `)
 
 // markerTTL is how long the server remembers a replica's last mirrored line.
@@ -302,8 +303,12 @@ func (m *StreamMirror) send(ctx context.Context, lines [][]byte) error {
 		args = append(args, lineID(l), hash, l)
 	}
 	keys := []string{m.stream, m.stream + ":mirrored"}
-	if err := mirrorScript.Run(ctx, m.client, keys, args...).Err(); err != nil {
+	res, err := mirrorScript.Run(ctx, m.client, keys, args...).Int64Slice()
+	if err != nil {
 		return fmt.Errorf("audit stream mirror: XADD %d lines to %s: %w", len(lines), m.stream, err)
+	}
+	if len(res) == 2 && res[1] == 0 {
+		m.registered = time.Time{} // the marker was gone: so may the registry be
 	}
 	return m.register(ctx)
 }

@@ -164,6 +164,9 @@ func TestStreamMirrorThroughRedisTrouble(t *testing.T) {
 			}, 20*time.Second, 50*time.Millisecond, "the mirror catches up by itself")
 			require.NoError(t, r.mirror.Sync(ctxTimeout(t, 10*time.Second)))
 			assert.NoError(t, r.mirror.Healthy())
+			streams, err := Streams(context.Background(), r.client, testStream)
+			require.NoError(t, err)
+			assert.Contains(t, streams, testReplicaStream, "the registry lists the stream again at once, also after redis lost it")
 
 			want := fileIDs(t, r.dir)
 			if !tc.keptBefore {

@@ -52,6 +52,23 @@ func TestThreeReplicasThroughASentinelFailover(t *testing.T) {
 	})
 }
 
+// TestThreeReplicasThroughARedisRestart does the same on one redis-server without persistence
+// that is killed and restarted empty: the worst case of the documented bounds (every counter and
+// the stream's earlier entries are gone).
+func TestThreeReplicasThroughARedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	runFailover(t, topology{
+		name:      "single",
+		redisYAML: fmt.Sprintf("{addr: %q, op_timeout: 500ms, dial_timeout: 500ms}", srv.Addr),
+		client:    srv.Client(t),
+		fail: func(t *testing.T) string {
+			srv.Stop()
+			srv.Restart()
+			return srv.Addr
+		},
+	})
+}
+
 // TestThreeReplicasThroughAClusterMasterFailure does the same on a 3-primary Cluster with one
 // replica each, killing the primary of triage-1's counters' slot.
 func TestThreeReplicasThroughAClusterMasterFailure(t *testing.T) {
