@@ -86,37 +86,14 @@ func runReplicaCell(ctx context.Context, o Options, up *Upstreams, dir, name str
 	if err != nil {
 		return cell, err
 	}
-	var routes []string
-	var procs []*process
+	routes, procs, err := startReplicaProcs(ctx, o, up, dir, name, replicas, redisYAML, sandboxes)
 	defer func() {
 		for _, p := range procs {
 			p.Stop(10 * time.Second)
 		}
 	}()
-	for i := range replicas {
-		rdir := filepath.Join(dir, fmt.Sprintf("sandgate-%d", i))
-		if err := os.MkdirAll(rdir, 0o700); err != nil {
-			return cell, err
-		}
-		cfg, _, prx, admin, err := sandgateFiles(rdir, o.PolicyDir, up, sandboxes)
-		if err != nil {
-			return cell, err
-		}
-		if redisYAML != "" {
-			if err := appendFile(cfg, "redis: "+redisYAML+"\n"); err != nil {
-				return cell, err
-			}
-		}
-		p, err := startProcess(fmt.Sprintf("%s-sandgate-%d", name, i), rdir,
-			[]string{"SSL_CERT_FILE=" + up.CAPath, "SANDGATE_REPLICA=" + fmt.Sprint(i)}, o.SandgateBin, "serve", "--config", cfg)
-		if err != nil {
-			return cell, err
-		}
-		procs = append(procs, p)
-		if err := p.waitHTTP(ctx, "http://"+admin+"/readyz", 60*time.Second); err != nil {
-			return cell, err
-		}
-		routes = append(routes, "http://"+prx+"/routes/anthropic/v1/messages")
+	if err != nil {
+		return cell, err
 	}
 	d := o.ClosedDuration
 	if d <= 0 {
@@ -172,6 +149,39 @@ func runReplicaCell(ctx context.Context, o Options, up *Upstreams, dir, name str
 	cell.Commands = float64(max(0, callsAfter-callsBefore-extra)) / float64(n)
 	cell.Scripts = float64(scriptsAfter-scriptsBefore) / float64(n)
 	return cell, nil
+}
+
+// startReplicaProcs starts `sandgate serve` replicas with the bench config plus redisYAML (none:
+// memory state) and returns their route URLs and processes (those started, also on error).
+func startReplicaProcs(ctx context.Context, o Options, up *Upstreams, dir, name string, replicas int, redisYAML string, sandboxes int) ([]string, []*process, error) {
+	var routes []string
+	var procs []*process
+	for i := range replicas {
+		rdir := filepath.Join(dir, fmt.Sprintf("sandgate-%d", i))
+		if err := os.MkdirAll(rdir, 0o700); err != nil {
+			return routes, procs, err
+		}
+		cfg, _, prx, admin, err := sandgateFiles(rdir, o.PolicyDir, up, sandboxes)
+		if err != nil {
+			return routes, procs, err
+		}
+		if redisYAML != "" {
+			if err := appendFile(cfg, "redis: "+redisYAML+"\n"); err != nil {
+				return routes, procs, err
+			}
+		}
+		p, err := startProcess(fmt.Sprintf("%s-sandgate-%d", name, i), rdir,
+			[]string{"SSL_CERT_FILE=" + up.CAPath, "SANDGATE_REPLICA=" + fmt.Sprint(i)}, o.SandgateBin, "serve", "--config", cfg)
+		if err != nil {
+			return routes, procs, err
+		}
+		procs = append(procs, p)
+		if err := p.waitHTTP(ctx, "http://"+admin+"/readyz", 60*time.Second); err != nil {
+			return routes, procs, err
+		}
+		routes = append(routes, "http://"+prx+"/routes/anthropic/v1/messages")
+	}
+	return routes, procs, nil
 }
 
 // replicaClients are one sandbox's clients of the route on each replica (its own source address).

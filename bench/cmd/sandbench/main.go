@@ -43,19 +43,9 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
 	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ","))
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
-	replicas := flag.Bool("replicas", false, "run only the replicas cells (3 replicas on Redis and on a Cluster vs 1 with memory state; bench/replicas.go)")
 	flag.Parse()
 	if *quick {
-		o.RateDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, 200*time.Millisecond
-		if !isSet("reps") {
-			o.Reps = 1
-		}
-		if !isSet("sandboxes") {
-			o.Sandboxes = 200
-		}
-		if !isSet("sweep") {
-			*sweep = "50"
-		}
+		quickRun(&o, sweep)
 	}
 	var err error
 	if o.Sweep, err = ints(*sweep); err == nil {
@@ -80,12 +70,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *replicas {
-		if err := runReplicas(ctx, o); err != nil {
-			fmt.Fprintln(os.Stderr, "sandbench -replicas:", err)
-			os.Exit(1)
-		}
-		return
+	if *replicasOnly {
+		os.Exit(runReplicas(ctx, o))
 	}
 	rep, err := bench.Run(ctx, o)
 	if err != nil {
@@ -123,6 +109,21 @@ func serveUpstreams(dir string) {
 	if err := bench.ServeUpstreams(ctx, dir); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbench -serve-upstreams:", err)
 		os.Exit(1)
+	}
+}
+
+// quickRun applies -quick: 1 s windows, and 1 repetition, 200 sandboxes and a sweep of 50 unless
+// those flags are given.
+func quickRun(o *bench.Options, sweep *string) {
+	o.RateDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, 200*time.Millisecond
+	if !isSet("reps") {
+		o.Reps = 1
+	}
+	if !isSet("sandboxes") {
+		o.Sandboxes = 200
+	}
+	if !isSet("sweep") {
+		*sweep = "50"
 	}
 }
 
