@@ -12,10 +12,11 @@ import (
 // queryPage is how many stream entries one XRANGE reads.
 const queryPage = 1000
 
-// QueryRedis reads the audit stream (the events of every replica mirrored by StreamMirror) and
-// returns the newest matches of f by event time, oldest first, like Query. Entries repeated by the
-// mirror's at-least-once delivery are counted once (by event ID). It holds the IDs of the stream's
-// entries and Limit events in memory; the stream is bounded by its MAXLEN.
+// QueryRedis reads the audit streams under the base name stream (every replica's, listed in the
+// registry, and the single stream of earlier versions; see ReplicaStream) and returns the newest
+// matches of f by event time, oldest first, like Query. Entries repeated by the mirror's
+// at-least-once delivery are counted once (by event ID). It holds the IDs of the streams' entries
+// and Limit events in memory; each stream is bounded by its MAXLEN.
 func QueryRedis(ctx context.Context, client redis.UniversalClient, stream string, f Filter) (*QueryResult, error) {
 	if err := f.Validate(); err != nil {
 		return nil, fmt.Errorf("query audit stream: %w", err)
@@ -24,41 +25,64 @@ func QueryRedis(ctx context.Context, client redis.UniversalClient, stream string
 	if limit == 0 {
 		limit = DefaultLimit
 	}
-	res := &QueryResult{}
-	keep := &newestByTime{limit: limit}
-	seen := map[string]struct{}{}
+	streams, err := Streams(ctx, client, stream)
+	if err != nil {
+		return nil, fmt.Errorf("query audit stream: %w", err)
+	}
+	q := &streamQuery{f: f, res: &QueryResult{}, keep: &newestByTime{limit: limit}, seen: map[string]struct{}{}}
+	for _, key := range streams {
+		if err := q.read(ctx, client, key); err != nil {
+			return nil, err
+		}
+	}
+	q.res.Events = q.keep.inOrder()
+	return q.res, nil
+}
+
+// streamQuery gathers the matches of f over several streams.
+type streamQuery struct {
+	f    Filter
+	res  *QueryResult
+	keep *newestByTime
+	seen map[string]struct{}
+}
+
+// read pages through one stream (absent: nothing to read).
+func (q *streamQuery) read(ctx context.Context, client redis.UniversalClient, stream string) error {
 	start := "-"
 	for {
 		msgs, err := client.XRangeN(ctx, stream, start, "+", queryPage).Result()
 		if err != nil {
-			return nil, fmt.Errorf("query audit stream %s: %w", stream, err)
+			return fmt.Errorf("query audit stream %s: %w", stream, err)
 		}
 		for _, msg := range msgs {
-			line, _ := msg.Values[StreamFieldLine].(string)
-			ev, err := ParseLine([]byte(line))
-			if err != nil {
-				res.Malformed++
-				continue
-			}
-			if isRecordKind(ev.Kind) {
-				continue // mirrored checkpoints and chain records are not calls
-			}
-			if _, dup := seen[ev.ID]; dup {
-				continue
-			}
-			seen[ev.ID] = struct{}{}
-			if f.Match(&ev) {
-				res.Matched++
-				keep.add(ev)
-			}
+			q.add(msg)
 		}
 		if len(msgs) < queryPage {
-			break
+			return nil
 		}
 		start = "(" + msgs[len(msgs)-1].ID
 	}
-	res.Events = keep.inOrder()
-	return res, nil
+}
+
+func (q *streamQuery) add(msg redis.XMessage) {
+	line, _ := msg.Values[StreamFieldLine].(string)
+	ev, err := ParseLine([]byte(line))
+	if err != nil {
+		q.res.Malformed++
+		return
+	}
+	if isRecordKind(ev.Kind) {
+		return // mirrored checkpoints and chain records are not calls
+	}
+	if _, dup := q.seen[ev.ID]; dup {
+		return
+	}
+	q.seen[ev.ID] = struct{}{}
+	if q.f.Match(&ev) {
+		q.res.Matched++
+		q.keep.add(ev)
+	}
 }
 
 // newestByTime keeps the limit newest events by Time (all when limit < 0): the stream is in

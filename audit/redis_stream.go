@@ -26,12 +26,11 @@ const (
 type StreamConfig struct {
 	// Dir is the audit folder the FileSink writes (audit.file.dir).
 	Dir string
-	// Stream is the stream key (redis.audit_stream.name). In a Redis Cluster give it a hash tag
-	// ("{sandgate}:audit"): the mirror's marker key (Stream + ":mirrored:" + Source) must share
-	// its slot.
+	// Stream is the base name of the audit streams (redis.audit_stream.name): this replica
+	// appends to ReplicaStream(Stream, Source) and lists it in RegistryKey(Stream).
 	Stream string
-	// Source names this replica's log in the stream's marker (default: the host name, which is the
-	// pod name in Kubernetes). Replicas sharing a stream must have different sources.
+	// Source names this replica, and so its stream (default: the host name, which is the pod name
+	// in Kubernetes). Replicas must have different sources.
 	Source string
 	// MaxLen trims the stream to about this many entries with XADD MAXLEN ~ (default 1000000).
 	MaxLen int64
@@ -83,7 +82,10 @@ func (c StreamConfig) withDefaults() StreamConfig {
 type StreamMirror struct {
 	client redis.UniversalClient
 	cfg    StreamConfig
+	stream string // ReplicaStream(cfg.Stream, cfg.Source)
 	wake   chan struct{}
+	// registered is when the stream was last added to the registry (guarded by mu).
+	registered time.Time
 
 	mu  sync.Mutex // serialises pumps (Run and Sync)
 	pos position
@@ -112,7 +114,7 @@ func NewStreamMirror(client redis.UniversalClient, cfg StreamConfig) (*StreamMir
 	if cfg.Dir == "" || cfg.Stream == "" {
 		return nil, errors.New("audit stream mirror: Dir and Stream must be set")
 	}
-	return &StreamMirror{client: client, cfg: cfg, wake: make(chan struct{}, 1)}, nil
+	return &StreamMirror{client: client, cfg: cfg, stream: ReplicaStream(cfg.Stream, cfg.Source), wake: make(chan struct{}, 1)}, nil
 }
 
 // Notify tells the mirror that lines were written. It never blocks.
@@ -266,10 +268,11 @@ func (m *StreamMirror) pump(ctx context.Context) (done bool, err error) {
 	return false, nil
 }
 
-// mirrorScript appends a batch to the stream (KEYS[1]) unless the replica's marker (KEYS[2], the
+// mirrorScript appends a batch to the replica's stream (KEYS[1]) unless its marker (KEYS[2], the
 // hash of the last line it mirrored) shows that a prefix of it is there already: an attempt that
 // timed out on the client may still have run on a slow server. ARGV: MAXLEN, marker TTL (ms), then
-// id, hash and line of each line. Returns how many lines were appended.
+// id, hash and line of each line. Returns how many lines were appended and whether the marker was
+// there (absent: a new stream, or a Redis that lost its data, whose registry must be told again).
 var mirrorScript = redis.NewScript(`
 local marker = redis.call('GET', KEYS[2])
 local n = (#ARGV - 2) / 3
@@ -284,7 +287,7 @@ for i = from, n do
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'id', ARGV[b], 'hash', ARGV[b+1], 'line', ARGV[b+2])
 end
 redis.call('SET', KEYS[2], ARGV[3 + 3*(n-1) + 1], 'PX', ARGV[2])
-return n - from + 1
+return {n - from + 1, marker and 1 or 0}
 `)
 
 // markerTTL is how long the server remembers a replica's last mirrored line.
@@ -299,11 +302,15 @@ func (m *StreamMirror) send(ctx context.Context, lines [][]byte) error {
 		hash, _ := storedHash(l)
 		args = append(args, lineID(l), hash, l)
 	}
-	keys := []string{m.cfg.Stream, m.cfg.Stream + ":mirrored:" + m.cfg.Source}
-	if err := mirrorScript.Run(ctx, m.client, keys, args...).Err(); err != nil {
-		return fmt.Errorf("audit stream mirror: XADD %d lines to %s: %w", len(lines), m.cfg.Stream, err)
+	keys := []string{m.stream, m.stream + ":mirrored"}
+	res, err := mirrorScript.Run(ctx, m.client, keys, args...).Int64Slice()
+	if err != nil {
+		return fmt.Errorf("audit stream mirror: XADD %d lines to %s: %w", len(lines), m.stream, err)
 	}
-	return nil
+	if len(res) == 2 && res[1] == 0 {
+		m.registered = time.Time{} // the marker was gone: so may the registry be
+	}
+	return m.register(ctx)
 }
 
 // MirroredSink wraps the file sink so that each written batch wakes the mirror at once instead of

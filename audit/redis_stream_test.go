@@ -16,7 +16,13 @@ import (
 	"github.com/sandgate/sandgate/test/redistest"
 )
 
-const testStream = "sg:audit"
+const (
+	testStream = "sg:audit"
+	testSource = "replica-1"
+)
+
+// testReplicaStream is where the mirror of replica testSource appends.
+var testReplicaStream = ReplicaStream(testStream, testSource)
 
 // mirrorRig is a Writer on a FileSink wrapped by MirroredSink, and the mirror running in the
 // background until the test ends.
@@ -36,6 +42,9 @@ func newMirrorRig(t *testing.T, srv *redistest.Server, cfg FileConfig, scfg Stre
 	cfg.Fsync = FsyncNever
 	client := srv.Client(t)
 	scfg.Dir, scfg.Stream = cfg.Dir, testStream
+	if scfg.Source == "" {
+		scfg.Source = testSource
+	}
 	if scfg.Timeout == 0 {
 		scfg.Timeout = 2 * time.Second // generous: test machines are loaded
 	}
@@ -78,7 +87,7 @@ func fileIDs(t *testing.T, dir string) []string {
 
 func streamIDs(t *testing.T, c *redis.Client) []string {
 	t.Helper()
-	msgs, err := c.XRange(context.Background(), testStream, "-", "+").Result()
+	msgs, err := c.XRange(context.Background(), testReplicaStream, "-", "+").Result()
 	require.NoError(t, err)
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
@@ -107,7 +116,7 @@ func TestStreamMirrorCopiesEveryLineOnceInOrder(t *testing.T) {
 	require.Len(t, want, 40)
 	assert.Equal(t, want, streamIDs(t, r.client))
 
-	msgs, err := r.client.XRange(context.Background(), testStream, "-", "+").Result()
+	msgs, err := r.client.XRange(context.Background(), testReplicaStream, "-", "+").Result()
 	require.NoError(t, err)
 	line, _ := msgs[0].Values[StreamFieldLine].(string)
 	first := readLines(t, filepath.Join(r.dir, filepath.Base(listFiles(t, r.dir)[0])))[0]
@@ -147,7 +156,7 @@ func TestStreamMirrorThroughRedisTrouble(t *testing.T) {
 
 			tc.recover(srv)
 			require.Eventually(t, func() bool {
-				ids, err := r.client.XLen(context.Background(), testStream).Result()
+				ids, err := r.client.XLen(context.Background(), testReplicaStream).Result()
 				if !tc.keptBefore {
 					return err == nil && ids == 50
 				}
@@ -155,6 +164,9 @@ func TestStreamMirrorThroughRedisTrouble(t *testing.T) {
 			}, 20*time.Second, 50*time.Millisecond, "the mirror catches up by itself")
 			require.NoError(t, r.mirror.Sync(ctxTimeout(t, 10*time.Second)))
 			assert.NoError(t, r.mirror.Healthy())
+			streams, err := Streams(context.Background(), r.client, testStream)
+			require.NoError(t, err)
+			assert.Contains(t, streams, testReplicaStream, "the registry lists the stream again at once, also after redis lost it")
 
 			want := fileIDs(t, r.dir)
 			if !tc.keptBefore {
@@ -177,7 +189,7 @@ func TestStreamMirrorResumesFromItsCursor(t *testing.T) {
 	// A restart: new writer and mirror on the same folder; events written meanwhile by another
 	// process stand in for what was written while no mirror ran.
 	writeLog(t, FileConfig{Dir: dir, MaxSize: 3 << 10, Fsync: FsyncNever}, 9)
-	second, err := NewStreamMirror(first.client, StreamConfig{Dir: dir, Stream: testStream, Timeout: 2 * time.Second})
+	second, err := NewStreamMirror(first.client, StreamConfig{Dir: dir, Stream: testStream, Source: testSource, Timeout: 2 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, second.Sync(ctxTimeout(t, 10*time.Second)))
 	assert.Equal(t, fileIDs(t, dir), streamIDs(t, first.client), "continues after the last mirrored line, across rotations")
@@ -196,8 +208,11 @@ func TestQueryRedis(t *testing.T) {
 	again, err := NewStreamMirror(r.client, StreamConfig{Dir: r.dir, Stream: testStream, Source: "renamed", Timeout: 2 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, again.Sync(ctxTimeout(t, 10*time.Second)))
-	require.Len(t, streamIDs(t, r.client), 40)
-	require.NoError(t, r.client.XAdd(context.Background(), &redis.XAddArgs{Stream: testStream, Values: []any{"line", "garbage"}}).Err())
+	require.Len(t, streamIDs(t, r.client), 20)
+	again2, err := r.client.XLen(context.Background(), ReplicaStream(testStream, "renamed")).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(20), again2, "the renamed replica has a stream of its own")
+	require.NoError(t, r.client.XAdd(context.Background(), &redis.XAddArgs{Stream: testReplicaStream, Values: []any{"line", "garbage"}}).Err())
 
 	fromFile, err := Query(context.Background(), r.dir, Filter{Limit: -1})
 	require.NoError(t, err)
@@ -230,7 +245,7 @@ func TestStreamMirrorTrimsTheStream(t *testing.T) {
 	r := newMirrorRig(t, srv, FileConfig{}, StreamConfig{MaxLen: 100})
 	r.write(t, 600)
 	require.NoError(t, r.mirror.Sync(ctxTimeout(t, 20*time.Second)))
-	n, err := r.client.XLen(context.Background(), testStream).Result()
+	n, err := r.client.XLen(context.Background(), testReplicaStream).Result()
 	require.NoError(t, err)
 	assert.Less(t, n, int64(400), "MAXLEN ~ keeps the stream near its bound")
 	assert.GreaterOrEqual(t, n, int64(100))
@@ -249,7 +264,7 @@ func TestStreamMirrorStartsOverWhenTheCursorLineIsGone(t *testing.T) {
 		require.NoError(t, os.Remove(p))
 	}
 	writeLog(t, FileConfig{Dir: dir, Fsync: FsyncNever}, 3)
-	second, err := NewStreamMirror(first.client, StreamConfig{Dir: dir, Stream: testStream, Timeout: 2 * time.Second})
+	second, err := NewStreamMirror(first.client, StreamConfig{Dir: dir, Stream: testStream, Source: testSource, Timeout: 2 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, second.Sync(ctxTimeout(t, 10*time.Second)))
 	assert.Equal(t, uint64(1), second.Stats().Relocated)
@@ -269,7 +284,7 @@ func TestStreamMirrorCopiesABrokenChainAsItIs(t *testing.T) {
 	lines[3] = []byte(strings.Replace(string(lines[3]), ev.PrevHash, strings.Repeat("0", 64), 1))
 	writeLines(t, path, lines)
 
-	m, err := NewStreamMirror(srv.Client(t), StreamConfig{Dir: dir, Stream: testStream, Batch: 1, Timeout: 2 * time.Second})
+	m, err := NewStreamMirror(srv.Client(t), StreamConfig{Dir: dir, Stream: testStream, Source: testSource, Batch: 1, Timeout: 2 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, m.Sync(ctxTimeout(t, 10*time.Second)), "an edited line does not make the mirror search forever")
 	assert.Len(t, streamIDs(t, srv.Client(t)), 6)
@@ -290,7 +305,7 @@ func TestStreamMirrorCarriesCheckpointsThatQuerySkips(t *testing.T) {
 	assert.Equal(t, 7, res.Matched, "checkpoints and the chain record are not calls")
 
 	// The stream is a copy of the checkpoints outside the audit volume: it verifies the file.
-	msgs, err := r.client.XRange(context.Background(), testStream, "-", "+").Result()
+	msgs, err := r.client.XRange(context.Background(), testReplicaStream, "-", "+").Result()
 	require.NoError(t, err)
 	var lines strings.Builder
 	for _, m := range msgs {

@@ -3,7 +3,7 @@
 # (ignored by git) links to.
 # Safe to run again: each step checks whether its result is already there.
 #   apt:  redis-server, etcd-server, curl, iproute2 (netns attack tests)
-#   Go:   opa (policy tests), helm (chart tests), staticcheck (make lint), everything-server (MCP
+#   Go:   opa (policy tests), helm (chart tests), promtool (chart's alert rules), staticcheck (make lint), everything-server (MCP
 #         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
 #         CRDs + controller (pinned v0.5.6 from the Go module proxy, zip hash checked), cyclonus
 #         v0.5.6 (NetworkPolicy cross-check, zip hash checked)
@@ -47,6 +47,9 @@ go_tool() { # name version-marker install-args...
 }
 go_tool opa v1.22.3 github.com/open-policy-agent/opa@v1.22.3
 go_tool staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# promtool checks the chart's PrometheusRule (test/deploy); GOFLAGS=-mod=mod because the
+# prometheus module's go.mod is not tidy for a plain go install (about 7 min cold).
+GOFLAGS=-mod=mod go_tool promtool v0.316.0 github.com/prometheus/prometheus/cmd/promtool@v0.316.0
 go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
 if [ "${SANDGATE_SETUP_HELM:-1}" = 1 ]; then
   go_tool helm v3.22.0 helm.sh/helm/v3/cmd/helm@v3.22.0

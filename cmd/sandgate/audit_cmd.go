@@ -11,11 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/redisconn"
 )
 
 // auditDirFlags registers --config and --dir and returns a function that resolves the log folder
@@ -252,26 +251,42 @@ func runAuditKeygen(_ context.Context, env *cliEnv, args []string) error {
 // errNoRedis is auditRedisFlags' answer when --redis was not given.
 var errNoRedis = errors.New("no --redis")
 
-// auditRedisFlags registers --redis, --redis-stream, --redis-db and --redis-password-file, and
-// returns a query of the audit stream all replicas mirror to (errNoRedis without --redis).
+// auditRedisFlags registers --redis, --redis-cluster, --redis-stream, --redis-db,
+// --redis-username, --redis-password-file and --redis-tls-*, and returns a query of the audit
+// streams of all replicas (errNoRedis without --redis).
 func auditRedisFlags(fs *flag.FlagSet) func(context.Context, audit.Filter) (*audit.QueryResult, error) {
-	addr := fs.String("redis", "", "query the Redis Stream of all replicas at `host:port` instead of a folder")
-	stream := fs.String("redis-stream", "sandgate:audit", "the audit stream's `key` (redis.audit_stream.name)")
+	addr := fs.String("redis", "", "query the audit streams of all replicas at `host:port` instead of a folder (with --redis-cluster: seed nodes, comma-separated)")
+	cluster := fs.Bool("redis-cluster", false, "--redis names Redis Cluster seed nodes")
+	stream := fs.String("redis-stream", "sandgate:audit", "the audit streams' base `name` (redis.audit_stream.name)")
 	db := fs.Int("redis-db", 0, "Redis database `number`")
+	user := fs.String("redis-username", "", "Redis ACL `user`")
 	passwordFile := fs.String("redis-password-file", "", "read the Redis password from this `file`")
+	caFile := fs.String("redis-tls-ca-file", "", "connect with TLS, verifying the server against this CA `file`")
+	serverName := fs.String("redis-tls-server-name", "", "with TLS, the `name` the server's certificate must carry")
 	return func(ctx context.Context, f audit.Filter) (*audit.QueryResult, error) {
 		if *addr == "" {
 			return nil, errNoRedis
 		}
-		opts := &redis.Options{Addr: *addr, DB: *db, DialTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, DisableIdentity: true}
+		rc := config.Redis{Addr: *addr, DB: *db, Username: *user,
+			DialTimeout: config.Duration(5 * time.Second), OpTimeout: config.Duration(30 * time.Second)}
+		if *cluster {
+			rc.Addr, rc.Cluster = "", &config.RedisCluster{Addrs: strings.Split(*addr, ",")}
+		}
+		if *caFile != "" || *serverName != "" {
+			rc.TLS = &config.RedisTLS{CAFile: *caFile, ServerName: *serverName}
+		}
+		var pw redisconn.Passwords
 		if *passwordFile != "" {
 			b, err := os.ReadFile(*passwordFile)
 			if err != nil {
 				return nil, fmt.Errorf("--redis-password-file: %w", err)
 			}
-			opts.Password = strings.TrimSpace(string(b))
+			pw.Redis = strings.TrimSpace(string(b))
 		}
-		client := redis.NewClient(opts)
+		client, err := redisconn.New(rc, pw)
+		if err != nil {
+			return nil, err
+		}
 		defer client.Close()
 		return audit.QueryRedis(ctx, client, *stream, f)
 	}

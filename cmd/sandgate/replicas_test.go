@@ -46,6 +46,14 @@ type replica struct {
 // startReplica runs "sandgate serve" exactly as main does, sharing redisAddr, until the test ends.
 func startReplica(t *testing.T, name, redisAddr, githubURL, modelURL string) *replica {
 	t.Helper()
+	return startReplicaOn(t, name, fmt.Sprintf("{addr: %q, op_timeout: 200ms, dial_timeout: 200ms}", redisAddr),
+		"{triage-agent: {requests_per_minute: 3}, coding-agent: {tokens_per_day: 50}}", githubURL, modelURL)
+}
+
+// startReplicaOn is startReplica with the config's redis section and limits.templates given (YAML
+// flow style).
+func startReplicaOn(t *testing.T, name, redisYAML, templatesYAML, githubURL, modelURL string) *replica {
+	t.Helper()
 	dir := t.TempDir()
 	r := &replica{name: name, mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit")}
 	writeFile(t, dir, "admin-token", adminToken)
@@ -57,11 +65,8 @@ credentials:
   - {name: admin-token, file: admin-token}
   - {name: anthropic, file: anthropic}
 admin: {token_credential: admin-token}
-redis: {addr: %q, op_timeout: 200ms, dial_timeout: 200ms}
-limits:
-  templates:
-    triage-agent: {requests_per_minute: 3}
-    coding-agent: {tokens_per_day: 50}
+redis: %s
+limits: {templates: %s}
 gateway:
   upstreams:
     - {name: github, url: %q, prefix: never}
@@ -75,7 +80,7 @@ identity:
     - {addresses: [%q], namespace: agents, sandbox: triage-1, template: triage-agent}
     - {addresses: [%q], namespace: agents, sandbox: coder-2, template: coding-agent}
 log: {level: warn, format: text}
-`, r.mcp, r.proxy, r.admin, repoPath(t, "policies"), r.auditDir, redisAddr, githubURL, modelURL,
+`, r.mcp, r.proxy, r.admin, repoPath(t, "policies"), r.auditDir, redisYAML, templatesYAML, githubURL, modelURL,
 		coderAddr, triageAddr, spenderAddr))
 	ctx, cancel := context.WithCancel(context.Background())
 	var errOut syncBuffer
@@ -348,7 +353,7 @@ func TestReplicasShareState(t *testing.T) {
 			return true
 		}, 15*time.Second, 100*time.Millisecond, "every event of both files reaches the stream")
 		for _, r := range []*replica{a, b} {
-			n, err := rdb.Exists(context.Background(), "sandgate:audit:mirrored:"+r.name).Result()
+			n, err := rdb.Exists(context.Background(), audit.ReplicaStream("sandgate:audit", r.name)+":mirrored").Result()
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), n, "replica %s mirrors under its own source", r.name)
 		}

@@ -161,7 +161,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	}
 	writer := audit.NewWriter(shared.wrapSink(sink), writerOpts...)
 	ready.Add("audit", writer.Healthy)
-	if err := observeAudit(tel.MeterProvider(), writer); err != nil {
+	if err := errors.Join(observeAudit(tel.MeterProvider(), writer), observeReadiness(tel.MeterProvider(), ready)); err != nil {
 		return err
 	}
 	resolver, kubeComps, err := newResolver(cfg, log, tel, ready, shared.sandboxGone(log))

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -97,9 +96,6 @@ func (r *Redis) applyDefaults(c *Config) {
 	}
 	if r.AuditStream.Name == "" {
 		r.AuditStream.Name = r.KeyPrefix + "audit"
-		if r.Cluster != nil {
-			r.AuditStream.Name = r.KeyPrefix + "{audit}" // see hasHashTag
-		}
 	}
 	if r.AuditStream.MaxLen == 0 {
 		r.AuditStream.MaxLen = 1_000_000
@@ -128,10 +124,6 @@ func (r *Redis) validate(c *Config, errs *fieldErrors) {
 	}
 	if r.AuditStream.MaxLen < 0 {
 		errs.add("redis.audit_stream.max_len", "must be positive, got %d", r.AuditStream.MaxLen)
-	}
-	if r.Cluster != nil && r.AuditStreamEnabled() && !hasHashTag(r.AuditStream.Name) {
-		errs.add("redis.audit_stream.name", "%q needs a hash tag in a Redis Cluster, such as %q, so that the mirror's marker keys share the stream's slot",
-			r.AuditStream.Name, r.KeyPrefix+"{audit}")
 	}
 	if r.Username != "" && r.PasswordCredential == "" {
 		errs.add("redis.username", "an ACL user needs its password: set redis.password_credential too")
@@ -193,11 +185,4 @@ func sentinelPassword(s *RedisSentinel) string {
 		return ""
 	}
 	return s.PasswordCredential
-}
-
-// hasHashTag reports whether key has a non-empty {tag}: Redis Cluster then hashes only the tag,
-// so key + ":mirrored:" + source lands in key's slot.
-func hasHashTag(key string) bool {
-	open := strings.IndexByte(key, '{')
-	return open >= 0 && strings.IndexByte(key[open+1:], '}') > 0
 }

@@ -29,8 +29,6 @@ func TestRedisTopologyErrorsNameTheField(t *testing.T) {
 		{"TLS without a topology", "redis:\n  tls: {ca_file: ca.pem}\n", "redis.tls: set redis.addr, redis.sentinel or redis.cluster too"},
 		{"TLS client certificate without its key", "redis:\n  addr: redis:6379\n  tls: {cert_file: c.pem}\n",
 			"redis.tls.cert_file: set both redis.tls.cert_file and redis.tls.key_file"},
-		{"cluster audit stream without a hash tag", "redis:\n  cluster: {addrs: ['c:6379']}\n  audit_stream: {name: 'sg:audit'}\n",
-			`redis.audit_stream.name: "sg:audit" needs a hash tag in a Redis Cluster, such as "sandgate:{audit}"`},
 		{"misspelt TLS field", "redis:\n  addr: redis:6379\n  tls: {ca: ca.pem}\n", `unknown field "redis.tls.ca"`},
 	}
 	for _, tc := range cases {
@@ -77,11 +75,13 @@ func TestRedisTLSFilesAreRelativeToTheConfigAndChecked(t *testing.T) {
 	assert.NoError(t, c.CheckFiles(true), "offline: the pod's TLS files are not here")
 }
 
-func TestClusterAuditStreamDefaultsToAHashTag(t *testing.T) {
-	c, err := config.Parse([]byte("redis:\n  cluster: {addrs: ['c:6379']}\n"), "/")
-	require.NoError(t, err)
-	assert.Equal(t, "sandgate:{audit}", c.Redis.AuditStream.Name)
-	c, err = config.Parse([]byte("redis:\n  addr: r:6379\n"), "/")
-	require.NoError(t, err)
-	assert.Equal(t, "sandgate:audit", c.Redis.AuditStream.Name, "unchanged elsewhere")
+// Each replica's stream carries its own hash tag (audit.ReplicaStream), so the base name needs
+// none in a Cluster.
+func TestAuditStreamNameIsTheSameOnEveryTopology(t *testing.T) {
+	for _, doc := range []string{"redis:\n  cluster: {addrs: ['c:6379']}\n", "redis:\n  addr: r:6379\n",
+		"redis:\n  cluster: {addrs: ['c:6379']}\n  audit_stream: {name: 'sg:audit'}\n"} {
+		c, err := config.Parse([]byte(doc), "/")
+		require.NoError(t, err, doc)
+		assert.Contains(t, []string{"sandgate:audit", "sg:audit"}, c.Redis.AuditStream.Name)
+	}
 }

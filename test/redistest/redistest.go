@@ -42,6 +42,9 @@ type Server struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	paused bool
+	// conf, when set, is a config file given first on the command line with --sentinel: the
+	// server runs as a sentinel.
+	conf string
 }
 
 // Start launches redis-server on a free loopback port and waits until it answers PING. The server
@@ -180,8 +183,13 @@ func (s *Server) start() error {
 		port = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}
 	}
 	args := append([]string{"--bind", "127.0.0.1"}, port...)
-	args = append(args, "--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--protected-mode", "yes", "--daemonize", "no")
+	if s.conf != "" {
+		args = append([]string{s.conf, "--sentinel"}, args...)
+		args = append(args, "--dir", s.dir, "--daemonize", "no")
+	} else {
+		args = append(args, "--save", "", "--appendonly", "no", "--dir", s.dir,
+			"--protected-mode", "yes", "--daemonize", "no")
+	}
 	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = sysProcAttr()

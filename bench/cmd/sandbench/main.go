@@ -45,16 +45,7 @@ func main() {
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
 	flag.Parse()
 	if *quick {
-		o.RateDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, 200*time.Millisecond
-		if !isSet("reps") {
-			o.Reps = 1
-		}
-		if !isSet("sandboxes") {
-			o.Sandboxes = 200
-		}
-		if !isSet("sweep") {
-			*sweep = "50"
-		}
+		quickRun(&o, sweep)
 	}
 	var err error
 	if o.Sweep, err = ints(*sweep); err == nil {
@@ -79,6 +70,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *replicasOnly {
+		os.Exit(runReplicas(ctx, o))
+	}
 	rep, err := bench.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbench:", err)
@@ -120,6 +114,21 @@ func serveUpstreams(dir string) {
 	if err := bench.ServeUpstreams(ctx, dir); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbench -serve-upstreams:", err)
 		os.Exit(1)
+	}
+}
+
+// quickRun applies -quick: 1 s windows, and 1 repetition, 200 sandboxes and a sweep of 50 unless
+// those flags are given.
+func quickRun(o *bench.Options, sweep *string) {
+	o.RateDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, 200*time.Millisecond
+	if !isSet("reps") {
+		o.Reps = 1
+	}
+	if !isSet("sandboxes") {
+		o.Sandboxes = 200
+	}
+	if !isSet("sweep") {
+		*sweep = "50"
 	}
 }
 
