@@ -57,11 +57,15 @@ lint:
 # About 18 minutes (3 interleaved repetitions); `make bench BENCH_FLAGS=-quick` about two; 10,000 sandboxes:
 # BENCH_FLAGS="-sweep 100,1000,10000" (about 15). Installs squid and tinyproxy if missing.
 BENCH_FLAGS ?=
+BENCH_REPLICAS_FLAGS ?=
 bench: build
 	bash bench/setup.sh
 	go build -o bin/bench-relay ./bench/cmd/relay
 	go build -o bin/sandbench ./bench/cmd/sandbench
 	./bin/sandbench $(BENCH_FLAGS)
+	@# The scale-out cells: 3 replicas round-robin on one Redis and on a Cluster against one
+	@# replica with memory state (bench/replicas.go), written next to the report as LABEL-replicas.md.
+	./bin/sandbench -replicas -concurrency 64 $(BENCH_REPLICAS_FLAGS)
 
 # The Go micro-benchmarks (policy decision, audit writer, proxy and gateway request paths).
 bench-go:

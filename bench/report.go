@@ -189,6 +189,10 @@ func writeResultsIndex(dir, latest string) error {
 		"Keep the newest report and one per landed change that moved a ratio; delete the rest before committing (git keeps them).\n\n"+
 		"Latest: [%s.md](%s.md) ([targets](latest.json))\n\n| report | JSON | chart |\n| --- | --- | --- |\n", latest, latest)
 	for _, l := range labels {
+		if strings.HasSuffix(l, "-replicas") { // sandbench -replicas: Markdown only
+			fmt.Fprintf(&b, "| [%s](%s.md) | — | — |\n", l, l)
+			continue
+		}
 		fmt.Fprintf(&b, "| [%s](%s.md) | [json](%s.json) | [png](%s-latency-vs-sandboxes.png) |\n", l, l, l, l)
 	}
 	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(b.String()), 0o644)
