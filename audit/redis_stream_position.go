@@ -72,7 +72,31 @@ func (m *StreamMirror) locate(files []string) error {
 		return m.locateHash(files, hash)
 	}
 	m.pos = position{}
-	return m.openAt(files[0], 0)
+	return m.openOldest(files)
+}
+
+// openOldest starts at the beginning of the oldest file. files was listed before: a rotation
+// since then renamed the file files[0] names (when it was the active audit.log) and opening that
+// name would start on the new, empty log, skipping every line of the rotated one (seen as a
+// mirror that never sent the first file's events). So the opened file must still be the oldest
+// in a new listing; otherwise look again.
+func (m *StreamMirror) openOldest(files []string) error {
+	for attempt := 0; ; attempt++ {
+		if err := m.openAt(files[0], 0); err != nil {
+			return err
+		}
+		again, err := logFiles(m.cfg.Dir)
+		if err != nil {
+			return err
+		}
+		if len(again) == 0 || attempt == locateAttempts-1 {
+			return nil
+		}
+		if fi, err := os.Stat(again[0]); err == nil && os.SameFile(fi, m.pos.info) {
+			return nil
+		}
+		files = again
+	}
 }
 
 // locateHash continues after the line whose hash is hash, or from the start of the oldest file
@@ -97,7 +121,7 @@ func (m *StreamMirror) locateHash(files []string, hash string) error {
 	if len(files) == 0 {
 		return nil
 	}
-	return m.openAt(files[0], 0)
+	return m.openOldest(files)
 }
 
 // locateAttempts bounds how often locateHash lists the files again after a miss.

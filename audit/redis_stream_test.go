@@ -319,3 +319,26 @@ func TestStreamMirrorCarriesCheckpointsThatQuerySkips(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, report.Complete(), "%s", report)
 }
+
+// TestMirrorStartsAtTheOldestFileAfterARotation: a mirror with no cursor starts at the oldest
+// file; when the listing it chose from is stale (a rotation renamed audit.log since), it must
+// not start on the new, empty audit.log and skip the rotated file's lines. The stale listing
+// stands in for the rotation landing between listing and opening, which a fresh-clone CI run
+// hit once (the stream lacked the first file's 4 events).
+func TestMirrorStartsAtTheOldestFileAfterARotation(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, FileConfig{Dir: dir, Fsync: FsyncNever}, 4)
+	require.NoError(t, os.Rename(filepath.Join(dir, ActiveFile), filepath.Join(dir, rotatedName(time.Now())))) // the rotation
+	writeLog(t, FileConfig{Dir: dir, Fsync: FsyncNever}, 3)
+	files, err := logFiles(dir)
+	require.NoError(t, err)
+	require.Greater(t, len(files), 1, "the log rotated")
+	m, err := NewStreamMirror(nil, StreamConfig{Dir: dir, Stream: testStream, Source: testSource})
+	require.NoError(t, err)
+	stale := files[len(files)-1:] // listed before the rotation: only audit.log
+	require.NoError(t, m.locate(stale))
+	fi, err := os.Stat(files[0])
+	require.NoError(t, err)
+	assert.True(t, os.SameFile(fi, m.pos.info), "starts at the oldest file %s, not at %s", files[0], m.pos.path)
+	assert.Zero(t, m.pos.offset)
+}
