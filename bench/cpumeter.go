@@ -202,27 +202,6 @@ func taskSchedstat(path string) (int64, error) {
 	return strconv.ParseInt(string(f), 10, 64)
 }
 
-// groupPIDs lists the processes of group pgid.
-func groupPIDs(pgid int) []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if f := strings.Fields(string(b[i+1:])); len(f) >= 3 && f[2] == strconv.Itoa(pgid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
 // selfCPU is the load generator's own CPU time (getrusage: nanosecond run time, reported in
 // microseconds).
 func selfCPU() time.Duration {

@@ -77,26 +77,9 @@ func sampleProc(pid int) (ProcSample, error) {
 // sampleGroup sums sampleProc over every process of process group pgid (a peer that forks
 // workers or helpers is measured whole). Peak RSS is the sum of the members' peaks.
 func sampleGroup(pgid int) (ProcSample, error) {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return ProcSample{}, fmt.Errorf("read /proc: %w", err)
-	}
 	var sum ProcSample
 	found := false
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
-			continue
-		}
+	for _, pid := range groupPIDs(pgid) {
 		s, err := sampleProc(pid)
 		if err != nil {
 			continue
@@ -116,7 +99,15 @@ func sampleGroup(pgid int) (ProcSample, error) {
 
 // resetGroupPeakRSS resets the peak RSS of every process of group pgid.
 func resetGroupPeakRSS(pgid int) {
+	for _, pid := range groupPIDs(pgid) {
+		resetPeakRSS(pid)
+	}
+}
+
+// groupPIDs lists the processes of group pgid (field 5 of /proc/PID/stat).
+func groupPIDs(pgid int) []int {
 	ents, _ := os.ReadDir("/proc")
+	var pids []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -128,9 +119,10 @@ func resetGroupPeakRSS(pgid int) {
 		}
 		i := bytes.LastIndexByte(b, ')')
 		if f := strings.Fields(string(b[i+1:])); len(f) >= 3 && f[2] == strconv.Itoa(pgid) {
-			resetPeakRSS(pid)
+			pids = append(pids, pid)
 		}
 	}
+	return pids
 }
 
 // resetPeakRSS clears VmHWM so the next sample's peak covers only what follows (Linux ≥ 4.0:

@@ -265,8 +265,8 @@ func (r *Report) ratioTable() string {
 // per request at every closed-loop concurrency, per repetition: below 1 the change is cheaper.
 func (r *Report) ABRatios() []Ratio {
 	var out []Ratio
+	conc, _ := r.Options["concurrency"].([]int)
 	for _, w := range AllWorkloads {
-		conc, _ := r.Options["concurrency"].([]int)
 		for _, c := range conc {
 			x := Ratio{Workload: w, Measure: fmt.Sprintf("CPU µs/request (c=%d)", c), Floor: "baseline"}
 			var a, b []float64
