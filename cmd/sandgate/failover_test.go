@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -150,17 +147,7 @@ func checkSharedGrantAndSession(t *testing.T, rs []*replica) {
 
 	lb := newBalancer(t, coderAddr)
 	lb.to(rs[0])
-	c, err := client.NewStreamableHttpClient(lb.url, transport.WithHTTPBasicClient(&http.Client{Timeout: 20 * time.Second}))
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, c.Start(ctx))
-	defer c.Close()
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "coder", Version: "1"}
-	_, err = c.Initialize(ctx, init)
-	require.NoError(t, err)
+	c := sessionThrough(t, lb)
 	lb.to(rs[1])
 	ok, text = callTool(t, c, "get_issue", nil)
 	assert.True(t, ok, "the session made on replica 0 continues on replica 1: %s", text)

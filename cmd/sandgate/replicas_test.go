@@ -411,17 +411,9 @@ func TestReplicasShareState(t *testing.T) {
 	t.Run("an MCP session continues on the other replica, also once its own replica is stopped", func(t *testing.T) {
 		lb := newBalancer(t, coderAddr)
 		lb.to(a)
-		c, err := client.NewStreamableHttpClient(lb.url, transport.WithHTTPBasicClient(&http.Client{Timeout: 20 * time.Second}))
-		require.NoError(t, err)
+		c := sessionThrough(t, lb)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		require.NoError(t, c.Start(ctx))
-		defer c.Close()
-		init := mcp.InitializeRequest{}
-		init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-		init.Params.ClientInfo = mcp.Implementation{Name: "coder", Version: "1"}
-		_, err = c.Initialize(ctx, init)
-		require.NoError(t, err)
 		ok, text := callTool(t, c, "get_issue", nil)
 		require.True(t, ok, text)
 
@@ -468,4 +460,22 @@ func TestReplicasShareState(t *testing.T) {
 			assert.Contains(t, string(body), want)
 		}
 	})
+}
+
+// sessionThrough opens an initialized MCP session through the balancer lb (to whichever replica
+// it points at now), closed when the test ends.
+func sessionThrough(t *testing.T, lb *balancer) *client.Client {
+	t.Helper()
+	c, err := client.NewStreamableHttpClient(lb.url, transport.WithHTTPBasicClient(&http.Client{Timeout: 20 * time.Second}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { c.Close() })
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "coder", Version: "1"}
+	_, err = c.Initialize(ctx, init)
+	require.NoError(t, err)
+	return c
 }
