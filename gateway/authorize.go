@@ -273,7 +273,9 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	// A fresh request: nothing of the sandbox's HTTP request (headers, Authorization) travels on.
 	out := mcp.CallToolRequest{}
 	out.Params.Name = n.name
-	out.Params.Arguments = req.Params.Arguments
+	// The arguments as the sandbox wrote them (RawArguments): decoded, numbers past 2^53 would
+	// lose digits and keys their order.
+	out.Params.Arguments, out.Params.RawArguments = req.Params.Arguments, req.Params.RawArguments
 	var key string
 	out.Params.Meta, key = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
 	defer g.inflight.end(n.upstream, key)

@@ -51,12 +51,9 @@ func keepExtras(ctx context.Context, method string, raw json.RawMessage) {
 	if !ok || !forwarded {
 		return
 	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(raw, &fields) != nil {
+	fields, err := extraFields(raw, known)
+	if err != nil {
 		return
-	}
-	for _, k := range append(known, hopFields...) {
-		delete(fields, k)
 	}
 	e.mu.Lock()
 	e.fields = fields

@@ -51,6 +51,9 @@ func roundTrip(ctx context.Context, cli *client.Client, method string, params an
 		if err != nil {
 			return nil, err
 		}
+		if !asksForInput(raw) {
+			return raw, nil
+		}
 		var ir inputRequired
 		if err := json.Unmarshal(raw, &ir); err != nil {
 			return nil, fmt.Errorf("%s: decode result: %w", method, err)

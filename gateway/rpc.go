@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -105,8 +106,65 @@ func rpcInto(ctx context.Context, cli *client.Client, method string, params, out
 }
 
 // modernParams adds the 2026-07-28 per-request metadata to params and returns the standard
-// headers of the request.
+// headers of the request. The forwarded calls' typed params get it in one encoding (the
+// params as the upstream will read them, which the transport embeds as they are); anything
+// else goes through a generic object merge.
 func modernParams(cli *client.Client, version, method string, params any) (any, http.Header, error) {
+	var name string
+	var encoded []byte
+	var err error
+	switch p := params.(type) {
+	case mcp.CallToolParams:
+		p.Meta, name = protocolMeta(cli, version, p.Meta), p.Name
+		encoded, err = json.Marshal(p)
+	case mcp.GetPromptParams:
+		p.Meta, name = protocolMeta(cli, version, p.Meta), p.Name
+		encoded, err = json.Marshal(p)
+	case mcp.ReadResourceParams:
+		p.Meta, name = protocolMeta(cli, version, p.Meta), p.URI
+		encoded, err = json.Marshal(p)
+	default:
+		return genericModernParams(cli, version, method, params)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: encode params: %w", method, err)
+	}
+	return json.RawMessage(encoded), standardHeaders(version, method, name, true), nil
+}
+
+// protocolMeta is meta (not changed) with the 2026-07-28 per-request fields added.
+func protocolMeta(cli *client.Client, version string, meta *mcp.Meta) *mcp.Meta {
+	out := &mcp.Meta{AdditionalFields: make(map[string]any, 4)}
+	if meta != nil {
+		out.ProgressToken = meta.ProgressToken
+		maps.Copy(out.AdditionalFields, meta.AdditionalFields)
+	}
+	out.AdditionalFields[mcp.MetaKeyProtocolVersion] = version
+	out.AdditionalFields[mcp.MetaKeyClientCapabilities] = cli.GetClientCapabilities()
+	out.AdditionalFields[mcp.MetaKeyClientInfo] = clientInfo
+	// Every log message: each sandbox session's own level filters them.
+	out.AdditionalFields[mcp.MetaKeyLogLevel] = mcp.LoggingLevelDebug
+	return out
+}
+
+// standardHeaders are the headers a 2026-07-28 request repeats its method and target in
+// (mcp.StandardHeaders, with the name already known rather than read back from the body).
+func standardHeaders(version, method, name string, named bool) http.Header {
+	if !mcp.RequiresStandardHeaders(version) {
+		return nil
+	}
+	h := http.Header{}
+	h.Set(mcp.HeaderMethod, method)
+	if named {
+		if v, ok := mcp.EncodeHeaderValue(name); ok {
+			h.Set(mcp.HeaderName, v)
+		}
+	}
+	return h
+}
+
+// genericModernParams is modernParams for params of any other shape: merged as a JSON object.
+func genericModernParams(cli *client.Client, version, method string, params any) (any, http.Header, error) {
 	fields := map[string]json.RawMessage{}
 	if params != nil {
 		b, err := json.Marshal(params)
@@ -121,11 +179,9 @@ func modernParams(cli *client.Client, version, method string, params any) (any, 
 	if raw, ok := fields["_meta"]; ok {
 		_ = json.Unmarshal(raw, &meta)
 	}
-	meta[mcp.MetaKeyProtocolVersion] = version
-	meta[mcp.MetaKeyClientCapabilities] = cli.GetClientCapabilities()
-	meta[mcp.MetaKeyClientInfo] = clientInfo
-	// Every log message: each sandbox session's own level filters them.
-	meta[mcp.MetaKeyLogLevel] = mcp.LoggingLevelDebug
+	for k, v := range protocolMeta(cli, version, nil).AdditionalFields {
+		meta[k] = v
+	}
 	b, err := json.Marshal(meta)
 	if err != nil {
 		return nil, nil, err
@@ -135,11 +191,8 @@ func modernParams(cli *client.Client, version, method string, params any) (any, 
 	if err != nil {
 		return nil, nil, err
 	}
-	h := http.Header{}
-	for k, v := range mcp.StandardHeaders(version, mcp.MCPMethod(method), encoded) {
-		h.Set(k, v)
-	}
-	return fields, h, nil
+	name, named := mcp.ExtractHeaderName(mcp.MCPMethod(method), encoded)
+	return fields, standardHeaders(version, method, name, named), nil
 }
 
 // clientInfo is how Sandgate introduces itself to upstreams.

@@ -89,3 +89,27 @@ func TestResultsAreVerbatim(t *testing.T) {
 		})
 	}
 }
+
+// TestArgumentsReachTheUpstreamAsWritten: a tools/call's arguments reach the upstream as the
+// sandbox wrote them, on each protocol revision: an integer past 2^53 keeps its digits, keys
+// keep their order, numbers their spelling.
+func TestArgumentsReachTheUpstreamAsWritten(t *testing.T) {
+	const args = `{"z":9007199254740993,"a":[1.0,1e2,-0],"m":{"y":"\u00e9","x":null}}`
+	for _, modern := range []bool{false, true} {
+		t.Run(map[bool]string{false: "2025-06-18", true: "2026-07-28"}[modern], func(t *testing.T) {
+			up := startRawUpstream(t, "testdata/rich-catalog.json")
+			up.modern = modern
+			h := startGateway(t, "testdata/policy", config.Upstream{Name: "rich", URL: up.URL(), Prefix: config.PrefixNever})
+			h.waitReady(t)
+			s := openRawSession(t, h.URL(), "127.0.0.2")
+			s.call("tools/call", map[string]any{"name": "echo", "arguments": json.RawMessage(args)})
+			calls := up.received("tools/call")
+			require.Len(t, calls, 1)
+			var p struct {
+				Arguments json.RawMessage `json:"arguments"`
+			}
+			require.NoError(t, json.Unmarshal(calls[0].Params, &p))
+			assert.Equal(t, args, string(p.Arguments))
+		})
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // ModelRequest is what the proxy reads from a model-API request body for policy.
@@ -50,17 +52,17 @@ func readKey(key []byte) int {
 // faster than encoding/json and without allocating per value (BenchmarkParseModelRequest).
 func ParseModelRequest(body []byte) (ModelRequest, error) {
 	mr := ModelRequest{MaxTokens: -1}
-	s := jsonScan{b: body}
-	s.space()
-	if s.peek() != '{' {
-		if s.i == len(s.b) {
+	s := jsonscan.New(body)
+	s.Space()
+	if s.Peek() != '{' {
+		if s.AtEnd() {
 			return mr, errors.New("model request body: empty")
 		}
 		return mr, errors.New("model request body: not a JSON object")
 	}
 	var seen [len(readKeys)]bool
 	var refused error // a value Sandgate will not forward, as opposed to bad syntax
-	err := s.object(1, func(key []byte, escaped bool, val []byte) error {
+	err := s.Object(1, func(key []byte, escaped bool, val []byte) error {
 		k, err := topKey(key, escaped)
 		if err != nil {
 			return err
@@ -83,8 +85,8 @@ func ParseModelRequest(body []byte) (ModelRequest, error) {
 	if err != nil {
 		return mr, bodyError(err)
 	}
-	s.space()
-	if s.i != len(s.b) {
+	s.Space()
+	if !s.AtEnd() {
 		return mr, errors.New("model request body: data after the JSON object")
 	}
 	return mr, nil

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"mime"
 	"strconv"
+
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // Usage is the token usage a model API reported in its response.
@@ -142,16 +144,16 @@ var errLeaveToJSON = errors.New("leave to encoding/json")
 // reads that is not plain lowercase ASCII (encoding/json matches keys without regard to case),
 // a repeated usage, message or response, a value of another type, or invalid JSON.
 func scanUsage(b []byte) (d usageDoc, ok bool) {
-	s := jsonScan{b: b}
-	s.space()
-	if s.peek() != '{' {
+	s := jsonscan.New(b)
+	s.Space()
+	if s.Peek() != '{' {
 		return d, false
 	}
-	if s.object(1, d.member(1, true)) != nil {
+	if s.Object(1, d.member(1, true)) != nil {
 		return d, false
 	}
-	s.space()
-	return d, s.i == len(s.b)
+	s.Space()
+	return d, s.AtEnd()
 }
 
 // plainKey is the name of a raw key when it is lowercase ASCII without escapes.
@@ -193,10 +195,10 @@ func (d *usageDoc) member(depth int, top bool) func(key []byte, escaped bool, va
 		if string(val) == "null" {
 			return nil
 		}
-		sub := jsonScan{b: val}
+		sub := jsonscan.New(val)
 		if i == 0 {
 			d.Usage = &usageFields{}
-			return sub.object(depth+1, d.Usage.member)
+			return sub.Object(depth+1, d.Usage.member)
 		}
 		doc := &usageDoc{}
 		if i == 1 {
@@ -204,7 +206,7 @@ func (d *usageDoc) member(depth int, top bool) func(key []byte, escaped bool, va
 		} else {
 			d.Response = doc
 		}
-		return sub.object(depth+1, doc.member(depth+1, false))
+		return sub.Object(depth+1, doc.member(depth+1, false))
 	}
 }
 

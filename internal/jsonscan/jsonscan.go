@@ -1,39 +1,65 @@
-package proxy
+// Package jsonscan reads JSON in one pass without decoding it: it validates what it skips (RFC
+// 8259, as encoding/json reads it) and hands its callers the raw bytes of the members and
+// elements they ask for. The proxy reads model requests and usage with it; the gateway reads
+// the top level of upstream results. Keys are handed over raw: a caller that matches them must
+// leave what encoding/json would match differently (escapes, other letter case) to
+// encoding/json.
+package jsonscan
 
 import (
 	"errors"
 	"fmt"
 )
 
-// maxJSONDepth is the nesting encoding/json accepts; deeper bodies are refused as it would.
-const maxJSONDepth = 10000
+// MaxDepth is the nesting encoding/json accepts; deeper bodies are refused as it would.
+const MaxDepth = 10000
 
-// jsonScan is the JSON reader behind ParseModelRequest and the usage parser: it validates
-// JSON (RFC 8259, as encoding/json reads it) in one pass and hands its callers the raw bytes of
-// the object members they read, without decoding the rest.
-type jsonScan struct {
+// Scanner reads one JSON text from the start of its bytes.
+type Scanner struct {
 	b []byte
 	i int
 }
 
-var errJSONEnd = errors.New("unexpected end of JSON input")
+// New is a Scanner of b, its cursor on the first byte.
+func New(b []byte) Scanner { return Scanner{b: b} }
 
-func (s *jsonScan) unexpected(context string) error {
+// AtEnd reports whether the cursor is past the last byte.
+func (s *Scanner) AtEnd() bool { return s.i >= len(s.b) }
+
+// ErrEnd is the error of a text that ends too early.
+var ErrEnd = errors.New("unexpected end of JSON input")
+
+// Members scans b, which must hold one JSON object and nothing else but whitespace, calling
+// member with each of its members as Object does.
+func Members(b []byte, member func(key []byte, escaped bool, val []byte) error) error {
+	s := New(b)
+	if err := s.Object(1, member); err != nil {
+		return err
+	}
+	s.Space()
+	if !s.AtEnd() {
+		return s.unexpected("after the top-level value")
+	}
+	return nil
+}
+
+func (s *Scanner) unexpected(context string) error {
 	if s.i >= len(s.b) {
-		return errJSONEnd
+		return ErrEnd
 	}
 	return fmt.Errorf("invalid character %q %s (offset %d)", s.b[s.i], context, s.i)
 }
 
-// peek is the byte at the cursor, 0 at the end (never valid where peek is used).
-func (s *jsonScan) peek() byte {
+// Peek is the byte at the cursor, 0 at the end (never valid where Peek is used).
+func (s *Scanner) Peek() byte {
 	if s.i < len(s.b) {
 		return s.b[s.i]
 	}
 	return 0
 }
 
-func (s *jsonScan) space() {
+// Space moves the cursor past whitespace.
+func (s *Scanner) Space() {
 	for s.i < len(s.b) {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
@@ -46,9 +72,9 @@ func (s *jsonScan) space() {
 
 // key scans `"name" :` with the whitespace around it and returns the raw string; the cursor is
 // left on the value's first byte.
-func (s *jsonScan) key() (raw []byte, escaped bool, err error) {
-	s.space()
-	if s.peek() != '"' {
+func (s *Scanner) key() (raw []byte, escaped bool, err error) {
+	s.Space()
+	if s.Peek() != '"' {
 		return nil, false, s.unexpected("looking for the beginning of an object key")
 	}
 	start := s.i
@@ -56,26 +82,26 @@ func (s *jsonScan) key() (raw []byte, escaped bool, err error) {
 		return nil, false, err
 	}
 	raw = s.b[start:s.i]
-	s.space()
-	if s.peek() != ':' {
+	s.Space()
+	if s.Peek() != ':' {
 		return nil, false, s.unexpected("after an object key")
 	}
 	s.i++
-	s.space() // the value starts at the cursor
+	s.Space() // the value starts at the cursor
 	return raw, escaped, nil
 }
 
-// object scans the object at the cursor, nested depth levels deep, calling member with each
+// Object scans the object at the cursor, nested depth levels deep, calling member with each
 // member's raw key (quotes included), whether the key has escapes, and its raw value. An error
 // from member ends the scan and is returned.
-func (s *jsonScan) object(depth int, member func(key []byte, escaped bool, val []byte) error) error {
-	s.space()
-	if s.peek() != '{' {
+func (s *Scanner) Object(depth int, member func(key []byte, escaped bool, val []byte) error) error {
+	s.Space()
+	if s.Peek() != '{' {
 		return s.unexpected("looking for the beginning of an object")
 	}
 	s.i++
-	s.space()
-	if s.peek() == '}' {
+	s.Space()
+	if s.Peek() == '}' {
 		s.i++
 		return nil
 	}
@@ -91,8 +117,8 @@ func (s *jsonScan) object(depth int, member func(key []byte, escaped bool, val [
 		if err := member(key, escaped, s.b[start:s.i]); err != nil {
 			return err
 		}
-		s.space()
-		switch s.peek() {
+		s.Space()
+		switch s.Peek() {
 		case ',':
 			s.i++
 		case '}':
@@ -100,6 +126,41 @@ func (s *jsonScan) object(depth int, member func(key []byte, escaped bool, val [
 			return nil
 		default:
 			return s.unexpected("after an object member")
+		}
+	}
+}
+
+// Array scans the array at the cursor, nested depth levels deep, calling elem with each
+// element's raw value. An error from elem ends the scan and is returned.
+func (s *Scanner) Array(depth int, elem func(val []byte) error) error {
+	s.Space()
+	if s.Peek() != '[' {
+		return s.unexpected("looking for the beginning of an array")
+	}
+	s.i++
+	s.Space()
+	if s.Peek() == ']' {
+		s.i++
+		return nil
+	}
+	for {
+		s.Space()
+		start := s.i
+		if err := s.value(depth); err != nil {
+			return err
+		}
+		if err := elem(s.b[start:s.i]); err != nil {
+			return err
+		}
+		s.Space()
+		switch s.Peek() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil
+		default:
+			return s.unexpected("after an array element")
 		}
 	}
 }
@@ -113,7 +174,7 @@ var plainString = func() (t [256]bool) {
 }()
 
 // str scans a string starting at its opening quote.
-func (s *jsonScan) str() (escaped bool, err error) {
+func (s *Scanner) str() (escaped bool, err error) {
 	b, i := s.b, s.i+1
 	for {
 		for i < len(b) && plainString[b[i]] {
@@ -121,7 +182,7 @@ func (s *jsonScan) str() (escaped bool, err error) {
 		}
 		if i >= len(b) {
 			s.i = i
-			return escaped, errJSONEnd
+			return escaped, ErrEnd
 		}
 		switch b[i] {
 		case '"':
@@ -131,7 +192,7 @@ func (s *jsonScan) str() (escaped bool, err error) {
 			escaped = true
 			if i+1 >= len(b) {
 				s.i = len(b)
-				return escaped, errJSONEnd
+				return escaped, ErrEnd
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -140,7 +201,7 @@ func (s *jsonScan) str() (escaped bool, err error) {
 				for j := i + 2; j < i+6; j++ {
 					if j >= len(b) {
 						s.i = len(b)
-						return escaped, errJSONEnd
+						return escaped, ErrEnd
 					}
 					if !isHex(b[j]) {
 						s.i = j
@@ -165,19 +226,19 @@ func isHex(c byte) bool {
 
 // value scans one value (with the whitespace before it) nested depth levels deep, iteratively:
 // a hostile body's nesting costs a byte of stack per level, not a goroutine stack frame.
-func (s *jsonScan) value(depth int) error {
+func (s *Scanner) value(depth int) error {
 	var buf [64]byte
 	open := buf[:0] // the containers around the cursor, '{' or '['
 	for {
-		s.space()
-		switch c := s.peek(); {
+		s.Space()
+		switch c := s.Peek(); {
 		case c == '{' || c == '[':
-			if depth+len(open)+1 > maxJSONDepth {
+			if depth+len(open)+1 > MaxDepth {
 				return errors.New("exceeded max depth")
 			}
 			s.i++
-			s.space()
-			if s.peek() == c+2 { // '}' is '{'+2, ']' is '['+2
+			s.Space()
+			if s.Peek() == c+2 { // '}' is '{'+2, ']' is '['+2
 				s.i++
 				break
 			}
@@ -216,8 +277,8 @@ func (s *jsonScan) value(depth int) error {
 			if len(open) == 0 {
 				return nil
 			}
-			s.space()
-			top, c := open[len(open)-1], s.peek()
+			s.Space()
+			top, c := open[len(open)-1], s.Peek()
 			if c == top+2 {
 				s.i++
 				open = open[:len(open)-1]
@@ -237,10 +298,10 @@ func (s *jsonScan) value(depth int) error {
 	}
 }
 
-func (s *jsonScan) literal(word string) error {
+func (s *Scanner) literal(word string) error {
 	for j := 0; j < len(word); j++ {
 		if s.i >= len(s.b) {
-			return errJSONEnd
+			return ErrEnd
 		}
 		if s.b[s.i] != word[j] {
 			return s.unexpected("in literal " + word)
@@ -251,11 +312,11 @@ func (s *jsonScan) literal(word string) error {
 }
 
 // number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-func (s *jsonScan) number() error {
-	if s.peek() == '-' {
+func (s *Scanner) number() error {
+	if s.Peek() == '-' {
 		s.i++
 	}
-	switch c := s.peek(); {
+	switch c := s.Peek(); {
 	case c == '0':
 		s.i++
 	case c >= '1' && c <= '9':
@@ -263,15 +324,15 @@ func (s *jsonScan) number() error {
 	default:
 		return s.unexpected("in numeric literal")
 	}
-	if s.peek() == '.' {
+	if s.Peek() == '.' {
 		s.i++
 		if !s.digits() {
 			return s.unexpected("after decimal point in numeric literal")
 		}
 	}
-	if c := s.peek(); c == 'e' || c == 'E' {
+	if c := s.Peek(); c == 'e' || c == 'E' {
 		s.i++
-		if c := s.peek(); c == '+' || c == '-' {
+		if c := s.Peek(); c == '+' || c == '-' {
 			s.i++
 		}
 		if !s.digits() {
@@ -282,7 +343,7 @@ func (s *jsonScan) number() error {
 }
 
 // digits scans [0-9]* and reports whether there was one.
-func (s *jsonScan) digits() bool {
+func (s *Scanner) digits() bool {
 	start := s.i
 	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
 		s.i++
