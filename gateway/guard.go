@@ -169,6 +169,9 @@ func (gd *guard) readMessage(w http.ResponseWriter, r *http.Request) ([]byte, rp
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		return nil, msg, codeInvalidRequest, call.Refuse(call.CodeBatchRefused, "batch requests are not supported")
 	}
+	if m, ok := scanMessage(trimmed); ok {
+		return body, m, 0, nil
+	}
 	if err := json.Unmarshal(trimmed, &msg); err != nil {
 		return nil, msg, codeParseError, call.Refuse(call.CodeMalformedRequest, "parse error: body is not a JSON-RPC message object")
 	}

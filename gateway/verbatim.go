@@ -193,14 +193,12 @@ func (c rawContent) MarshalJSON() ([]byte, error) { return c.raw, nil }
 // parseToolResult decodes a tools/call result keeping its content items and structuredContent
 // verbatim (mcp-go's typed content drops what it does not model and refuses unknown types).
 func parseToolResult(raw *json.RawMessage) (*mcp.CallToolResult, error) {
-	var f struct {
-		Meta       *mcp.Meta         `json:"_meta"`
-		Content    []json.RawMessage `json:"content"`
-		Structured json.RawMessage   `json:"structuredContent"`
-		IsError    bool              `json:"isError"`
-	}
-	if err := json.Unmarshal(*raw, &f); err != nil {
-		return nil, fmt.Errorf("decode tools/call result: %w", err)
+	f, ok := scanToolResult(*raw)
+	if !ok {
+		f = toolResultFields{}
+		if err := json.Unmarshal(*raw, &f); err != nil {
+			return nil, fmt.Errorf("decode tools/call result: %w", err)
+		}
 	}
 	if f.Content == nil {
 		return nil, errors.New("tools/call result has no content")
@@ -212,6 +210,14 @@ func parseToolResult(raw *json.RawMessage) (*mcp.CallToolResult, error) {
 		res.Content = append(res.Content, rawContent{raw: c})
 	}
 	return res, nil
+}
+
+// toolResultFields are the fields of a tools/call result the sandbox's typed result carries.
+type toolResultFields struct {
+	Meta       *mcp.Meta         `json:"_meta"`
+	Content    []json.RawMessage `json:"content"`
+	Structured json.RawMessage   `json:"structuredContent"`
+	IsError    bool              `json:"isError"`
 }
 
 // rawResourceContents is one entry of a resources/read result as the upstream wrote it.

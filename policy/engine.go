@@ -164,11 +164,11 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 		// On a hit the input document is never built: the key reads the struct directly.
 		if key, cached = c.key(in.field); cached {
 			if d, hit := c.get(key); hit {
-				e.metrics.cacheLookup(ctx, true)
+				e.metrics.cacheLookup(true)
 				return d
 			}
 		}
-		e.metrics.cacheLookup(ctx, false)
+		e.metrics.cacheLookup(false)
 	}
 	val, err := in.Value()
 	if err != nil {
