@@ -232,7 +232,7 @@ func forward[R any](ctx context.Context, cl *call.Call, u *upstream, send func(c
 		return res, fmt.Errorf("upstream %s is unavailable (%s): %w", u.cfg.Name, call.CodeUpstreamUnavailable, err)
 	}
 	if err != nil {
-		cl.Fail(call.Refuse(call.CodeUpstreamError, "upstream %s: %v", u.cfg.Name, err))
+		cl.Fail(call.Refuse(failureCode(err), "upstream %s: %v", u.cfg.Name, err))
 		return res, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
 	}
 	cl.Event.Outcome.Status = http.StatusOK

@@ -97,7 +97,8 @@ func (s *eventStore) share(op sharedEvent) {
 
 var _ server.EventStore = (*eventStore)(nil)
 
-func (s *eventStore) StoreEvent(_ context.Context, sessionID, streamID string, msg json.RawMessage) (string, error) {
+func (s *eventStore) StoreEvent(ctx context.Context, sessionID, streamID string, msg json.RawMessage) (string, error) {
+	msg = storedWithExtras(ctx, msg)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++

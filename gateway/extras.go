@@ -15,8 +15,8 @@ import (
 // revision adds, an upstream's own extension, a resources/read result's _meta) reach the sandbox
 // too: the handler that forwarded the request keeps them (keepExtras) and the guard's writer adds
 // them to the response to that request as mcp-go writes it (extrasWriter). A field the typed
-// result already wrote is never replaced. An SSE event replayed after a Last-Event-ID is the one
-// mcp-go recorded, without them.
+// result already wrote is never replaced. The event store records an SSE response with them
+// (storedWithExtras), so that a replay after a Last-Event-ID sends the bytes the live stream sent.
 
 // typedFields are, per method, the top-level result fields the sandbox's result already carries
 // (or that belong to the upstream hop only: resultType and the multi round-trip fields).
@@ -31,6 +31,7 @@ var hopFields = []string{"resultType", "inputRequests", "requestState"}
 // resultExtras carries the extra fields of one request's result from its handler to the writer
 // of its response.
 type resultExtras struct {
+	id     json.RawMessage // of the request
 	mu     sync.Mutex
 	fields map[string]json.RawMessage
 }
@@ -73,7 +74,7 @@ func withExtras(ctx context.Context, w http.ResponseWriter, method string, id js
 	if _, ok := typedFields[method]; !ok || len(id) == 0 {
 		return ctx, w
 	}
-	e := &resultExtras{}
+	e := &resultExtras{id: id}
 	return context.WithValue(ctx, extrasKey{}, e), &extrasWriter{ResponseWriter: w, id: id, extras: e}
 }
 

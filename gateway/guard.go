@@ -141,7 +141,7 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, out := withExtras(ctx, rec, msg.Method, msg.ID)
-	gd.next.ServeHTTP(out, r.WithContext(ctx))
+	gd.next.ServeHTTP(gd.g.events.resumed(out, r), r.WithContext(ctx))
 }
 
 // readMessage reads and checks a POST body: its media type, size and JSON-RPC shape.

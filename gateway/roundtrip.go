@@ -8,6 +8,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandgate/sandgate/internal/call"
 )
 
 // On 2026-07-28 and later an upstream that needs something of the client mid-request
@@ -54,9 +56,9 @@ func roundTrip(ctx context.Context, cli *client.Client, method string, params an
 		if !asksForInput(raw) {
 			return raw, nil
 		}
-		var ir inputRequired
-		if err := json.Unmarshal(raw, &ir); err != nil {
-			return nil, fmt.Errorf("%s: decode result: %w", method, err)
+		ir, err := decodeInputRequired(method, raw)
+		if err != nil {
+			return nil, err
 		}
 		if ir.ResultType != mcp.ResultTypeInputRequired {
 			return raw, nil
@@ -65,11 +67,11 @@ func roundTrip(ctx context.Context, cli *client.Client, method string, params an
 			shed = 0
 		}
 		if attempt >= maxInputRoundTrips || shed >= maxLoadSheddingRuns {
-			return nil, fmt.Errorf("%s: the upstream still asks for input after %d round trips", method, attempt)
+			return nil, inputFailed(call.CodeUpstreamInputExhausted, "%s: the upstream still asks for input after %d round trips", method, attempt)
 		}
 		answers, err := answerInput(ctx, ir.InputRequests)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", method, err)
+			return nil, inputFailed(call.CodeUpstreamInputUnanswered, "%s: %w", method, err)
 		}
 		if sent, err = withInputResponses(params, answers, ir.RequestState); err != nil {
 			return nil, fmt.Errorf("%s: %w", method, err)

@@ -352,9 +352,15 @@ func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) err
 		u.mu.Unlock()
 		return nil
 	}
-	u.cat, u.listed = cat, true
+	u.cat = cat
 	u.mu.Unlock()
 	u.hooks.catalogChanged()
+	// Ready only once the catalog is served: a sandbox sent here by readiness finds its tools.
+	u.mu.Lock()
+	if u.gen == gen {
+		u.listed = true
+	}
+	u.mu.Unlock()
 	return nil
 }
 

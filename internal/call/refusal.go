@@ -104,8 +104,14 @@ const (
 	CodeUpstreamTimeout         = "upstream_timeout"
 	CodeUpstreamTruncated       = "upstream_truncated"
 	CodeUpstreamUnavailable     = "upstream_unavailable"
-	CodeResolveFailed           = "resolve_failed"
-	CodeNoAddress               = "no_address"
+	// A 2026-07-28 upstream's multi round-trip request (input_required) that could not be
+	// completed: it asked for input of a method no sandbox can be asked for, the sandbox did
+	// not answer, or it kept asking past the round-trip bound.
+	CodeUpstreamInputUnsupported = "upstream_input_unsupported"
+	CodeUpstreamInputUnanswered  = "upstream_input_unanswered"
+	CodeUpstreamInputExhausted   = "upstream_input_exhausted"
+	CodeResolveFailed            = "resolve_failed"
+	CodeNoAddress                = "no_address"
 )
 
 // codes gives the class of every code Sandgate makes. A code not listed is a policy's own.
@@ -144,6 +150,9 @@ var codes = map[string]Class{
 	CodeUpstreamTimeout:                 ClassUpstreamTimeout,
 	CodeUpstreamTruncated:               ClassUpstream, // the sandbox got 200 headers; the event says 502
 	CodeUpstreamUnavailable:             ClassUnavailable,
+	CodeUpstreamInputUnsupported:        ClassUpstream,
+	CodeUpstreamInputUnanswered:         ClassUpstream,
+	CodeUpstreamInputExhausted:          ClassUpstream,
 	CodeResolveFailed:                   ClassUpstream,
 	CodeNoAddress:                       ClassUpstream,
 	string(limits.CodeRateLimited):      ClassLimit,
