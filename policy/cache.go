@@ -2,7 +2,7 @@ package policy
 
 import (
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -148,32 +148,36 @@ func coveringPaths(refs []ast.Ref) []inputPath {
 	return out
 }
 
-// key renders the referenced parts of an input, which value resolves (Input.field, or
+// key appends to b the referenced parts of an input, which value resolves (Input.field, or
 // lookupValue on a built document); ok is false when the key would be too large or a part
-// cannot be resolved.
-func (c *decisionCache) key(value func(path []*ast.Term) (ast.Value, error)) (string, bool) {
-	var b strings.Builder
+// cannot be resolved. A string is rendered as its String() renders it, without building it.
+func (c *decisionCache) key(b []byte, value func(path []*ast.Term) (ast.Value, error)) ([]byte, bool) {
 	for _, p := range c.paths {
 		v, err := value(p)
 		switch {
 		case err != nil:
-			return "", false
+			return b, false
 		case v == nil:
-			b.WriteString("-\x00") // undefined: no value's text is "-" alone, none holds a NUL
+			b = append(b, "-\x00"...) // undefined: no value's text is "-" alone, none holds a NUL
 			continue
 		}
-		b.WriteString(v.String())
-		b.WriteByte(0)
-		if b.Len() > maxCacheKeyBytes {
-			return "", false
+		if s, ok := v.(ast.String); ok {
+			b = strconv.AppendQuote(b, string(s))
+		} else {
+			b = append(b, v.String()...)
+		}
+		b = append(b, 0)
+		if len(b) > maxCacheKeyBytes {
+			return b, false
 		}
 	}
-	return b.String(), true
+	return b, true
 }
 
-func (c *decisionCache) get(key string) (Decision, bool) {
+// get looks key up without copying it (the map index of a converted []byte does not allocate).
+func (c *decisionCache) get(key []byte) (Decision, bool) {
 	c.mu.RLock()
-	d, ok := c.entries[key]
+	d, ok := c.entries[string(key)]
 	c.mu.RUnlock()
 	return d, ok
 }

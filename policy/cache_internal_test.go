@@ -88,9 +88,9 @@ func TestCacheKey(t *testing.T) {
 decision := {"allow": true} if { input.http.model == "m"; input.identity.template == "t" }`), 10)
 	require.NotNil(t, c)
 	key := func(doc string) string {
-		k, ok := c.key(documentResolver(ast.MustParseTerm(doc).Value))
+		k, ok := c.key(nil, documentResolver(ast.MustParseTerm(doc).Value))
 		require.True(t, ok)
-		return k
+		return string(k)
 	}
 	base := key(`{"http": {"model": "m", "host": "a"}, "identity": {"template": "t", "sandbox": "s1"}}`)
 	assert.Equal(t, base, key(`{"identity": {"sandbox": "s2", "template": "t"}, "http": {"host": "b", "model": "m"}}`),
@@ -103,7 +103,7 @@ decision := {"allow": true} if { input.http.model == "m"; input.identity.templat
 		"a NUL inside a value cannot forge a separator")
 
 	big := newDecisionCache(compileModule(t, "package sandgate\ndecision := {\"allow\": count(input.mcp.arguments) > 0}"), 10)
-	_, ok := big.key(documentResolver(ast.MustParseTerm(`{"mcp": {"arguments": {"content": "` + strings.Repeat("x", 4096) + `"}}}`).Value))
+	_, ok := big.key(nil, documentResolver(ast.MustParseTerm(`{"mcp": {"arguments": {"content": "`+strings.Repeat("x", 4096)+`"}}}`).Value))
 	assert.False(t, ok, "an input whose referenced part is large is not cached")
 }
 

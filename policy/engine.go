@@ -159,10 +159,13 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 		return d
 	}
 	c := rev.cache
-	key, cached := "", false
+	var key []byte
+	cached := false
 	if c != nil {
-		// On a hit the input document is never built: the key reads the struct directly.
-		if key, cached = c.key(in.field); cached {
+		// On a hit the input document is never built: the key reads the struct directly,
+		// into a buffer on the stack unless it is long.
+		var buf [256]byte
+		if key, cached = c.key(buf[:0], in.field); cached {
 			if d, hit := c.get(key); hit {
 				e.metrics.cacheLookup(true)
 				return d
@@ -176,7 +179,7 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	}
 	d := e.pool.decide(ctx, rev, val)
 	if cached && cacheable(d) {
-		c.put(key, d)
+		c.put(string(key), d)
 	}
 	return d
 }

@@ -255,9 +255,14 @@ func (in *Input) field(path []*ast.Term) (ast.Value, error) {
 	return lookupValue(t.Value, rest), nil
 }
 
+// matchKey is the term of keys (all strings) equal to k.
 func matchKey(keys []*ast.Term, k *ast.Term) *ast.Term {
+	s, ok := k.Value.(ast.String)
+	if !ok {
+		return nil
+	}
 	for _, c := range keys {
-		if c.Value.Compare(k.Value) == 0 {
+		if c.Value.(ast.String) == s {
 			return c
 		}
 	}
