@@ -115,8 +115,12 @@ func modernParams(cli *client.Client, version, method string, params any) (any, 
 	var err error
 	switch p := params.(type) {
 	case mcp.CallToolParams:
-		p.Meta, name = protocolMeta(cli, version, p.Meta), p.Name
-		encoded, err = json.Marshal(p)
+		var fast bool
+		if encoded, fast, err = toolCallParams(cli, version, p); !fast && err == nil {
+			p.Meta = protocolMeta(cli, version, p.Meta)
+			encoded, err = json.Marshal(p)
+		}
+		name = p.Name
 	case mcp.GetPromptParams:
 		p.Meta, name = protocolMeta(cli, version, p.Meta), p.Name
 		encoded, err = json.Marshal(p)
