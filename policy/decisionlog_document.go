@@ -200,28 +200,28 @@ func resultChild(d *Decision, k string) (any, bool) {
 // The structured nodes' members written directly, keys in the order keysOf lists them.
 
 func (e *eventEncoder) input(b []byte, in *Input, rel []int, d int) ([]byte, error) {
-	b, err := e.member(append(b, '{'), true, "grants", in.Grants, rel, d)
+	b, err := e.field(append(b, '{'), true, "grants", in.Grants, rel, d)
 	if err != nil {
 		return b, err
 	}
 	if in.HTTP != nil {
-		b, _ = e.member(b, false, "http", in.HTTP, rel, d)
+		b, _ = e.field(b, false, "http", in.HTTP, rel, d)
 	}
-	b, _ = e.member(b, false, "identity", &in.Identity, rel, d)
+	b, _ = e.field(b, false, "identity", &in.Identity, rel, d)
 	b = e.str(b, false, "kind", string(in.Kind), rel, d)
 	if in.MCP != nil {
-		if b, err = e.member(b, false, "mcp", in.MCP, rel, d); err != nil {
+		if b, err = e.field(b, false, "mcp", in.MCP, rel, d); err != nil {
 			return b, err
 		}
 	}
-	b, _ = e.member(b, false, "usage", in.Usage, rel, d)
+	b, _ = e.field(b, false, "usage", in.Usage, rel, d)
 	return append(b, '}'), nil
 }
 
 func (e *eventEncoder) identity(b []byte, id *identity.Identity, rel []int, d int) []byte {
 	b = e.str(append(b, '{'), true, "claim", id.Claim, rel, d)
 	b = e.boolean(b, false, "known", id.Known, rel, d)
-	b, _ = e.member(b, false, "labels", id.Labels, rel, d)
+	b, _ = e.field(b, false, "labels", id.Labels, rel, d)
 	b = e.str(b, false, "namespace", id.Namespace, rel, d)
 	b = e.str(b, false, "sandbox", id.Sandbox, rel, d)
 	b = e.str(b, false, "source_ip", id.SourceIP, rel, d)
@@ -230,7 +230,7 @@ func (e *eventEncoder) identity(b []byte, id *identity.Identity, rel []int, d in
 }
 
 func (e *eventEncoder) mcp(b []byte, m *MCP, rel []int, d int) ([]byte, error) {
-	b, err := e.member(append(b, '{'), true, "arguments", m.Arguments, rel, d)
+	b, err := e.field(append(b, '{'), true, "arguments", m.Arguments, rel, d)
 	if err != nil {
 		return b, err
 	}

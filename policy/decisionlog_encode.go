@@ -17,12 +17,16 @@ import (
 // eventEncoder writes one decision as a line of OPA's decision-log event (logs.EventV1) straight
 // into a byte slice: no intermediate map, no ast.Value, no json.Marshal, and the masks applied
 // while writing. The generic path (Input.Value, ast.JSON, EventV1 maps masked, json.Marshal)
-// cost ~20 µs per event, so the writer could not keep up with cached decisions and dropped
-// three in four of them; this one costs ~1.5 µs (BenchmarkEventEncoder).
-// BenchmarkCallDecision (cache on, -count 8 interleaved with the former build, cpu-ns/op
-// medians, 2-core shared box): log off 4.14 µs, on 6.05 µs (1.50×, 1.23–1.57, none dropped);
-// the former build: 4.17 µs and 8.91 µs (2.15×) while dropping 74%. A model request or
-// tools/call through Sandgate costs ~100–250 µs of CPU, of which the ~2 µs is ~1–2%.
+// cost 20–47 µs per event, so the writer could not keep up with cached decisions and dropped
+// three in four of them; this one costs ~1 µs (BenchmarkEventEncoder).
+// BenchmarkCallDecision, cpu-ns/op medians, -count 8 interleaved with the former build
+// (2-core shared box), log on / log off:
+//
+//	evaluated (cache=false): 1.01× (0.90–1.20), was 1.27× (1.23–1.48)
+//	cached (cache=true):     1.38× (1.19–1.46), none dropped; was 2.23× with 75% dropped
+//
+// The cached decision step is ~4 µs, so its ~1.5 µs more stays above 1.10×; a route or mcp
+// request (100–250 µs of CPU) is within the noise (sandbench -workloads declog).
 // TestEventEncoderMatchesTheGenericPath holds it to the value the generic path produces (kept in
 // the test as referenceEvent), and FuzzEventEncoder to valid JSON and the same value.
 //
@@ -111,7 +115,16 @@ func (e *eventEncoder) relevant(root string) []int {
 // member writes one object member, key and value, at depth d below the document root: the
 // value is MaskedValue when a hitting mask names it, else v with the masks that reach below.
 func (e *eventEncoder) member(b []byte, first bool, key string, v any, rel []int, d int) ([]byte, error) {
-	b = appendKey(b, first, key)
+	b = jsonenc.AppendString(comma(b, first), key)
+	return e.memberValue(append(b, ':'), key, v, rel, d)
+}
+
+// field is member for a key of the document's own layout: plain ASCII, written unescaped.
+func (e *eventEncoder) field(b []byte, first bool, key string, v any, rel []int, d int) ([]byte, error) {
+	return e.memberValue(appendKey(b, first, key), key, v, rel, d)
+}
+
+func (e *eventEncoder) memberValue(b []byte, key string, v any, rel []int, d int) ([]byte, error) {
 	masked, below := e.enter(rel, d, key)
 	if masked {
 		return jsonenc.AppendString(b, MaskedValue), nil
@@ -119,7 +132,7 @@ func (e *eventEncoder) member(b []byte, first bool, key string, v any, rel []int
 	return e.value(b, v, below, d+1)
 }
 
-// str, boolean and integer write a scalar member as member does, without boxing it.
+// str, boolean and integer write a scalar field as field does, without boxing it.
 func (e *eventEncoder) str(b []byte, first bool, key, s string, rel []int, d int) []byte {
 	b = appendKey(b, first, key)
 	if masked, _ := e.enter(rel, d, key); masked {
@@ -144,12 +157,18 @@ func (e *eventEncoder) integer(b []byte, key string, v int64, rel []int, d int) 
 	return strconv.AppendInt(b, v, 10)
 }
 
-func appendKey(b []byte, first bool, key string) []byte {
-	if !first {
-		b = append(b, ',')
+func comma(b []byte, first bool) []byte {
+	if first {
+		return b
 	}
-	b = jsonenc.AppendString(b, key)
-	return append(b, ':')
+	return append(b, ',')
+}
+
+// appendKey writes a key of the document's layout (plain ASCII: nothing to escape) and colon.
+func appendKey(b []byte, first bool, key string) []byte {
+	b = append(comma(b, first), '"')
+	b = append(b, key...)
+	return append(b, '"', ':')
 }
 
 // enter reports whether a hitting mask names member key at depth d, else returns the masks
@@ -300,10 +319,15 @@ func (e *eventEncoder) hits(node any, path []string) bool {
 		return false
 	}
 	if path[last] == "*" {
-		n := len(e.keys)
-		some := len(e.keysOf(node)) > 0
-		e.keys = e.keys[:n]
-		return some
+		switch n := node.(type) {
+		case map[string]any:
+			return len(n) > 0
+		case map[string]string:
+			return len(n) > 0
+		case map[string]int64:
+			return len(n) > 0
+		}
+		return len(e.keysOf(node)) > 0 // a node of the layout: no map to list
 	}
 	_, ok := child(node, path[last])
 	return ok
