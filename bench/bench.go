@@ -45,6 +45,36 @@ type Options struct {
 	UpstreamsExe string
 }
 
+// startMoreSandgates starts the Sandgates measured beside "sandgate": the baseline binary
+// (Options.BaselineBin) and the policy variants (Options.PolicyVariants). On an error it stops
+// those it started.
+func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstreams, maxN int) ([]*Target, error) {
+	type sandgate struct{ name, bin, policy string }
+	var want []sandgate
+	if o.BaselineBin != "" {
+		want = append(want, sandgate{"baseline", o.BaselineBin, ""})
+	}
+	if o.PolicyVariants {
+		for _, v := range policyVariants {
+			want = append(want, sandgate{v.name, o.SandgateBin, v.policy})
+		}
+	}
+	var started []*Target
+	for _, w := range want {
+		t, err := retryBind(func() (*Target, error) {
+			return startSandgate(ctx, w.name, w.bin, filepath.Join(root, w.name), o.PolicyDir, up, maxN, w.policy)
+		})
+		if err != nil {
+			for _, t := range started {
+				t.Stop()
+			}
+			return nil, fmt.Errorf("%s: %w", w.name, err)
+		}
+		started = append(started, t)
+	}
+	return started, nil
+}
+
 // supports says which workloads a target can serve.
 func supports(target, w string) bool {
 	switch target {
@@ -113,30 +143,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	targets = append(targets, sg)
-	if o.BaselineBin != "" {
-		base, err := retryBind(func() (*Target, error) {
-			return startSandgate(ctx, "baseline", o.BaselineBin, filepath.Join(root, "baseline"), o.PolicyDir, up, maxN, "")
-		})
-		if err != nil {
-			sg.Stop()
-			return nil, fmt.Errorf("baseline: %w", err)
-		}
-		targets = append(targets, base)
+	more, err := startMoreSandgates(ctx, o, root, up, maxN)
+	if err != nil {
+		sg.Stop()
+		return nil, err
 	}
-	if o.PolicyVariants {
-		for _, v := range policyVariants {
-			t, err := retryBind(func() (*Target, error) {
-				return startSandgate(ctx, v.name, o.SandgateBin, filepath.Join(root, v.name), o.PolicyDir, up, maxN, v.policy)
-			})
-			if err != nil {
-				for _, t := range targets {
-					t.Stop()
-				}
-				return nil, fmt.Errorf("%s: %w", v.name, err)
-			}
-			targets = append(targets, t)
-		}
-	}
+	targets = append(targets, more...)
 	peers, notes := startPeers(ctx, o, root, up)
 	targets = append(targets, peers...)
 	defer func() {
