@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
 
 var (
@@ -35,7 +37,7 @@ func rechainPlain(t *testing.T, lines [][]byte) [][]byte {
 		require.Positive(t, j)
 		buf := append([]byte{}, l[:j]...)
 		buf = append(buf, `,"prev_hash":`...)
-		buf = appendString(buf, prev)
+		buf = jsonenc.AppendString(buf, prev)
 		buf = append(buf, emptyHashSuffix...)
 		var err error
 		buf, prev, err = plainChain.seal(buf, 0)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/internal/atomicfile"
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
 
 // Checkpoint is a signed statement about the log: its first Count lines end with the line whose
@@ -125,23 +126,23 @@ func PublicKeyID(pub ed25519.PublicKey) string {
 // appendCheckpointLine appends the canonical form of a checkpoint record (hash empty).
 func appendCheckpointLine(b []byte, id string, c *Checkpoint, prev string) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, id)
+	b = jsonenc.AppendString(b, id)
 	b = append(b, `,"time":"`...)
 	b = c.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","kind":"`+KindCheckpoint+`","checkpoint":{"chain":`...)
-	b = appendString(b, c.Chain)
+	b = jsonenc.AppendString(b, c.Chain)
 	b = append(b, `,"count":`...)
 	b = strconv.AppendUint(b, c.Count, 10)
 	b = append(b, `,"last_hash":`...)
-	b = appendString(b, c.LastHash)
+	b = jsonenc.AppendString(b, c.LastHash)
 	b = append(b, `,"time":"`...)
 	b = c.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","key_id":`...)
-	b = appendString(b, c.KeyID)
+	b = jsonenc.AppendString(b, c.KeyID)
 	b = append(b, `,"signature":`...)
-	b = appendString(b, c.Signature)
+	b = jsonenc.AppendString(b, c.Signature)
 	b = append(b, `},"prev_hash":`...)
-	b = appendString(b, prev)
+	b = jsonenc.AppendString(b, prev)
 	return append(b, emptyHashSuffix...)
 }
 
@@ -154,15 +155,15 @@ type chainMarker struct {
 // appendChainLine appends the canonical form of a KindChain record (hash empty).
 func appendChainLine(b []byte, id string, t time.Time, c *chainHash, prev string) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, id)
+	b = jsonenc.AppendString(b, id)
 	b = append(b, `,"time":"`...)
 	b = t.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","kind":"`+KindChain+`","chain":{"alg":`...)
-	b = appendString(b, c.alg)
+	b = jsonenc.AppendString(b, c.alg)
 	b = append(b, `,"key_id":`...)
-	b = appendString(b, c.keyID)
+	b = jsonenc.AppendString(b, c.keyID)
 	b = append(b, `},"prev_hash":`...)
-	b = appendString(b, prev)
+	b = jsonenc.AppendString(b, prev)
 	return append(b, emptyHashSuffix...)
 }
 

@@ -1,13 +1,12 @@
 package audit
 
 import (
-	"math"
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
 
 // appendEvent appends e as encoding/json writes it (HTML escaping off, no newline), without
@@ -18,11 +17,11 @@ import (
 // e must have passed checkEncodable (a finite duration, a year within 0-9999).
 func appendEvent(b []byte, e *Event) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, e.ID)
+	b = jsonenc.AppendString(b, e.ID)
 	b = append(b, `,"time":"`...)
 	b = e.Time.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","kind":`...)
-	b = appendString(b, string(e.Kind))
+	b = jsonenc.AppendString(b, string(e.Kind))
 	b = append(b, `,"identity":`...)
 	b = appendIdentity(b, &e.Identity)
 	b = append(b, `,"target":`...)
@@ -30,9 +29,9 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = append(b, `,"decision":{"allow":`...)
 	b = strconv.AppendBool(b, e.Decision.Allow)
 	b = append(b, `,"reason":`...)
-	b = appendString(b, e.Decision.Reason)
+	b = jsonenc.AppendString(b, e.Decision.Reason)
 	b = append(b, `,"policy_revision":`...)
-	b = appendString(b, e.Decision.PolicyRevision)
+	b = jsonenc.AppendString(b, e.Decision.PolicyRevision)
 	b = append(b, '}')
 	b = appendOptString(b, `,"credential":`, e.Credential)
 	b = appendOptString(b, `,"limits":`, e.Limits)
@@ -43,33 +42,33 @@ func appendEvent(b []byte, e *Event) []byte {
 		b = append(b, `,"shadow":{"allow":`...)
 		b = strconv.AppendBool(b, s.Allow)
 		b = append(b, `,"reason":`...)
-		b = appendString(b, s.Reason)
+		b = jsonenc.AppendString(b, s.Reason)
 		b = append(b, `,"code":`...)
-		b = appendString(b, s.Code)
+		b = jsonenc.AppendString(b, s.Code)
 		b = append(b, `,"revision":`...)
-		b = appendString(b, s.Revision)
+		b = jsonenc.AppendString(b, s.Revision)
 		b = append(b, '}')
 	}
 	b = append(b, `,"prev_hash":`...)
-	b = appendString(b, e.PrevHash)
+	b = jsonenc.AppendString(b, e.PrevHash)
 	b = append(b, `,"hash":`...)
-	b = appendString(b, e.Hash)
+	b = jsonenc.AppendString(b, e.Hash)
 	return append(b, '}')
 }
 
 func appendIdentity(b []byte, id *identity.Identity) []byte {
 	b = append(b, `{"namespace":`...)
-	b = appendString(b, id.Namespace)
+	b = jsonenc.AppendString(b, id.Namespace)
 	b = append(b, `,"sandbox":`...)
-	b = appendString(b, id.Sandbox)
+	b = jsonenc.AppendString(b, id.Sandbox)
 	b = append(b, `,"template":`...)
-	b = appendString(b, id.Template)
+	b = jsonenc.AppendString(b, id.Template)
 	b = append(b, `,"claim":`...)
-	b = appendString(b, id.Claim)
+	b = jsonenc.AppendString(b, id.Claim)
 	b = append(b, `,"labels":`...)
 	b = appendLabels(b, id.Labels)
 	b = append(b, `,"source_ip":`...)
-	b = appendString(b, id.SourceIP)
+	b = jsonenc.AppendString(b, id.SourceIP)
 	b = append(b, `,"known":`...)
 	b = strconv.AppendBool(b, id.Known)
 	return append(b, '}')
@@ -91,9 +90,9 @@ func appendLabels(b []byte, m map[string]string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, k)
+		b = jsonenc.AppendString(b, k)
 		b = append(b, ':')
-		b = appendString(b, m[k])
+		b = jsonenc.AppendString(b, m[k])
 	}
 	return append(b, '}')
 }
@@ -128,7 +127,7 @@ func appendOutcome(b []byte, o *Outcome) []byte {
 	b = strconv.AppendInt(b, int64(o.Status), 10)
 	b = appendOptString(b, `,"error":`, o.Error)
 	b = append(b, `,"duration_ms":`...)
-	b = appendFloat(b, o.DurationMS)
+	b = jsonenc.AppendFloat(b, o.DurationMS)
 	b = append(b, `,"bytes_in":`...)
 	b = strconv.AppendInt(b, o.BytesIn, 10)
 	b = append(b, `,"bytes_out":`...)
@@ -152,76 +151,5 @@ func appendOptString(b []byte, key, s string) []byte {
 	if s == "" {
 		return b
 	}
-	return appendString(append(b, key...), s)
-}
-
-// appendFloat formats a finite float64 as encoding/json does (ES6 number formatting).
-func appendFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// e-09 becomes e-9, as encoding/json writes it
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString quotes s as encoding/json does with HTML escaping off: control characters,
-// quote and backslash escaped, invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029 escaped.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return jsonenc.AppendString(append(b, key...), s)
 }

@@ -19,10 +19,15 @@ type Options struct {
 	// target "baseline" beside "sandgate", interleaved, on the same config: the A/B figure a
 	// speed change cites (Report.ABTable).
 	BaselineBin string
-	RelayBin    string // bench/cmd/relay
-	PolicyDir   string // the shipped policies (their rules; the bench supplies its own data)
-	OutDir      string // bench/results
-	Label       string // file name stem, e.g. 2026-11-29-34b6d5e
+	// PolicyVariants adds two more Sandgates beside "sandgate", same binary and config plus one
+	// policy feature, measured interleaved on the route and mcp workloads: "declog" with
+	// policy.decision_log on, "shadow" with a shadow policy (the same policies). Their ratios to
+	// "sandgate" are issue #21's cost targets (ratioSpecs).
+	PolicyVariants bool
+	RelayBin       string // bench/cmd/relay
+	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
+	OutDir         string // bench/results
+	Label          string // file name stem, e.g. 2026-11-29-34b6d5e
 
 	Sandboxes      int           // sandboxes of the main fixed-rate runs
 	Sweep          []int         // sandbox counts for the latency-vs-sandboxes chart
@@ -40,6 +45,36 @@ type Options struct {
 	UpstreamsExe string
 }
 
+// startMoreSandgates starts the Sandgates measured beside "sandgate": the baseline binary
+// (Options.BaselineBin) and the policy variants (Options.PolicyVariants). On an error it stops
+// those it started.
+func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstreams, maxN int) ([]*Target, error) {
+	type sandgate struct{ name, bin, policy string }
+	var want []sandgate
+	if o.BaselineBin != "" {
+		want = append(want, sandgate{"baseline", o.BaselineBin, ""})
+	}
+	if o.PolicyVariants {
+		for _, v := range policyVariants {
+			want = append(want, sandgate{v.name, o.SandgateBin, v.policy})
+		}
+	}
+	var started []*Target
+	for _, w := range want {
+		t, err := retryBind(func() (*Target, error) {
+			return startSandgate(ctx, w.name, w.bin, filepath.Join(root, w.name), o.PolicyDir, up, maxN, w.policy)
+		})
+		if err != nil {
+			for _, t := range started {
+				t.Stop()
+			}
+			return nil, fmt.Errorf("%s: %w", w.name, err)
+		}
+		started = append(started, t)
+	}
+	return started, nil
+}
+
 // supports says which workloads a target can serve.
 func supports(target, w string) bool {
 	switch target {
@@ -49,6 +84,8 @@ func supports(target, w string) bool {
 		// Plain forwarding exists, but its dial guard (rightly) refuses the loopback stand-in:
 		// plain forward has no allow_private knob. The mix is every other workload.
 		return w != WForward
+	case "declog", "shadow":
+		return w == WRoute || w == WMCP
 	case "relay":
 		// The bare CONNECT relay, a bare httputil.ReverseProxy for the route, and a bare mcp-go
 		// server forwarding to an mcp-go client for MCP.
@@ -100,22 +137,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maxN = max(maxN, slices.Max(o.Concurrency))
 	targets := []*Target{{Name: "direct", MCPURL: up.MCPURL}}
 	sg, err := retryBind(func() (*Target, error) {
-		return startSandgate(ctx, "sandgate", o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN)
+		return startSandgate(ctx, "sandgate", o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN, "")
 	})
 	if err != nil {
 		return nil, err
 	}
 	targets = append(targets, sg)
-	if o.BaselineBin != "" {
-		base, err := retryBind(func() (*Target, error) {
-			return startSandgate(ctx, "baseline", o.BaselineBin, filepath.Join(root, "baseline"), o.PolicyDir, up, maxN)
-		})
-		if err != nil {
-			sg.Stop()
-			return nil, fmt.Errorf("baseline: %w", err)
-		}
-		targets = append(targets, base)
+	more, err := startMoreSandgates(ctx, o, root, up, maxN)
+	if err != nil {
+		sg.Stop()
+		return nil, err
 	}
+	targets = append(targets, more...)
 	peers, notes := startPeers(ctx, o, root, up)
 	targets = append(targets, peers...)
 	defer func() {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -51,11 +52,13 @@ func (x Ratio) TargetText() string {
 
 // ratioSpec names one ratio: a measure of a workload, Sandgate against a floor.
 type ratioSpec struct {
-	workload, floor, measure string
-	target                   float64
-	atLeast                  bool
-	cell                     func(mainN, maxC int) (shape string, n int)
-	value                    func(sg, direct Result) float64
+	workload, floor string
+	target          string // measured against floor; "" is "sandgate"
+	measure         string
+	limit           float64
+	atLeast         bool
+	cell            func(mainN, maxC int) (shape string, n int)
+	value           func(sg, direct Result) float64
 }
 
 var (
@@ -65,21 +68,27 @@ var (
 	cpuOf    = func(x, _ Result) float64 { return x.CPUPerReqUS }
 	addedP99 = func(x, d Result) float64 { return x.P99MS - d.P99MS }
 	rpsOf    = func(x, _ Result) float64 { return x.Throughput }
+	p50Of    = func(x, _ Result) float64 { return x.P50MS }
 )
 
 // ratioSpecs are the issue's targets (bench/README.md "Targets").
 var ratioSpecs = []ratioSpec{
-	{WIntercept, "goproxy", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
-	{WRoute, "relay", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
-	{WRouteConv, "relay", "CPU µs/request (c=64)", 1.20, false, cpuC64, cpuOf},
-	{WTunnel, "relay", "CPU µs/request (c=64)", 1.05, false, cpuC64, cpuOf},
-	{WTunnelNew, "relay", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
-	{WMCP, "relay", "CPU µs/request (c=64)", 1.00, false, cpuC64, cpuOf},
-	{WRoute, "relay", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
-	{WIntercept, "goproxy", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
-	{WMCP, "relay", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
-	{WRoute, "relay", "saturation req/s (closed loop, most clients)", 0.95, true, satMax, rpsOf},
-	{WIntercept, "goproxy", "saturation req/s (closed loop, most clients)", 0.95, true, satMax, rpsOf},
+	{WIntercept, "goproxy", "", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
+	{WRoute, "relay", "", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
+	{WRouteConv, "relay", "", "CPU µs/request (c=64)", 1.20, false, cpuC64, cpuOf},
+	{WTunnel, "relay", "", "CPU µs/request (c=64)", 1.05, false, cpuC64, cpuOf},
+	{WTunnelNew, "relay", "", "CPU µs/request (c=64)", 1.10, false, cpuC64, cpuOf},
+	{WMCP, "relay", "", "CPU µs/request (c=64)", 1.00, false, cpuC64, cpuOf},
+	{WRoute, "relay", "", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
+	{WIntercept, "goproxy", "", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
+	{WMCP, "relay", "", "added p99 ms (fixed rate)", 1.25, false, rateMain, addedP99},
+	{WRoute, "relay", "", "saturation req/s (closed loop, most clients)", 0.95, true, satMax, rpsOf},
+	{WIntercept, "goproxy", "", "saturation req/s (closed loop, most clients)", 0.95, true, satMax, rpsOf},
+	// Issue #21: what the decision log and a shadow policy cost (Options.PolicyVariants).
+	{WRoute, "sandgate", "declog", "CPU µs/request (c=64), decision log on vs off", 1.10, false, cpuC64, cpuOf},
+	{WMCP, "sandgate", "declog", "CPU µs/request (c=64), decision log on vs off", 1.10, false, cpuC64, cpuOf},
+	{WRoute, "sandgate", "shadow", "p50 ms (fixed rate), shadow policy vs none", 1.10, false, rateMain, p50Of},
+	{WMCP, "sandgate", "shadow", "p50 ms (fixed rate), shadow policy vs none", 1.10, false, rateMain, p50Of},
 }
 
 // Ratios evaluates every target on the run's results.
@@ -91,15 +100,16 @@ func (r *Report) Ratios(mainN int, concurrency []int) []Ratio {
 	var out []Ratio
 	for _, sp := range ratioSpecs {
 		shape, n := sp.cell(mainN, maxC)
-		x := Ratio{Workload: sp.workload, Measure: sp.measure, Floor: sp.floor, Target: sp.target, AtLeast: sp.atLeast}
+		target := cmp.Or(sp.target, "sandgate")
+		x := Ratio{Workload: sp.workload, Measure: sp.measure, Floor: sp.floor, Target: sp.limit, AtLeast: sp.atLeast}
 		if shape == ShapeRate {
 			x.Measure = fmt.Sprintf("%s, %d sandboxes", sp.measure, n)
-		} else if sp.measure != "CPU µs/request (c=64)" {
+		} else if !strings.HasPrefix(sp.measure, "CPU µs/request (c=64)") {
 			x.Measure = fmt.Sprintf("%s c=%d", sp.measure, n)
 		}
 		var sgs, fls []float64
 		for _, rep := range r.reps() {
-			sg, ok1 := r.result(sp.workload, "sandgate", shape, n, rep)
+			sg, ok1 := r.result(sp.workload, target, shape, n, rep)
 			fl, ok2 := r.result(sp.workload, sp.floor, shape, n, rep)
 			dr, ok3 := r.result(sp.workload, "direct", shape, n, rep)
 			if !ok1 || !ok2 || (shape == ShapeRate && !ok3) {

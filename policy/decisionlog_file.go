@@ -2,7 +2,6 @@ package policy
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,12 +51,8 @@ func (r *rotatingFile) open() error {
 	return nil
 }
 
-func (r *rotatingFile) writeJSON(v any) error {
-	line, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode decision: %w", err)
-	}
-	line = append(line, '\n')
+// writeLine writes one encoded event, newline included.
+func (r *rotatingFile) writeLine(line []byte) error {
 	if r.size > 0 && r.size+int64(len(line)) > r.maxSize {
 		if err := r.rotate(); err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -68,9 +66,10 @@ func (c *DecisionLogHTTP) withDefaults() {
 // httpSink uploads events in batches on its own goroutine.
 type httpSink struct {
 	cfg   DecisionLogHTTP
-	queue chan *logs.EventV1
+	queue chan *[]byte
 	done  chan struct{}
 	log   *slog.Logger
+	zw    *gzip.Writer // reused by gzipBatch
 
 	sent, dropped atomic.Uint64
 	sentMetric    metric.Int64Counter
@@ -79,7 +78,7 @@ type httpSink struct {
 
 func newHTTPSink(cfg DecisionLogHTTP, m metric.Meter, log *slog.Logger) *httpSink {
 	cfg.withDefaults()
-	s := &httpSink{cfg: cfg, queue: make(chan *logs.EventV1, cfg.QueueSize), done: make(chan struct{}), log: log}
+	s := &httpSink{cfg: cfg, queue: make(chan *[]byte, cfg.QueueSize), done: make(chan struct{}), log: log}
 	s.sentMetric, _ = m.Int64Counter("sandgate.policy.decision_log.uploaded",
 		metric.WithDescription("Decisions accepted by the decision log's HTTP sink."))
 	s.droppedMetric, _ = m.Int64Counter("sandgate.policy.decision_log.upload_dropped",
@@ -88,11 +87,13 @@ func newHTTPSink(cfg DecisionLogHTTP, m metric.Meter, log *slog.Logger) *httpSin
 	return s
 }
 
-// offer queues ev without blocking; a full queue drops it.
-func (s *httpSink) offer(ev *logs.EventV1) {
+// offer queues one encoded event (a line of the file, newline included) without blocking; a
+// full queue drops it. The sink owns ev and returns it to the pool.
+func (s *httpSink) offer(ev *[]byte) {
 	select {
 	case s.queue <- ev:
 	default:
+		putEventBuffer(ev)
 		s.drop(1)
 	}
 }
@@ -111,7 +112,7 @@ func (s *httpSink) close() {
 
 func (s *httpSink) run() {
 	defer close(s.done)
-	var batch []*logs.EventV1
+	var batch []*[]byte
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	for {
@@ -138,11 +139,14 @@ func (s *httpSink) run() {
 }
 
 // send POSTs one batch, retrying with doubling backoff; a batch that fails every try is dropped.
-func (s *httpSink) send(batch []*logs.EventV1) {
+func (s *httpSink) send(batch []*[]byte) {
 	if len(batch) == 0 {
 		return
 	}
-	body, err := gzipJSON(batch)
+	body, err := s.gzipBatch(batch)
+	for _, ev := range batch {
+		putEventBuffer(ev)
+	}
 	if err != nil {
 		s.log.Error("decision log batch not encoded", "events", len(batch), "err", err)
 		s.drop(len(batch))
@@ -185,14 +189,30 @@ func (s *httpSink) post(body []byte) error {
 	return nil
 }
 
-// gzipJSON is OPA's upload encoding: one JSON array of events, gzip-compressed.
-func gzipJSON(batch []*logs.EventV1) ([]byte, error) {
+// gzipBatch is OPA's upload encoding: one JSON array of events, gzip-compressed. The events
+// are the bytes the file got; the compressor is reused from batch to batch.
+func (s *httpSink) gzipBatch(batch []*[]byte) ([]byte, error) {
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(batch); err != nil {
+	if s.zw == nil {
+		s.zw = gzip.NewWriter(&buf)
+	} else {
+		s.zw.Reset(&buf)
+	}
+	sep := []byte{'['}
+	for _, ev := range batch {
+		line := *ev
+		if _, err := s.zw.Write(sep); err != nil {
+			return nil, err
+		}
+		if _, err := s.zw.Write(line[:len(line)-1]); err != nil { // without its newline
+			return nil, err
+		}
+		sep[0] = ','
+	}
+	if _, err := s.zw.Write([]byte("]\n")); err != nil {
 		return nil, err
 	}
-	if err := zw.Close(); err != nil {
+	if err := s.zw.Close(); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

@@ -1,11 +1,15 @@
 package policy_test
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -25,6 +29,7 @@ import (
 type collector struct {
 	mu       sync.Mutex
 	batches  [][]logs.EventV1
+	raw      []json.RawMessage // every event as it arrived
 	requests int
 	fail     int
 	arrived  chan struct{}
@@ -53,12 +58,19 @@ func newCollector(t *testing.T, c *collector) string {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		body, err := io.ReadAll(zr)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		var batch []logs.EventV1
-		if err := json.NewDecoder(zr).Decode(&batch); err != nil {
+		var raw []json.RawMessage
+		if err := errors.Join(json.Unmarshal(body, &batch), json.Unmarshal(body, &raw)); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		c.batches = append(c.batches, batch)
+		c.raw = append(c.raw, raw...)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
@@ -103,6 +115,26 @@ func TestDecisionLogHTTPSinkPostsGzipBatchesOPADecodes(t *testing.T) {
 	assert.Zero(t, l.UploadDropped())
 }
 
+func TestDecisionLogUploadsTheBytesTheFileGot(t *testing.T) {
+	c := &collector{}
+	url := newCollector(t, c)
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := policy.OpenDecisionLog(policy.DecisionLogConfig{File: path, Labels: map[string]string{"id": "r1"},
+		HTTP: &policy.DecisionLogHTTP{URL: url, MaxBatch: 2, FlushInterval: time.Hour}})
+	require.NoError(t, err)
+	record(l, 5)
+	require.NoError(t, l.Close())
+
+	file, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := bytes.Split(bytes.TrimSuffix(file, []byte("\n")), []byte("\n"))
+	require.Len(t, lines, 5)
+	require.Len(t, c.raw, 5)
+	for i := range lines {
+		assert.Equal(t, string(lines[i]), string(c.raw[i]), "event %d", i)
+	}
+}
+
 func TestDecisionLogHTTPSinkRetriesWithBackoff(t *testing.T) {
 	c := &collector{fail: 2}
 	url := newCollector(t, c)
@@ -139,7 +171,7 @@ func TestDecisionLogHTTPSinkQueueFullDropsWithoutHoldingBackTheFile(t *testing.T
 	record(l, 1)
 	<-c.arrived // the sink is now stuck in its first POST
 	record(l, 10)
-	// The file writer hands every event to the sink before it counts the event written.
+	// The file is written whatever the stuck sink does.
 	require.Eventually(t, func() bool { return l.Written() == 11 }, 30*time.Second, time.Millisecond)
 	go func() {
 		for range c.arrived {

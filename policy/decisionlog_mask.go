@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/open-policy-agent/opa/v1/plugins/logs"
 )
 
 // MaskedValue replaces a masked value in a logged decision. Values are replaced, not removed,
@@ -50,44 +48,4 @@ func parseMask(p string) (maskPointer, error) {
 		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
 	}
 	return maskPointer{raw: p, root: parts[0], path: parts[1:]}, nil
-}
-
-// apply masks ev and reports whether it replaced anything.
-func (m maskPointer) apply(ev *logs.EventV1) bool {
-	doc := ev.Input
-	if m.root == "result" {
-		doc = ev.Result
-	}
-	if doc == nil {
-		return false
-	}
-	node := *doc
-	last := len(m.path) - 1
-	for _, k := range m.path[:last] {
-		obj, ok := node.(map[string]any)
-		if !ok {
-			return false
-		}
-		if node, ok = obj[k]; !ok {
-			return false
-		}
-	}
-	masked := false
-	switch obj := node.(type) {
-	case map[string]any:
-		if m.path[last] == "*" {
-			for k := range obj {
-				obj[k], masked = MaskedValue, true
-			}
-		} else if _, ok := obj[m.path[last]]; ok {
-			obj[m.path[last]], masked = MaskedValue, true
-		}
-	case []any:
-		if m.path[last] == "*" {
-			for i := range obj {
-				obj[i], masked = MaskedValue, true
-			}
-		}
-	}
-	return masked
 }

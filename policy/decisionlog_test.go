@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"github.com/stretchr/testify/assert"
@@ -124,4 +125,17 @@ func TestCheckMaskRefusesWhatIsNotAPointerIntoInputOrResult(t *testing.T) {
 		assert.Error(t, policy.CheckMask(p), p)
 	}
 	assert.NoError(t, policy.CheckMask("/input/mcp/arguments/a~1b"))
+}
+
+// The writer wakes by itself: decisions reach the file while the log stays open, not only at
+// Close.
+func TestDecisionLogWritesWhileOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	l, err := policy.OpenDecisionLog(policy.DecisionLogConfig{File: path})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	for range 3 {
+		l.Record("id", toolCall(nil), policy.Decision{Allow: true})
+	}
+	require.Eventually(t, func() bool { return len(readDecisionLog(t, path)) == 3 }, 30*time.Second, time.Millisecond)
 }

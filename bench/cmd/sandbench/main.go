@@ -41,7 +41,9 @@ func main() {
 	flag.DurationVar(&o.ClosedDuration, "closed-duration", 2*time.Second, "window of a closed-loop cell")
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
-	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ","))
+	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ",")+
+		`; "declog": only route and mcp, with -policy-variants`)
+	flag.BoolVar(&o.PolicyVariants, "policy-variants", false, `also run Sandgate with the decision log on ("declog") and with a shadow policy ("shadow"), interleaved, on route and mcp`)
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
 	flag.Parse()
 	if *quick {
@@ -57,6 +59,9 @@ func main() {
 	}
 	if !containsInt(o.Sweep, o.Sandboxes) {
 		o.Sweep = append(o.Sweep, o.Sandboxes)
+	}
+	if *workloads == "declog" {
+		*workloads, o.PolicyVariants = bench.WRoute+","+bench.WMCP, true
 	}
 	if *workloads != "" {
 		o.Workloads = strings.Split(*workloads, ",")
