@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"slices"
 	"strconv"
 	"time"
 
@@ -66,34 +65,11 @@ func appendIdentity(b []byte, id *identity.Identity) []byte {
 	b = append(b, `,"claim":`...)
 	b = jsonenc.AppendString(b, id.Claim)
 	b = append(b, `,"labels":`...)
-	b = appendLabels(b, id.Labels)
+	b = jsonenc.AppendStringMap(b, id.Labels)
 	b = append(b, `,"source_ip":`...)
 	b = jsonenc.AppendString(b, id.SourceIP)
 	b = append(b, `,"known":`...)
 	b = strconv.AppendBool(b, id.Known)
-	return append(b, '}')
-}
-
-// appendLabels writes a map as encoding/json does: null when nil, keys sorted.
-func appendLabels(b []byte, m map[string]string) []byte {
-	if m == nil {
-		return append(b, "null"...)
-	}
-	var small [8]string
-	keys := small[:0]
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonenc.AppendString(b, k)
-		b = append(b, ':')
-		b = jsonenc.AppendString(b, m[k])
-	}
 	return append(b, '}')
 }
 

@@ -45,7 +45,7 @@ type eventEncoder struct {
 
 func newEventEncoder(masks []maskPointer, labels map[string]string) *eventEncoder {
 	e := &eventEncoder{masks: masks, hit: make([]bool, len(masks))}
-	e.labels = appendStringMap(nil, labels, "null")
+	e.labels = jsonenc.AppendStringMap(nil, labels)
 	return e
 }
 
@@ -371,25 +371,3 @@ func normalize(v any) any {
 
 // notJSON stands for a value normalize could not convert; writing it fails.
 type notJSON struct{ err error }
-
-// appendStringMap writes a map[string]string as encoding/json does, keys sorted; nilAs when nil.
-func appendStringMap(b []byte, m map[string]string, nilAs string) []byte {
-	if m == nil {
-		return append(b, nilAs...)
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonenc.AppendString(b, k)
-		b = append(b, ':')
-		b = jsonenc.AppendString(b, m[k])
-	}
-	return append(b, '}')
-}
