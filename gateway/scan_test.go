@@ -117,7 +117,7 @@ var sandboxMessages = []string{
 
 func TestMessageScanReadsAsEncodingJSONDoes(t *testing.T) {
 	for _, raw := range sandboxMessages {
-		t.Run(raw, func(t *testing.T) { checkMessageScan(t, []byte(raw)) })
+		t.Run(raw, func(t *testing.T) { checkScanAgainstJSON(t, []byte(raw), scanMessage) })
 	}
 	for _, raw := range sandboxMessages[:2] { // the common shapes are the scan's to read
 		_, ok := scanMessage([]byte(raw))
@@ -129,18 +129,7 @@ func FuzzMessageScan(f *testing.F) {
 	for _, raw := range sandboxMessages {
 		f.Add([]byte(raw))
 	}
-	f.Fuzz(func(t *testing.T, raw []byte) { checkMessageScan(t, raw) })
-}
-
-// checkMessageScan: what scanMessage reads is what json.Unmarshal reads.
-func checkMessageScan(t *testing.T, raw []byte) {
-	got, ok := scanMessage(raw)
-	if !ok {
-		return // left to encoding/json
-	}
-	var want rpcMessage
-	require.NoError(t, json.Unmarshal(raw, &want), "the scan read a message encoding/json refuses")
-	assert.Equal(t, want, got)
+	f.Fuzz(func(t *testing.T, raw []byte) { checkScanAgainstJSON(t, raw, scanMessage) })
 }
 
 var toolResults = []string{
@@ -163,7 +152,7 @@ var toolResults = []string{
 
 func TestToolResultScanReadsAsEncodingJSONDoes(t *testing.T) {
 	for _, raw := range toolResults {
-		t.Run(raw, func(t *testing.T) { checkToolResultScan(t, []byte(raw)) })
+		t.Run(raw, func(t *testing.T) { checkScanAgainstJSON(t, []byte(raw), scanToolResult) })
 	}
 	for _, raw := range toolResults[:3] { // the common shapes are the scan's to read
 		_, ok := scanToolResult([]byte(raw))
@@ -175,16 +164,17 @@ func FuzzToolResultScan(f *testing.F) {
 	for _, raw := range toolResults {
 		f.Add([]byte(raw))
 	}
-	f.Fuzz(func(t *testing.T, raw []byte) { checkToolResultScan(t, raw) })
+	f.Fuzz(func(t *testing.T, raw []byte) { checkScanAgainstJSON(t, raw, scanToolResult) })
 }
 
-// checkToolResultScan: what scanToolResult reads is what json.Unmarshal reads.
-func checkToolResultScan(t *testing.T, raw []byte) {
-	got, ok := scanToolResult(raw)
+// checkScanAgainstJSON: what scan reads from raw (when it does not leave raw to encoding/json)
+// is what json.Unmarshal into T reads.
+func checkScanAgainstJSON[T any](t *testing.T, raw []byte, scan func([]byte) (T, bool)) {
+	got, ok := scan(raw)
 	if !ok {
 		return // left to encoding/json
 	}
-	var want toolResultFields
-	require.NoError(t, json.Unmarshal(raw, &want), "the scan read a result encoding/json refuses")
+	var want T
+	require.NoError(t, json.Unmarshal(raw, &want), "the scan read what encoding/json refuses")
 	assert.Equal(t, want, got)
 }
