@@ -24,27 +24,13 @@ import (
 // errLeaveToJSON ends a scan whose result encoding/json must read.
 var errLeaveToJSON = errors.New("leave it to encoding/json")
 
-// plainASCIIKey is a raw key (quotes included) as the name it stands for, when it has no
-// escapes and only ASCII letters.
-func plainASCIIKey(key []byte, escaped bool) ([]byte, bool) {
-	if escaped {
-		return nil, false
-	}
-	for _, c := range key {
-		if c >= 0x80 {
-			return nil, false
-		}
-	}
-	return key[1 : len(key)-1], true
-}
-
 // asksForInput reports whether raw, a result, may be of resultType "input_required": false
 // only when a scan shows it is not; anything the scan leaves to encoding/json (or cannot read)
 // may be.
 func asksForInput(raw []byte) bool {
 	may := false
 	err := jsonscan.Members(raw, func(key []byte, escaped bool, val []byte) error {
-		name, ok := plainASCIIKey(key, escaped)
+		name, ok := jsonscan.ASCIIKey(key, escaped)
 		switch {
 		case !ok:
 			return errLeaveToJSON
@@ -92,16 +78,6 @@ func extraFields(raw []byte, known []string) (map[string]json.RawMessage, error)
 	return fields, nil
 }
 
-// plainLowerKey is a raw key as the name it stands for when encoding/json could match it to
-// no field other than the one of that exact name: no escapes, ASCII, no capital letter.
-func plainLowerKey(key []byte, escaped bool) ([]byte, bool) {
-	name, ok := plainASCIIKey(key, escaped)
-	if !ok || bytes.ContainsFunc(name, func(r rune) bool { return r >= 'A' && r <= 'Z' }) {
-		return nil, false
-	}
-	return name, true
-}
-
 // scanMessage reads a sandbox's JSON-RPC message as json.Unmarshal into rpcMessage would,
 // in one scan that does not decode the params beyond their uri; ok is false when it leaves the
 // message to encoding/json (a key it might read differently, a repeated member, a value of
@@ -109,7 +85,7 @@ func plainLowerKey(key []byte, escaped bool) ([]byte, bool) {
 func scanMessage(body []byte) (msg rpcMessage, ok bool) {
 	var seen [5]bool
 	err := jsonscan.Members(body, func(key []byte, escaped bool, val []byte) error {
-		name, ok := plainLowerKey(key, escaped)
+		name, ok := jsonscan.LowerKey(key, escaped)
 		if !ok {
 			return errLeaveToJSON
 		}
@@ -154,7 +130,7 @@ func scanURI(params []byte) (string, bool) {
 	seen := false
 	s := jsonscan.New(params)
 	err := s.Object(2, func(key []byte, escaped bool, val []byte) error {
-		name, ok := plainLowerKey(key, escaped)
+		name, ok := jsonscan.LowerKey(key, escaped)
 		switch {
 		case !ok:
 			return errLeaveToJSON
@@ -196,7 +172,7 @@ func plainString(val []byte) (string, bool) {
 func scanToolResult(raw []byte) (f toolResultFields, ok bool) {
 	var seen [len(toolResultKeys)]bool
 	err := jsonscan.Members(raw, func(key []byte, escaped bool, val []byte) error {
-		name, ok := plainASCIIKey(key, escaped)
+		name, ok := jsonscan.ASCIIKey(key, escaped)
 		if !ok {
 			return errLeaveToJSON
 		}

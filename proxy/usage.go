@@ -156,24 +156,11 @@ func scanUsage(b []byte) (d usageDoc, ok bool) {
 	return d, s.AtEnd()
 }
 
-// plainKey is the name of a raw key when it is lowercase ASCII without escapes.
-func plainKey(key []byte, escaped bool) ([]byte, bool) {
-	if escaped {
-		return nil, false
-	}
-	for _, c := range key {
-		if c >= 'A' && c <= 'Z' || c >= 0x80 {
-			return nil, false
-		}
-	}
-	return key[1 : len(key)-1], true
-}
-
 // member reads the members of a usageDoc at depth; message and response are read at the top.
 func (d *usageDoc) member(depth int, top bool) func(key []byte, escaped bool, val []byte) error {
 	var seen [3]bool
 	return func(key []byte, escaped bool, val []byte) error {
-		name, ok := plainKey(key, escaped)
+		name, ok := jsonscan.LowerKey(key, escaped)
 		if !ok {
 			return errLeaveToJSON
 		}
@@ -212,7 +199,7 @@ func (d *usageDoc) member(depth int, top bool) func(key []byte, escaped bool, va
 
 // member reads one member of a usage object: the counts are integers or null.
 func (f *usageFields) member(key []byte, escaped bool, val []byte) error {
-	name, ok := plainKey(key, escaped)
+	name, ok := jsonscan.LowerKey(key, escaped)
 	if !ok {
 		return errLeaveToJSON
 	}

@@ -29,6 +29,36 @@ func (s *Scanner) AtEnd() bool { return s.i >= len(s.b) }
 // ErrEnd is the error of a text that ends too early.
 var ErrEnd = errors.New("unexpected end of JSON input")
 
+// ASCIIKey is a raw key (quotes included) as the name it stands for, when it has no escapes
+// and only ASCII; a key beyond ASCII may fold (encoding/json matches keys without regard to
+// case and Unicode folding), one with escapes is not its raw bytes.
+func ASCIIKey(key []byte, escaped bool) ([]byte, bool) {
+	if escaped {
+		return nil, false
+	}
+	for _, c := range key {
+		if c >= 0x80 {
+			return nil, false
+		}
+	}
+	return key[1 : len(key)-1], true
+}
+
+// LowerKey is ASCIIKey for a key without capital letters: one that encoding/json can match to
+// no field other than the one of exactly its name, when field names are lowercase.
+func LowerKey(key []byte, escaped bool) ([]byte, bool) {
+	name, ok := ASCIIKey(key, escaped)
+	if !ok {
+		return nil, false
+	}
+	for _, c := range name {
+		if c >= 'A' && c <= 'Z' {
+			return nil, false
+		}
+	}
+	return name, true
+}
+
 // Members scans b, which must hold one JSON object and nothing else but whitespace, calling
 // member with each of its members as Object does.
 func Members(b []byte, member func(key []byte, escaped bool, val []byte) error) error {
