@@ -2,7 +2,6 @@ package policy
 
 import (
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -18,8 +17,8 @@ import (
 // input; each reference contributes its longest constant prefix (input.http.model,
 // input.mcp.arguments.owner, or input.http for input.http[x], or all of input for a bare
 // `input` or a dynamic first key). The cache key is the canonical text of the values at those
-// prefixes. Two inputs with equal keys agree on everything the policy can see, so they get the
-// same decision.
+// prefixes (cachekey.go). Two inputs with equal keys agree on everything the policy can see, so
+// they get the same decision.
 //
 // The shipped policies read the template, the kind and a handful of request fields, never the
 // sandbox's name or usage, so thousands of sandboxes of a few templates share a small set of
@@ -51,7 +50,7 @@ type inputPath []*ast.Term
 
 // decisionCache is a revision's cache; nil when the revision is not cacheable or caching is off.
 type decisionCache struct {
-	paths []inputPath
+	parts []keyPart // the referenced paths and their renderers (cachekey.go)
 	max   int
 
 	mu      sync.RWMutex
@@ -68,7 +67,7 @@ func newDecisionCache(c *ast.Compiler, max int) *decisionCache {
 	if !ok {
 		return nil
 	}
-	return &decisionCache{paths: paths, max: max, entries: make(map[string]Decision)}
+	return &decisionCache{parts: keyParts(paths), max: max, entries: make(map[string]Decision)}
 }
 
 // inputDependencies lists the input prefixes the modules read, shortest covering set first,
@@ -146,32 +145,6 @@ func coveringPaths(refs []ast.Ref) []inputPath {
 		out = append(out, inputPath(r[1:]))
 	}
 	return out
-}
-
-// key appends to b the referenced parts of an input, which value resolves (Input.field, or
-// lookupValue on a built document); ok is false when the key would be too large or a part
-// cannot be resolved. A string is rendered as its String() renders it, without building it.
-func (c *decisionCache) key(b []byte, value func(path []*ast.Term) (ast.Value, error)) ([]byte, bool) {
-	for _, p := range c.paths {
-		v, err := value(p)
-		switch {
-		case err != nil:
-			return b, false
-		case v == nil:
-			b = append(b, "-\x00"...) // undefined: no value's text is "-" alone, none holds a NUL
-			continue
-		}
-		if s, ok := v.(ast.String); ok {
-			b = strconv.AppendQuote(b, string(s))
-		} else {
-			b = append(b, v.String()...)
-		}
-		b = append(b, 0)
-		if len(b) > maxCacheKeyBytes {
-			return b, false
-		}
-	}
-	return b, true
 }
 
 // get looks key up without copying it (the map index of a converted []byte does not allocate).

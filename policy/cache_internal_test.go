@@ -85,30 +85,30 @@ func TestNondeterministicPoliciesAreNotCached(t *testing.T) {
 
 func TestCacheKey(t *testing.T) {
 	c := newDecisionCache(compileModule(t, `package sandgate
-decision := {"allow": true} if { input.http.model == "m"; input.identity.template == "t" }`), 10)
+decision := {"allow": true} if { input.http.model == "m"; input.identity.template == "t"; input.grants.x == 1 }`), 10)
 	require.NotNil(t, c)
-	key := func(doc string) string {
-		k, ok := c.key(nil, documentResolver(ast.MustParseTerm(doc).Value))
+	key := func(in *Input) string {
+		k, ok := c.key(nil, in)
 		require.True(t, ok)
 		return string(k)
 	}
-	base := key(`{"http": {"model": "m", "host": "a"}, "identity": {"template": "t", "sandbox": "s1"}}`)
-	assert.Equal(t, base, key(`{"identity": {"sandbox": "s2", "template": "t"}, "http": {"host": "b", "model": "m"}}`),
-		"fields the policy does not read do not split the key")
-	assert.NotEqual(t, base, key(`{"http": {"model": "n"}, "identity": {"template": "t"}}`))
-	assert.NotEqual(t, key(`{"http": {}, "identity": {"template": "t"}}`), key(`{"http": {"model": "-"}, "identity": {"template": "t"}}`),
-		"undefined differs from every value")
-	assert.NotEqual(t, key(`{"http": {"model": 1}, "identity": {"template": "t"}}`), key(`{"http": {"model": "1"}, "identity": {"template": "t"}}`))
-	assert.NotEqual(t, key(`{"http": {"model": "a\u0000b"}, "identity": {"template": "t"}}`), key(`{"http": {"model": "a"}, "identity": {"template": "b"}}`),
+	in := func(template string, h *HTTP, grants map[string]any) *Input {
+		return &Input{Identity: identity.Identity{Template: template, Sandbox: "s1"}, HTTP: h, Grants: grants}
+	}
+	base := key(in("t", &HTTP{Model: "m", Host: "a"}, nil))
+	other := in("t", &HTTP{Model: "m", Host: "b"}, map[string]any{"y": 2})
+	other.Identity.Sandbox = "s2"
+	assert.Equal(t, base, key(other), "fields the policy does not read do not split the key")
+	assert.NotEqual(t, base, key(in("t", &HTTP{Model: "n"}, nil)))
+	assert.NotEqual(t, key(in("t", nil, nil)), key(in("t", &HTTP{Model: "-"}, nil)), "undefined differs from every value")
+	assert.NotEqual(t, key(in("t", nil, nil)), key(in("t", &HTTP{}, nil)), "undefined differs from the empty string")
+	assert.NotEqual(t, key(in("t", nil, map[string]any{"x": 1.0})), key(in("t", nil, map[string]any{"x": "1"})))
+	assert.NotEqual(t, key(in("t", &HTTP{Model: "a\x00b"}, nil)), key(in("b", &HTTP{Model: "a"}, nil)),
 		"a NUL inside a value cannot forge a separator")
 
 	big := newDecisionCache(compileModule(t, "package sandgate\ndecision := {\"allow\": count(input.mcp.arguments) > 0}"), 10)
-	_, ok := big.key(nil, documentResolver(ast.MustParseTerm(`{"mcp": {"arguments": {"content": "`+strings.Repeat("x", 4096)+`"}}}`).Value))
+	_, ok := big.key(nil, &Input{MCP: &MCP{Arguments: map[string]any{"content": strings.Repeat("x", 4096)}}})
 	assert.False(t, ok, "an input whose referenced part is large is not cached")
-}
-
-func documentResolver(doc ast.Value) func([]*ast.Term) (ast.Value, error) {
-	return func(path []*ast.Term) (ast.Value, error) { return lookupValue(doc, path), nil }
 }
 
 // Input.field must agree with the document Value builds, for every path a policy can name;

@@ -165,7 +165,7 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 		// On a hit the input document is never built: the key reads the struct directly,
 		// into a buffer on the stack unless it is long.
 		var buf [256]byte
-		if key, cached = c.key(buf[:0], in.field); cached {
+		if key, cached = c.key(buf[:0], in); cached {
 			if d, hit := c.get(key); hit {
 				e.metrics.cacheLookup(true)
 				return d
