@@ -2,13 +2,12 @@ package policy
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // WithMeterProvider records decisions (by kind, allow and code), evaluation time, reload results
@@ -16,11 +15,21 @@ import (
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(e *Engine) {
 		m := mp.Meter("github.com/sandgate/sandgate/policy")
-		e.metrics = &engineMetrics{attrs: telemetry.NewAttrSets(func(k attrKey) metric.MeasurementOption {
-			return metric.WithAttributes(attribute.String("kind", k.kind), attribute.Bool("allow", k.allow), attribute.String("code", k.code))
-		})}
-		e.metrics.decisions, _ = m.Int64Counter("sandgate.policy.decisions",
+		e.metrics = &engineMetrics{}
+		// Counted in an atomic per series and read at collection, like the cache lookups below:
+		// the SDK counter's Add normalised and looked up the attribute set on every decision,
+		// beside the histogram's Record that must stay.
+		decisions, _ := m.Int64ObservableCounter("sandgate.policy.decisions",
 			metric.WithDescription("Policy decisions by kind, allow and reason code."))
+		_, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+			e.metrics.series.Range(func(_, v any) bool {
+				if s := v.(*decisionSeries); s.count.Load() > 0 {
+					o.ObserveInt64(decisions, s.count.Load(), s.attrs)
+				}
+				return true
+			})
+			return nil
+		}, decisions)
 		e.metrics.evalTime, _ = m.Float64Histogram("sandgate.policy.evaluation.duration",
 			metric.WithUnit("s"), metric.WithDescription("Time to evaluate one decision."),
 			metric.WithExplicitBucketBoundaries(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2))
@@ -68,13 +77,14 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 type engineMetrics struct {
-	decisions metric.Int64Counter
-	evalTime  metric.Float64Histogram
-	reloads   metric.Int64Counter
-	failures  metric.Int64Counter
+	evalTime metric.Float64Histogram
+	reloads  metric.Int64Counter
+	failures metric.Int64Counter
 	// Decision cache lookups, by result.
 	cacheHits, cacheMisses atomic.Int64
-	attrs                  *telemetry.AttrSets[attrKey]
+	// series holds the decisions by kind, code and allow (attrKey → *decisionSeries); small and
+	// bounded, as the kinds and reason codes are.
+	series sync.Map
 }
 
 type attrKey struct {
@@ -82,13 +92,31 @@ type attrKey struct {
 	allow      bool
 }
 
+// decisionSeries is one (kind, allow, code): its decision count and its attributes, built once,
+// with the option list the histogram's Record takes (passed as a slice, not one per call).
+type decisionSeries struct {
+	count  atomic.Int64
+	attrs  metric.MeasurementOption
+	record []metric.RecordOption
+}
+
+func (m *engineMetrics) seriesOf(k attrKey) *decisionSeries {
+	if s, ok := m.series.Load(k); ok {
+		return s.(*decisionSeries)
+	}
+	attrs := metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("kind", k.kind), attribute.Bool("allow", k.allow), attribute.String("code", k.code)))
+	s, _ := m.series.LoadOrStore(k, &decisionSeries{attrs: attrs, record: []metric.RecordOption{attrs}})
+	return s.(*decisionSeries)
+}
+
 func (m *engineMetrics) record(ctx context.Context, kind string, d *Decision, start time.Time) {
 	if m == nil {
 		return
 	}
-	o := m.attrs.Get(attrKey{kind, d.Code, d.Allow})
-	m.decisions.Add(ctx, 1, o)
-	m.evalTime.Record(ctx, time.Since(start).Seconds(), o)
+	s := m.seriesOf(attrKey{kind, d.Code, d.Allow})
+	s.count.Add(1)
+	m.evalTime.Record(ctx, time.Since(start).Seconds(), s.record...)
 }
 
 func (m *engineMetrics) cacheLookup(hit bool) {
