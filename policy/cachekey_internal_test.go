@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -235,4 +236,27 @@ func TestCacheKeyIsInjective(t *testing.T) {
 			assert.Equal(t, tc.equal, string(ra) == string(rb), fmt.Sprintf("the reference agrees: %q vs %q", ra, rb))
 		})
 	}
+}
+
+// FuzzCacheKey: for any decoded JSON arguments and grants, labels and path, the key is the
+// reference key.
+func FuzzCacheKey(f *testing.F) {
+	f.Add(`{"owner":"acme","list":["a","b"]}`, `{"github_repos":["acme/api"]}`, "a", "b,c", "mcp.arguments.owner")
+	f.Add(`{"a":{"b":[true,null,"x"]}}`, `{}`, `"`, "\x00", "mcp.arguments.a.b")
+	f.Add(`{}`, `{"x":{"y":[1.5,"s"]}}`, "", "-", "grants.x.y")
+	f.Add(`{}`, `{}`, "team", "", "identity.labels")
+	f.Fuzz(func(t *testing.T, args, grants, label, value, path string) {
+		var a, g map[string]any
+		if json.Unmarshal([]byte(args), &a) != nil || json.Unmarshal([]byte(grants), &g) != nil {
+			return
+		}
+		in := &Input{Kind: audit.KindToolsCall, Identity: identity.Identity{Template: value, Labels: map[string]string{label: value}},
+			MCP: &MCP{Upstream: label, Tool: value, Arguments: a}, Grants: g}
+		c := cacheOf(path)
+		want, wantOK := referenceKey(c, nil, in)
+		got, ok := c.key(nil, in)
+		if ok != wantOK || string(got) != string(want) {
+			t.Fatalf("path %q: key %q (%v), reference %q (%v)", path, got, ok, want, wantOK)
+		}
+	})
 }

@@ -23,8 +23,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 			metric.WithDescription("Policy decisions by kind, allow and reason code."))
 		_, _ = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 			e.metrics.series.Range(func(_, v any) bool {
-				if s := v.(*decisionSeries); s.count.Load() > 0 {
-					o.ObserveInt64(decisions, s.count.Load(), s.attrs)
+				// A series is stored just before its first count: skip it until then, as a
+				// counter shows no series before its first Add.
+				s := v.(*decisionSeries)
+				if n := s.count.Load(); n > 0 {
+					o.ObserveInt64(decisions, n, s.attrs)
 				}
 				return true
 			})
