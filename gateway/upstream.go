@@ -295,7 +295,7 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*clie
 		if err != nil {
 			return nil, fmt.Errorf("streamable HTTP transport for %s: %w", u.cfg.URL, err)
 		}
-		tr = t
+		tr = newUpstreamHTTP(t, u)
 	}
 	cli := client.NewClient(tr,
 		client.WithProtocolVersion(version),
