@@ -280,7 +280,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out.Params.Meta, key = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
 	defer g.inflight.end(n.upstream, key)
 	res, err := forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
-		return request(ctx, c, mcp.MethodToolsCall, out.Params, parseToolResult)
+		return request(ctx, c, mcp.MethodToolsCall, out.Params, toolResultFor(ctx))
 	})
 	if err != nil {
 		return mcp.NewToolResultError(err.Error()), nil

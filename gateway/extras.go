@@ -34,14 +34,28 @@ type resultExtras struct {
 	id     json.RawMessage // of the request
 	mu     sync.Mutex
 	fields map[string]json.RawMessage
+	result *verbatimResult // a tools/call result, whole (rawresult.go)
 }
 
 type extrasKey struct{}
 
-func (e *resultExtras) get() map[string]json.RawMessage {
+func (e *resultExtras) get() (map[string]json.RawMessage, *verbatimResult) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.fields
+	return e.fields, e.result
+}
+
+// complete is msg, mcp-go's response to the request, with what the handler kept of the result;
+// errNotAList when msg is another message or nothing was kept.
+func (e *resultExtras) complete(msg []byte) ([]byte, error) {
+	fields, result := e.get()
+	switch {
+	case result != nil:
+		return withVerbatimResult(msg, e.id, result)
+	case len(fields) > 0:
+		return addExtras(msg, e.id, fields)
+	}
+	return nil, errNotAList
 }
 
 // keepExtras records the top-level fields of raw, the result of method, that the sandbox's
@@ -49,7 +63,7 @@ func (e *resultExtras) get() map[string]json.RawMessage {
 func keepExtras(ctx context.Context, method string, raw json.RawMessage) {
 	e, ok := ctx.Value(extrasKey{}).(*resultExtras)
 	known, forwarded := typedFields[method]
-	if !ok || !forwarded {
+	if !ok || !forwarded || method == string(mcp.MethodToolsCall) { // kept whole (toolResultFor)
 		return
 	}
 	fields, err := extraFields(raw, known)
@@ -79,13 +93,10 @@ func withExtras(ctx context.Context, w http.ResponseWriter, method string, id js
 }
 
 func (w *extrasWriter) Write(p []byte) (int, error) {
-	fields := w.extras.get()
-	if len(fields) == 0 {
+	if fields, result := w.extras.get(); len(fields) == 0 && result == nil {
 		return w.ResponseWriter.Write(p)
 	}
-	out := rewriteMessages(p, w.Header().Get("Content-Type"), func(msg []byte) ([]byte, error) {
-		return addExtras(msg, w.id, fields)
-	})
+	out := rewriteMessages(p, w.Header().Get("Content-Type"), w.extras.complete)
 	if _, err := w.ResponseWriter.Write(out); err != nil {
 		return 0, err
 	}

@@ -24,11 +24,7 @@ func storedWithExtras(ctx context.Context, msg json.RawMessage) json.RawMessage 
 	if !ok {
 		return msg
 	}
-	fields := e.get()
-	if len(fields) == 0 {
-		return msg
-	}
-	out, err := addExtras(msg, e.id, fields)
+	out, err := e.complete(msg)
 	if err != nil {
 		return msg
 	}
