@@ -61,13 +61,7 @@ func startCluster(t testing.TB, n, replicas, nodeTimeoutMS int) *Cluster {
 	cli := tool(t, "redis-cli")
 	c := &Cluster{}
 	for range n * (1 + replicas) {
-		s := newServer(t, "redis-server")
-		s.args = []string{"--cluster-enabled", "yes", "--cluster-config-file", s.dir + "/nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(nodeTimeoutMS)}
-		t.Cleanup(s.kill)
-		if err := s.start(); err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
+		s := startClusterNode(t, nodeTimeoutMS)
 		c.Nodes, c.Addrs = append(c.Nodes, s), append(c.Addrs, s.Addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -139,4 +133,29 @@ func (c *Cluster) NodeFor(ctx context.Context, t testing.TB, key string) (*Serve
 		}
 	}
 	return nil, fmt.Errorf("no node serves slot %d", slot)
+}
+
+// startClusterNode starts one cluster-enabled redis-server. Its cluster bus gets a free port of
+// its own (by default it is the client port + 10000, which another process may hold), and a
+// node that lost a port to another process between freePort and its bind is started again on
+// new ports.
+func startClusterNode(t testing.TB, nodeTimeoutMS int) *Server {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		s := newServer(t, "redis-server")
+		bus, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s.args = []string{"--cluster-enabled", "yes", "--cluster-config-file", s.dir + "/nodes.conf",
+			"--cluster-node-timeout", strconv.Itoa(nodeTimeoutMS), "--cluster-port", strconv.Itoa(bus)}
+		t.Cleanup(s.kill)
+		err = s.start()
+		if err == nil {
+			return s
+		}
+		if attempt >= 3 || !strings.Contains(err.Error(), "Address already in use") {
+			t.Fatalf("redistest: %v", err)
+		}
+	}
 }
