@@ -114,7 +114,7 @@ func (w *extrasWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // addExtras adds fields to the result of msg when msg is the response to request id.
 func addExtras(msg []byte, id json.RawMessage, fields map[string]json.RawMessage) ([]byte, error) {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(msg, &m); err != nil || m["result"] == nil || !bytes.Equal(compact(m["id"]), compact(id)) {
+	if err := json.Unmarshal(msg, &m); err != nil || m["result"] == nil || !sameID(m["id"], id) {
 		return nil, errNotAList
 	}
 	var res map[string]json.RawMessage
@@ -131,14 +131,6 @@ func addExtras(msg []byte, id json.RawMessage, fields map[string]json.RawMessage
 		return nil, err
 	}
 	return json.Marshal(m)
-}
-
-func compact(b json.RawMessage) []byte {
-	var buf bytes.Buffer
-	if json.Compact(&buf, b) != nil {
-		return b
-	}
-	return buf.Bytes()
 }
 
 // rewriteMessages applies f to each JSON-RPC message of body: a JSON response, or the data lines

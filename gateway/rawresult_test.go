@@ -59,3 +59,12 @@ func TestToolResultForKeepsTheResultForTheWriter(t *testing.T) {
 	_, err = toolResultFor(context.Background())(&raw)
 	require.NoError(t, err, "without the guard's writer, the typed result")
 }
+
+// The extras of a resources/read or prompts/get result reach a response whose id mcp-go spelled
+// otherwise than the sandbox did.
+func TestExtrasReachAnIDSpelledOtherwise(t *testing.T) {
+	out, err := addExtras([]byte(`{"jsonrpc":"2.0","id":"a","result":{"contents":[]}}`), json.RawMessage(`"\u0061"`),
+		map[string]json.RawMessage{"x-future": json.RawMessage(`true`)})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"jsonrpc":"2.0","id":"a","result":{"contents":[],"x-future":true}}`, string(out))
+}
