@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"math"
 	"net"
 	"net/http"
@@ -188,11 +187,10 @@ func (p *Proxy) relay(client, up net.Conn) string {
 }
 
 // intercept terminates TLS with a leaf certificate for the CONNECT target and serves the
-// tunnel's requests with a per-tunnel HTTP/1.1 server whose every request is decided again.
-// It calls closed once the tunnel is over: before it returns when the tunnel never opens, else
-// from the connection's own goroutine when it closes. The calling goroutine does not wait for
-// that, so an open intercepted tunnel costs one goroutine, not two (with 10,000 sandboxes,
-// 10,000 stacks grown by the TLS handshake).
+// tunnel's requests on this goroutine (tunnelServer), every request decided again. It calls
+// closed once, when the tunnel is over. An open intercepted tunnel costs this one goroutine
+// (with 10,000 sandboxes, 10,000 stacks grown by the TLS handshake) and no buffer while idle
+// beyond its reader's.
 func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed func()) {
 	served := false
 	defer func() {
@@ -223,38 +221,31 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 		return
 	}
 	_ = client.SetDeadline(time.Time{})
-	var once sync.Once
 	g := newHeadGuard(tc, l.MaxHeaderBytes, func(rf *call.Refusal) { p.refuseConn(client, rf) })
-	srv := &http.Server{
-		Handler:           p.innerHandler(x.ev().Identity, x.dest, he),
-		ReadHeaderTimeout: l.ClientHandshakeTimeout.D(),
-		IdleTimeout:       l.TunnelIdleTimeout.D(),
-		MaxHeaderBytes:    2 * l.MaxHeaderBytes,
-		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
-		ConnState: func(_ net.Conn, s http.ConnState) {
-			if s == http.StateClosed || s == http.StateHijacked {
-				once.Do(closed)
-			}
-		},
-		ErrorLog: log.New(io.Discard, "", 0),
-	}
+	s := p.newTunnelServer(tc, g, p.innerHandler(x.ev().Identity, x.dest, he, g))
 	served = true
-	// Serve starts the connection's goroutine and returns when the listener runs dry.
-	_ = srv.Serve(&oneConnListener{c: g})
+	defer func() {
+		_ = tc.Close()
+		closed()
+	}()
+	s.serve()
 }
 
 // innerHandler serves the requests of one intercepted tunnel.
-func (p *Proxy) innerHandler(id identity.Identity, dest hostport.Addr, he *hostEntry) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		x := p.newExchange(r, id, audit.KindHTTPRequest)
+func (p *Proxy) innerHandler(id identity.Identity, dest hostport.Addr, he *hostEntry, g *headGuard) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		defer g.done()
+		rf, bad := g.next()
+		kind := audit.KindHTTPRequest
+		if bad {
+			kind = audit.KindHTTPRejected // a head the guard flagged: a protocol-level rejection
+		}
+		x := p.newExchange(r, id, kind)
 		x.ev().Target.Host = auditHost(dest, "https")
 		x.up = he.up
-		if g, ok := r.Context().Value(connKey{}).(*headGuard); ok {
-			defer g.done()
-			if rf, bad := g.next(); bad {
-				x.refuse(w, rf)
-				return
-			}
+		if bad {
+			x.refuse(w, rf)
+			return
 		}
 		if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
 			rf := call.Refuse(call.CodeAbsoluteURIInTunnel, "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests")
@@ -271,7 +262,7 @@ func (p *Proxy) innerHandler(id identity.Identity, dest hostport.Addr, he *hostE
 		}
 		x.up, x.dest = he.up, dest
 		p.decideAndForward(w, r, x, r.URL.EscapedPath())
-	})
+	}
 }
 
 func truncateString(s string, n int) string {
@@ -280,24 +271,6 @@ func truncateString(s string, n int) string {
 	}
 	return s
 }
-
-// oneConnListener hands one connection to http.Server.Serve, then reports itself closed, so
-// Serve returns while the connection's goroutine goes on serving it.
-type oneConnListener struct {
-	c    net.Conn
-	used bool
-}
-
-func (l *oneConnListener) Accept() (net.Conn, error) {
-	if !l.used {
-		l.used = true
-		return l.c, nil
-	}
-	return nil, net.ErrClosed
-}
-
-func (l *oneConnListener) Close() error   { return nil }
-func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 
 // countConn counts the bytes of a tunnel: in is what the sandbox sent, out what it received.
 type countConn struct {

@@ -19,7 +19,9 @@ import (
 // configured limit and obsolete line folding. It also sees what net/http answers without calling
 // a handler — its own 4xx for a head it cannot parse, and the silent close of a head cut by
 // ReadHeaderTimeout — and reports each once through onHard, so that those requests are audited
-// too. After a CONNECT or Upgrade head, or after a flagged head, it stops inspecting.
+// too. After a CONNECT or Upgrade head, or after a flagged head, it stops inspecting. Inside an
+// intercepted tunnel the reader is Sandgate's own loop (tunnelServer), which audits the heads
+// it refuses itself and asks the guard (claim) whether the guard audited one already.
 type headGuard struct {
 	net.Conn
 	maxHead int
@@ -320,4 +322,18 @@ func (l *guardListener) Accept() (net.Conn, error) {
 	var g *headGuard
 	g = newHeadGuard(c, l.maxHead, func(r *call.Refusal) { l.onHard(g, r) })
 	return g, nil
+}
+
+// claim marks the head being read as audited by its reader and reports whether it still had to
+// be: false when the guard audited it already (a header timeout, a head past the read limit).
+// With begun, a head of which only blank lines arrived is not claimed either.
+func (g *headGuard) claim(begun bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	unserved := g.started > int(g.served.Load())
+	if unserved && g.reported >= g.started || begun && !unserved {
+		return false
+	}
+	g.reported = g.started
+	return true
 }
