@@ -187,7 +187,7 @@ func (p *Proxy) relay(client, up net.Conn) string {
 }
 
 // intercept terminates TLS with a leaf certificate for the CONNECT target and serves the
-// tunnel's requests on this goroutine (tunnelServer), every request decided again. It calls
+// tunnel's requests on this goroutine (connServer), every request decided again. It calls
 // closed once, when the tunnel is over. An open intercepted tunnel costs this one goroutine
 // (with 10,000 sandboxes, 10,000 stacks grown by the TLS handshake) and no buffer while idle
 // beyond its reader's.
@@ -222,7 +222,7 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 	}
 	_ = client.SetDeadline(time.Time{})
 	g := newHeadGuard(tc, l.MaxHeaderBytes, func(rf *call.Refusal) { p.refuseConn(client, rf) })
-	s := p.newTunnelServer(tc, g, p.innerHandler(x.ev().Identity, x.dest, he, g))
+	s := p.newConnServer(g, serverContext, p.innerHandler(x.ev().Identity, x.dest, he, g))
 	served = true
 	defer func() {
 		_ = tc.Close()

@@ -199,6 +199,7 @@ type harness struct {
 	rec      *recorder
 	res      *testResolver
 	auditDir string
+	stop     func() error // ends Serve (once) and returns its error
 	dialsMu  sync.Mutex
 	dials    []string // every address the proxy dialed
 }
@@ -286,9 +287,14 @@ proxy:
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.p.Serve(ctx, ln) }()
+	var once sync.Once
+	var serveErr error
+	h.stop = func() error {
+		once.Do(func() { cancel(); serveErr = <-done })
+		return serveErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		<-done
+		_ = h.stop()
 		require.NoError(t, h.rec.w.Close(context.Background()))
 		rep, err := audit.Verify(h.auditDir)
 		require.NoError(t, err)

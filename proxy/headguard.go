@@ -11,21 +11,20 @@ import (
 	"github.com/sandgate/sandgate/internal/call"
 )
 
-// headGuard wraps a client connection and follows the HTTP/1.1 framing of the requests that
-// stream past net/http's parser, to catch what that parser repairs silently: net/http accepts a
+// headGuard wraps a sandbox's connection and follows the HTTP/1.1 framing of the requests
+// that stream past http.ReadRequest, to catch what that parser repairs silently: it accepts a
 // request with both Content-Length and Transfer-Encoding by dropping Content-Length, which is
 // what request smuggling relies on when some other hop frames the message differently.
 // Sandgate refuses such requests instead (and audits them), as well as heads larger than the
-// configured limit and obsolete line folding. It also sees what net/http answers without calling
-// a handler — its own 4xx for a head it cannot parse, and the silent close of a head cut by
-// ReadHeaderTimeout — and reports each once through onHard, so that those requests are audited
-// too. After a CONNECT or Upgrade head, or after a flagged head, it stops inspecting. Inside an
-// intercepted tunnel the reader is Sandgate's own loop (tunnelServer), which audits the heads
-// it refuses itself and asks the guard (claim) whether the guard audited one already.
+// configured limit and obsolete line folding: the handler asks next() for each request. The
+// guard also audits, through onHard, a head cut by the header timeout and one grown past what
+// the reader reads; the reader (connServer) audits the other heads it refuses itself, after
+// claim() says the guard did not. After a CONNECT or Upgrade head, or after a flagged head, it
+// stops inspecting.
 type headGuard struct {
 	net.Conn
 	maxHead int
-	onHard  func(*call.Refusal) // called once when a head grows past what net/http will read
+	onHard  func(*call.Refusal) // audits a head the guard refuses before any handler sees it
 
 	mu    sync.Mutex
 	st    int
@@ -45,7 +44,7 @@ type headGuard struct {
 	served   atomic.Int64 // requests the handler has seen on this connection
 	finished atomic.Int64 // requests the handler has returned from
 	started  int          // request heads whose first byte was read
-	reported int          // the last head whose refusal by net/http itself was audited
+	reported int          // the last head audited before any handler saw it
 }
 
 const (
@@ -56,7 +55,7 @@ const (
 	gsChunkEnd
 	gsTrailer
 	gsPass
-	gsOversize // head over the limit: count on to see whether net/http will refuse it itself
+	gsOversize // head over the limit: count on to see whether the reader stops reading it
 )
 
 const keepLine = 256
@@ -74,7 +73,7 @@ func (g *headGuard) Read(p []byte) (int, error) {
 	}
 	var ne net.Error
 	if err != nil && errors.As(err, &ne) && ne.Timeout() && g.unservedLocked() {
-		// net/http closes a connection whose head did not arrive within ReadHeaderTimeout
+		// The reader closes a connection whose head did not arrive within the header timeout
 		// without an answer and without calling the handler.
 		g.reported = g.started
 		rf = &call.Refusal{Code: call.CodeHeaderTimeout, Reason: "request head not received in time"}
@@ -84,32 +83,6 @@ func (g *headGuard) Read(p []byte) (int, error) {
 		g.onHard(rf)
 	}
 	return n, err
-}
-
-// Write passes the server's bytes on. An error status line written while a request head has
-// been read that no handler has seen is net/http answering by itself (a malformed request
-// line, Transfer-Encoding or Content-Length, a bad Host, HTTP/0.9 …): it is audited here, since
-// no handler will.
-func (g *headGuard) Write(p []byte) (int, error) {
-	status := errorStatusLine(p) // checked first: most writes are no error status line, and take no lock
-	if status == 0 {
-		return g.Conn.Write(p)
-	}
-	var rf *call.Refusal
-	g.mu.Lock()
-	if g.unservedLocked() {
-		g.reported = g.started
-		code := call.CodeMalformedRequest
-		if status == 431 {
-			code = call.CodeHeaderTooLarge
-		}
-		rf = &call.Refusal{Code: code, Reason: "net/http refused the request: " + firstLine(p, 120)}
-	}
-	g.mu.Unlock()
-	if rf != nil && g.onHard != nil {
-		g.onHard(rf)
-	}
-	return g.Conn.Write(p)
 }
 
 // unservedLocked reports a request head that began, that no handler has seen, while no handler
@@ -122,29 +95,6 @@ func (g *headGuard) unservedLocked() bool {
 
 // done is called by the handler when it returns.
 func (g *headGuard) done() { g.finished.Add(1) }
-
-// errorStatusLine is the status of an HTTP/1.x response line with a 4xx or 5xx status at the
-// start of p, else 0.
-func errorStatusLine(p []byte) int {
-	if len(p) < 12 || !bytes.HasPrefix(p, []byte("HTTP/1.")) || p[8] != ' ' {
-		return 0
-	}
-	st, err := strconv.Atoi(string(p[9:12]))
-	if err != nil || st < 400 || st > 599 {
-		return 0
-	}
-	return st
-}
-
-func firstLine(p []byte, n int) string {
-	if i := bytes.IndexByte(p, '\r'); i >= 0 {
-		p = p[:i]
-	}
-	if len(p) > n {
-		p = p[:n]
-	}
-	return string(p)
-}
 
 // next is called by the handler once per request; it returns the refusal for this request,
 // if its head was flagged.
@@ -172,7 +122,7 @@ func (g *headGuard) scan(p []byte) {
 			return
 		case gsOversize:
 			g.head += len(p)
-			// net/http reads at most 2*maxHead (+4096) of a head, then answers 431 itself and
+			// connServer reads at most 2*maxHead (+4096) of a head, then answers 431 and
 			// never calls the handler: audit that refusal here.
 			if g.head > 2*g.maxHead && g.served.Load() < int64(g.bad) {
 				g.st = gsPass
@@ -235,7 +185,7 @@ func (g *headGuard) endLine(l []byte, n int) {
 	case gsHead:
 		if g.first {
 			if len(l) == 0 {
-				g.head = 0 // blank lines before a request line are ignored by net/http too
+				g.head = 0 // blank lines before a request line are no request
 				return
 			}
 			g.first = false
@@ -253,7 +203,7 @@ func (g *headGuard) endLine(l []byte, n int) {
 		}
 		name, value, ok := bytes.Cut(l, []byte(":"))
 		if !ok {
-			return // not a header line: net/http refuses the head itself (and Write audits that)
+			return // not a header line: http.ReadRequest refuses the head (and connServer audits that)
 		}
 		switch {
 		case bytes.EqualFold(bytes.TrimSpace(name), []byte("content-length")):
@@ -271,7 +221,7 @@ func (g *headGuard) endLine(l []byte, n int) {
 		v, err := strconv.ParseInt(string(bytes.TrimSpace(sz)), 16, 64)
 		switch {
 		case err != nil || v < 0:
-			g.st = gsPass // net/http refuses the body and closes the connection
+			g.st = gsPass // the body read fails and the connection closes
 		case v == 0:
 			g.st = gsTrailer
 		default:

@@ -270,35 +270,36 @@ func defaultPort(scheme string) int {
 }
 
 // Serve accepts sandbox connections on ln until ctx ends, then stops accepting, waits up to
-// 10 seconds for requests in flight and closes every tunnel.
+// 10 seconds for requests in flight and closes every tunnel. Each connection is wrapped in a
+// head guard and served by its own connServer.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	l := p.cfg.Limits
-	srv := &http.Server{
-		Handler:           p,
-		ReadHeaderTimeout: l.ClientHandshakeTimeout.D(),
-		IdleTimeout:       l.TunnelIdleTimeout.D(),
-		// net/http stops reading at twice our limit; heads between the two are refused (and
-		// audited) by the handler, larger ones by net/http with a 431 the headGuard audits.
-		MaxHeaderBytes: 2 * l.MaxHeaderBytes,
-		// "OPTIONS *" reaches ServeHTTP (and its audit event) instead of net/http's own 200.
-		DisableGeneralOptionsHandler: true,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
-		},
-		ErrorLog: log.New(io.Discard, "", 0),
-	}
-	gl := &guardListener{Listener: ln, maxHead: l.MaxHeaderBytes, onHard: p.refuseConn}
+	gl := &guardListener{Listener: ln, maxHead: p.cfg.Limits.MaxHeaderBytes, onHard: p.refuseConn}
+	cs := newConnSet()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(gl) }()
+	go func() {
+		errc <- cs.accept(gl, func(c net.Conn) {
+			g := c.(*headGuard)
+			s := p.newConnServer(g, context.WithValue(serverContext, connKey{}, g), p.ServeHTTP)
+			s.set = cs
+			if !cs.add(s) {
+				_ = g.Close()
+				return
+			}
+			defer cs.remove(s)
+			if !s.serve() {
+				_ = g.Close()
+			}
+		})
+	}()
 	select {
 	case err := <-errc:
 		p.Close()
 		return fmt.Errorf("serve proxy: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := srv.Shutdown(sctx)
+	_ = ln.Close()
+	<-errc
+	err := cs.shutdown(10 * time.Second)
 	p.Close()
 	if err != nil {
 		return fmt.Errorf("shut down proxy: %w", err)

@@ -18,39 +18,46 @@ import (
 	"github.com/sandgate/sandgate/internal/call"
 )
 
-// tunnelServer serves the HTTP/1.1 requests of one intercepted tunnel, one after another on the
-// goroutine that accepted the tunnel: goproxy's own interception loop (read a head with
-// http.ReadRequest, answer it, repeat), with Sandgate's head guard, deadlines and refusals.
+// connServer serves the HTTP/1.1 requests of one sandbox connection, one after another on one
+// goroutine: a connection to the proxy listener, or an intercepted tunnel once its TLS is up.
+// It is goproxy's own interception loop (read a head with http.ReadRequest, answer it, repeat)
+// with Sandgate's head guard, deadlines and refusals.
 //
-// It replaces a net/http server per tunnel. That server ran a background read for every request
-// (a goroutine, a read that parks, and a deadline to wake it: about 6% of an intercepted
+// It replaces net/http's server. That server ran a background read for every request (a
+// goroutine, a read that parks, and a deadline to wake it: about 8% of an intercepted
 // request's CPU) to notice a client that goes away mid-request. Here a client that goes away is
 // noticed when its response is written: a streamed response stops at its next write, and a
-// response still awaited upstream is finished and then dropped.
+// response still awaited upstream is finished and then dropped, as goproxy does.
 //
 // What net/http's server checks beyond http.ReadRequest is checked here too (version, Host,
-// header names and values, Expect), and every head it refuses is one audit event: through the
-// head guard's report, as on the proxy listener.
-type tunnelServer struct {
+// header names and values, Expect), and every head it refuses is answered with Sandgate's
+// refusal and audited once (the guard audits the heads a timeout cut).
+type connServer struct {
 	p       *Proxy
-	conn    net.Conn // the tunnel's TLS connection; responses are written here
-	g       *headGuard
+	g       *headGuard // the connection: reads go through it, so it follows the framing
 	br      *bufio.Reader
 	lim     limitReader
 	h       func(w http.ResponseWriter, r *http.Request)
+	ctx     context.Context // every request's context
 	remote  string
 	maxHead int // bytes http.ReadRequest may read for one head
 	headT   time.Duration
 	idleT   time.Duration
+	set     *connSet // the listener's connections (nil in a tunnel)
 }
 
-// maxDrain is how much of a request body the handler left unread is read to keep the tunnel
-// open for the next request (net/http's server reads as much); with more left it closes.
+// maxDrain is how much of a request body the handler left unread is read to keep the
+// connection open for the next request (net/http's server reads as much); with more, it closes.
 const maxDrain = 256 << 10
 
-func (p *Proxy) newTunnelServer(tc net.Conn, g *headGuard, h func(http.ResponseWriter, *http.Request)) *tunnelServer {
+// serverContext is the base of every request's context. httputil.ReverseProxy aborts a
+// response the upstream cut short (panics http.ErrAbortHandler, so the sandbox sees the cut)
+// only when the context says a server runs it; serveOne recovers that as net/http's server does.
+var serverContext = context.WithValue(context.Background(), http.ServerContextKey, &http.Server{})
+
+func (p *Proxy) newConnServer(g *headGuard, ctx context.Context, h func(http.ResponseWriter, *http.Request)) *connServer {
 	l := p.cfg.Limits
-	s := &tunnelServer{p: p, conn: tc, g: g, h: h, remote: tc.RemoteAddr().String(),
+	s := &connServer{p: p, g: g, h: h, ctx: ctx, remote: g.RemoteAddr().String(),
 		// as net/http's server with MaxHeaderBytes 2*limit: heads between limit and this are
 		// refused by the guard's flag, larger ones when the read stops here.
 		maxHead: 2*l.MaxHeaderBytes + 4096,
@@ -60,22 +67,27 @@ func (p *Proxy) newTunnelServer(tc net.Conn, g *headGuard, h func(http.ResponseW
 	return s
 }
 
-// serve answers requests until the client closes, a timeout or a refusal ends the tunnel, a
-// request asks to close, or a handler takes the connection over (an upgrade).
-func (s *tunnelServer) serve() {
+// serve answers requests until the client closes, a timeout or a refusal ends the connection,
+// a request asks to close, the listener shuts down, or a handler takes the connection over (a
+// CONNECT, an upgrade). It reports whether the handler took it: else the caller closes it.
+func (s *connServer) serve() (hijacked bool) {
 	for n := 0; ; n++ {
 		wait := s.idleT
 		if n == 0 {
 			wait = s.headT
 		}
 		if wait > 0 {
-			_ = s.conn.SetReadDeadline(time.Now().Add(wait))
+			_ = s.g.SetReadDeadline(time.Now().Add(wait))
 		}
-		if _, err := s.br.Peek(1); err != nil {
-			return // closed, or idle past the idle timeout: nothing was asked
+		if !s.set.idle(s, true) {
+			return false
+		}
+		_, err := s.br.Peek(1)
+		if !s.set.idle(s, false) || err != nil {
+			return false // closed, shut down, or idle past the idle timeout: nothing was asked
 		}
 		if s.headT > 0 {
-			_ = s.conn.SetReadDeadline(time.Now().Add(s.headT))
+			_ = s.g.SetReadDeadline(time.Now().Add(s.headT))
 		}
 		s.lim.n = int64(s.maxHead)
 		req, err := http.ReadRequest(s.br)
@@ -86,18 +98,19 @@ func (s *tunnelServer) serve() {
 		}
 		if err != nil {
 			s.refuseHead(err, tooLarge)
-			return
+			return false
 		}
-		_ = s.conn.SetReadDeadline(time.Time{})
-		if !s.serveOne(req) {
-			return
+		_ = s.g.SetReadDeadline(time.Time{})
+		keep, hijacked := s.serveOne(req)
+		if hijacked || !keep {
+			return hijacked
 		}
 	}
 }
 
 // refuseHead answers a head that could not be served, and audits it unless the guard did (a
 // head the header timeout cut, or one past net/http's read limit, is the guard's to audit).
-func (s *tunnelServer) refuseHead(err error, tooLarge bool) {
+func (s *connServer) refuseHead(err error, tooLarge bool) {
 	var ne net.Error
 	var rf *call.Refusal
 	switch {
@@ -116,8 +129,8 @@ func (s *tunnelServer) refuseHead(err error, tooLarge bool) {
 	if s.g.claim(false) {
 		s.g.onHard(rf)
 	}
-	bw := getBufioWriter(s.conn)
-	_ = s.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	bw := getBufioWriter(s.g)
+	_ = s.g.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	_ = refusalResponse(nil, rf).Write(bw)
 	err = bw.Flush()
 	putBufioWriter(bw)
@@ -129,8 +142,8 @@ func (s *tunnelServer) refuseHead(err error, tooLarge bool) {
 // linger reads what the client still sends, for half a second at most, before the tunnel
 // closes: closing with unread input resets the connection, and the client could lose the
 // answer it was sent (net/http's server waits as long for the same reason).
-func (s *tunnelServer) linger() {
-	_ = s.conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+func (s *connServer) linger() {
+	_ = s.g.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	_, _ = io.CopyN(io.Discard, s.br, 1<<20)
 }
 
@@ -163,17 +176,18 @@ func checkHead(r *http.Request) error {
 	return nil
 }
 
-// serveOne runs the handler for one request and reports whether the tunnel stays open.
-func (s *tunnelServer) serveOne(req *http.Request) (keep bool) {
+// serveOne runs the handler for one request and reports whether the connection stays open,
+// or whether the handler took it over.
+func (s *connServer) serveOne(req *http.Request) (keep, hijacked bool) {
 	req.RemoteAddr = s.remote
-	req = req.WithContext(tunnelContext)
-	body := &tunnelBody{r: req.Body, continued: true}
+	req = req.WithContext(s.ctx)
+	body := &connBody{r: req.Body, continued: true}
 	if req.Body != nil && req.Body != http.NoBody {
 		body.continued = !strings.EqualFold(req.Header.Get("Expect"), "100-continue")
 		body.s = s
 		req.Body = body
 	}
-	w := &tunnelResponse{s: s, req: req, body: body, header: make(http.Header), cl: -1}
+	w := &connResponse{s: s, req: req, body: body, header: make(http.Header), cl: -1}
 	defer func() {
 		if v := recover(); v != nil {
 			// http.ErrAbortHandler (an upstream response cut short) or a handler's bug: what
@@ -182,21 +196,16 @@ func (s *tunnelServer) serveOne(req *http.Request) (keep bool) {
 				_ = w.bw.Flush()
 				putBufioWriter(w.bw)
 			}
-			keep = false
+			keep, hijacked = false, w.hijacked
 		}
 	}()
 	s.h(w, req)
 	if w.hijacked {
-		return false
+		return false, true
 	}
 	w.finish()
-	return !w.close && !req.Close && body.drain()
+	return !w.close && !req.Close && body.drain(), false
 }
-
-// tunnelContext is every tunnel request's context. httputil.ReverseProxy aborts a response
-// the upstream cut short (panics http.ErrAbortHandler, so the sandbox sees the cut) only when
-// the context says a server runs it; serveOne recovers that as net/http's server does.
-var tunnelContext = context.WithValue(context.Background(), http.ServerContextKey, &http.Server{})
 
 // limitReader stops a head's read at n bytes.
 type limitReader struct {
@@ -216,12 +225,12 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// tunnelBody is a request's body: it sends 100 Continue before the first read when the client
+// connBody is a request's body: it sends 100 Continue before the first read when the client
 // waits for it, keeps Close from reading an unbounded rest (the transport closes request
 // bodies; net/http's own Close would read to the end), and reads at most maxDrain of what the
 // handler left when the request is over.
-type tunnelBody struct {
-	s         *tunnelServer
+type connBody struct {
+	s         *connServer
 	r         io.ReadCloser
 	mu        sync.Mutex // the upstream transport may still read while the handler returns
 	continued bool
@@ -229,7 +238,7 @@ type tunnelBody struct {
 	closed    bool
 }
 
-func (b *tunnelBody) Read(p []byte) (int, error) {
+func (b *connBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -238,13 +247,13 @@ func (b *tunnelBody) Read(p []byte) (int, error) {
 	return b.readLocked(p)
 }
 
-func (b *tunnelBody) readLocked(p []byte) (int, error) {
+func (b *connBody) readLocked(p []byte) (int, error) {
 	if b.eof {
 		return 0, io.EOF
 	}
 	if !b.continued {
 		b.continued = true
-		bw := getBufioWriter(b.s.conn)
+		bw := getBufioWriter(b.s.g)
 		_, _ = bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
 		err := bw.Flush()
 		putBufioWriter(bw)
@@ -260,13 +269,13 @@ func (b *tunnelBody) readLocked(p []byte) (int, error) {
 }
 
 // continueSent reports a 100 Continue this body sent (or a request that expected none).
-func (b *tunnelBody) continueSent() bool {
+func (b *connBody) continueSent() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.continued
 }
 
-func (b *tunnelBody) Close() error {
+func (b *connBody) Close() error {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
@@ -276,7 +285,7 @@ func (b *tunnelBody) Close() error {
 // drain reads what the handler left of the body, up to maxDrain, and reports whether the
 // body ended (so the next request's head follows). A client still waiting for 100 Continue
 // sent no body: the connection closes.
-func (b *tunnelBody) drain() bool {
+func (b *connBody) drain() bool {
 	if b.r == nil || b.s == nil {
 		return true
 	}
@@ -288,8 +297,8 @@ func (b *tunnelBody) drain() bool {
 	if !b.continued {
 		return false
 	}
-	_ = b.s.conn.SetReadDeadline(time.Now().Add(max(b.s.headT, time.Second)))
-	defer b.s.conn.SetReadDeadline(time.Time{})
+	_ = b.s.g.SetReadDeadline(time.Now().Add(max(b.s.headT, time.Second)))
+	defer b.s.g.SetReadDeadline(time.Time{})
 	buf := copyBuffers.Get()
 	defer copyBuffers.Put(buf)
 	for left := maxDrain; left >= 0; {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -208,4 +209,58 @@ func TestTunnelRefusesBadHeadsOnce(t *testing.T) {
 			assert.Equal(t, tc.code, evs[0].Outcome.Error)
 		})
 	}
+}
+
+// held is the stand-in's /hold endpoint: it says it was entered, then answers when released.
+var held = struct{ entered, release chan struct{} }{make(chan struct{}, 1), make(chan struct{})}
+
+func init() {
+	standInPaths["/hold"] = func(w http.ResponseWriter, _ *http.Request) {
+		held.entered <- struct{}{}
+		<-held.release
+		_, _ = io.WriteString(w, "released")
+	}
+}
+
+// TestServeShutsDownGracefully stops the proxy listener with one connection idle and one
+// request in flight: the idle connection is closed, no new connection is accepted, the request
+// in flight is answered, and only then does Serve return.
+func TestServeShutsDownGracefully(t *testing.T) {
+	h := newHarness(t)
+	const alpha = "127.0.0.2"
+	idle, ibr := h.rawClient(t, alpha)
+	_, err := io.WriteString(idle, "GET /routes/anthropic/v1/models HTTP/1.1\r\nHost: sandgate\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(ibr, nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	busy, bbr := h.rawClient(t, alpha)
+	_, err = io.WriteString(busy, "GET /routes/anthropic/hold HTTP/1.1\r\nHost: sandgate\r\n\r\n")
+	require.NoError(t, err)
+	<-held.entered
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.stop() }()
+	_ = idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = ibr.ReadByte()
+	require.Error(t, err, "the idle connection is closed")
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "closed, not timed out: %v", err)
+	_, err = net.DialTimeout("tcp", h.addr, time.Second)
+	assert.Error(t, err, "the listener accepts no new connection")
+	select {
+	case err := <-stopped:
+		t.Fatalf("Serve returned with a request in flight: %v", err)
+	default:
+	}
+
+	close(held.release)
+	resp, err = http.ReadResponse(bbr, nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "released", string(body))
+	require.NoError(t, <-stopped)
 }

@@ -12,15 +12,15 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// tunnelResponse is the http.ResponseWriter of one request inside an intercepted tunnel: an
+// connResponse is the http.ResponseWriter of one request inside an intercepted tunnel: an
 // HTTP/1.1 response written as net/http's server writes it (status line and headers at the
 // first write, Content-Length when the handler set one, chunked otherwise, trailers after the
 // last chunk), buffered until the handler flushes or returns, so a small response leaves in one
 // TLS record.
-type tunnelResponse struct {
-	s      *tunnelServer
+type connResponse struct {
+	s      *connServer
 	req    *http.Request
-	body   *tunnelBody
+	body   *connBody
 	header http.Header
 	bw     *bufio.Writer // from the pool from the first byte written until finish
 
@@ -35,16 +35,16 @@ type tunnelResponse struct {
 	err      error // the first write error: the client is gone
 }
 
-func (w *tunnelResponse) Header() http.Header { return w.header }
+func (w *connResponse) Header() http.Header { return w.header }
 
-func (w *tunnelResponse) buf() *bufio.Writer {
+func (w *connResponse) buf() *bufio.Writer {
 	if w.bw == nil {
-		w.bw = getBufioWriter(w.s.conn)
+		w.bw = getBufioWriter(w.s.g)
 	}
 	return w.bw
 }
 
-func (w *tunnelResponse) WriteHeader(code int) {
+func (w *connResponse) WriteHeader(code int) {
 	if w.wrote || w.hijacked {
 		return
 	}
@@ -121,7 +121,7 @@ func trailerKeys(h http.Header) map[string]bool {
 	return ex
 }
 
-func (w *tunnelResponse) writeStatus(code int) {
+func (w *connResponse) writeStatus(code int) {
 	b := w.buf()
 	_, _ = b.WriteString("HTTP/1.1 ")
 	_, _ = b.WriteString(strconv.Itoa(code))
@@ -130,7 +130,7 @@ func (w *tunnelResponse) writeStatus(code int) {
 	_, _ = b.WriteString("\r\n")
 }
 
-func (w *tunnelResponse) Write(p []byte) (int, error) {
+func (w *connResponse) Write(p []byte) (int, error) {
 	if w.hijacked {
 		return 0, http.ErrHijacked
 	}
@@ -166,7 +166,7 @@ func (w *tunnelResponse) Write(p []byte) (int, error) {
 }
 
 // FlushError sends what is buffered (http.ResponseController's flush).
-func (w *tunnelResponse) FlushError() error {
+func (w *connResponse) FlushError() error {
 	if w.hijacked {
 		return http.ErrHijacked
 	}
@@ -177,9 +177,9 @@ func (w *tunnelResponse) FlushError() error {
 	return w.err
 }
 
-func (w *tunnelResponse) Flush() { _ = w.FlushError() }
+func (w *connResponse) Flush() { _ = w.FlushError() }
 
-func (w *tunnelResponse) flush() {
+func (w *connResponse) flush() {
 	if w.bw != nil && w.err == nil {
 		w.err = w.bw.Flush()
 	}
@@ -187,26 +187,27 @@ func (w *tunnelResponse) flush() {
 
 // SetReadDeadline and SetWriteDeadline are http.ResponseController's deadlines (the request
 // body's timing uses the read deadline).
-func (w *tunnelResponse) SetReadDeadline(t time.Time) error  { return w.s.conn.SetReadDeadline(t) }
-func (w *tunnelResponse) SetWriteDeadline(t time.Time) error { return w.s.conn.SetWriteDeadline(t) }
+func (w *connResponse) SetReadDeadline(t time.Time) error  { return w.s.g.SetReadDeadline(t) }
+func (w *connResponse) SetWriteDeadline(t time.Time) error { return w.s.g.SetWriteDeadline(t) }
 
 // Hijack hands the connection to the handler (an upgraded protocol); the tunnel closes when the
 // handler returns.
-func (w *tunnelResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *connResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.hijacked {
 		return nil, nil, http.ErrHijacked
 	}
 	w.hijacked = true
+	w.s.set.hijacked(w.s)
 	if w.bw != nil {
 		_ = w.bw.Flush()
 	}
-	return w.s.conn, bufio.NewReadWriter(w.s.br, bufio.NewWriter(w.s.conn)), nil
+	return w.s.g, bufio.NewReadWriter(w.s.br, bufio.NewWriter(w.s.g)), nil
 }
 
 // finish ends the response after the handler returned: the head if nothing was written, the
 // last chunk and the trailers, everything flushed, the writer back in its pool. A body shorter
 // than its Content-Length closes the connection.
-func (w *tunnelResponse) finish() {
+func (w *connResponse) finish() {
 	if !w.wrote {
 		if _, ok := w.header["Content-Length"]; !ok {
 			w.header.Set("Content-Length", "0")
@@ -232,7 +233,7 @@ func (w *tunnelResponse) finish() {
 	}
 }
 
-func (w *tunnelResponse) writeTrailers(b *bufio.Writer) {
+func (w *connResponse) writeTrailers(b *bufio.Writer) {
 	t := http.Header{}
 	for _, k := range w.trailers {
 		if vv, ok := w.header[k]; ok {
