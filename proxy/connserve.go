@@ -180,14 +180,15 @@ func checkHead(r *http.Request) error {
 // or whether the handler took it over.
 func (s *connServer) serveOne(req *http.Request) (keep, hijacked bool) {
 	req.RemoteAddr = s.remote
-	req = req.WithContext(s.ctx)
-	body := &connBody{r: req.Body, continued: true}
-	if req.Body != nil && req.Body != http.NoBody {
+	body := &connBody{r: req.Body, continued: true, eof: req.Body == nil || req.Body == http.NoBody}
+	if !body.eof {
 		body.continued = !strings.EqualFold(req.Header.Get("Expect"), "100-continue")
 		body.s = s
 		req.Body = body
 	}
+	req, watch := s.watchRequest(req, body)
 	w := &connResponse{s: s, req: req, body: body, header: make(http.Header), cl: -1}
+	defer watch.stop()
 	defer func() {
 		if v := recover(); v != nil {
 			// http.ErrAbortHandler (an upstream response cut short) or a handler's bug: what
@@ -207,10 +208,12 @@ func (s *connServer) serveOne(req *http.Request) (keep, hijacked bool) {
 	return !w.close && !req.Close && body.drain(), false
 }
 
-// limitReader stops a head's read at n bytes.
+// limitReader stops a head's read at n bytes. It returns first the byte a watch read ahead.
 type limitReader struct {
-	r io.Reader
-	n int64
+	r       io.Reader
+	n       int64
+	pend    byte
+	pending bool
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
@@ -219,6 +222,11 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	}
 	if int64(len(p)) > l.n {
 		p = p[:l.n]
+	}
+	if l.pending && len(p) > 0 {
+		p[0], l.pending = l.pend, false
+		l.n--
+		return 1, nil
 	}
 	n, err := l.r.Read(p)
 	l.n -= int64(n)
@@ -266,6 +274,13 @@ func (b *connBody) readLocked(p []byte) (int, error) {
 		b.eof = true
 	}
 	return n, err
+}
+
+// ended reports a body read to its end (or none).
+func (b *connBody) ended() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eof
 }
 
 // continueSent reports a 100 Continue this body sent (or a request that expected none).
