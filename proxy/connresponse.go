@@ -201,7 +201,9 @@ func (w *connResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.bw != nil {
 		_ = w.bw.Flush()
 	}
-	return w.s.g, bufio.NewReadWriter(w.s.br, bufio.NewWriter(w.s.g)), nil
+	// goproxy, the one taker (a CONNECT), writes to the connection itself: the writer handed
+	// over is a small one rather than 4 KiB allocated for every tunnel.
+	return w.s.g, bufio.NewReadWriter(w.s.br, bufio.NewWriterSize(w.s.g, 64)), nil
 }
 
 // finish ends the response after the handler returned: the head if nothing was written, the

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -109,7 +110,7 @@ func (s *connServer) serve() (hijacked bool) {
 }
 
 // refuseHead answers a head that could not be served, and audits it unless the guard did (a
-// head the header timeout cut, or one past net/http's read limit, is the guard's to audit).
+// head the header timeout cut, or one far past the size limit, is the guard's to audit).
 func (s *connServer) refuseHead(err error, tooLarge bool) {
 	var ne net.Error
 	var rf *call.Refusal
@@ -118,9 +119,10 @@ func (s *connServer) refuseHead(err error, tooLarge bool) {
 		rf = &call.Refusal{Code: call.CodeHeaderTooLarge, Reason: "request head exceeds " + strconv.Itoa(s.p.cfg.Limits.MaxHeaderBytes) + " bytes", Close: true}
 	case errors.As(err, &ne) && ne.Timeout():
 		return
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET):
 		if s.g.claim(true) {
-			s.g.onHard(&call.Refusal{Code: call.CodeMalformedRequest, Reason: "request head cut short: the client closed the tunnel"})
+			s.g.onHard(&call.Refusal{Code: call.CodeMalformedRequest, Reason: "request head cut short: the client closed the connection"})
 		}
 		return
 	default:
@@ -139,7 +141,7 @@ func (s *connServer) refuseHead(err error, tooLarge bool) {
 	}
 }
 
-// linger reads what the client still sends, for half a second at most, before the tunnel
+// linger reads what the client still sends, for half a second at most, before the connection
 // closes: closing with unread input resets the connection, and the client could lose the
 // answer it was sent (net/http's server waits as long for the same reason).
 func (s *connServer) linger() {
@@ -328,8 +330,8 @@ func (b *connBody) drain() bool {
 
 var bufioWriters sync.Pool
 
-// getBufioWriter is a 4 KiB writer to w from a pool: a tunnel holds one only while it writes a
-// response, so an idle tunnel holds none.
+// getBufioWriter is a 4 KiB writer to w from a pool: a connection holds one only while it writes a
+// response, so an idle one holds none.
 func getBufioWriter(w io.Writer) *bufio.Writer {
 	if bw, ok := bufioWriters.Get().(*bufio.Writer); ok {
 		bw.Reset(w)
