@@ -236,6 +236,9 @@ func (w *connResponse) finish() {
 }
 
 func (w *connResponse) writeTrailers(b *bufio.Writer) {
+	if len(w.trailers) == 0 && trailerKeys(w.header) == nil {
+		return // the common case: no trailer, no map built
+	}
 	t := http.Header{}
 	for _, k := range w.trailers {
 		if vv, ok := w.header[k]; ok {

@@ -211,17 +211,6 @@ func TestTunnelRefusesBadHeadsOnce(t *testing.T) {
 	}
 }
 
-// held is the stand-in's /hold endpoint: it says it was entered, then answers when released.
-var held = struct{ entered, release chan struct{} }{make(chan struct{}, 1), make(chan struct{})}
-
-func init() {
-	standInPaths["/hold"] = func(w http.ResponseWriter, _ *http.Request) {
-		held.entered <- struct{}{}
-		<-held.release
-		_, _ = io.WriteString(w, "released")
-	}
-}
-
 // TestServeShutsDownGracefully stops the proxy listener with one connection idle and one
 // request in flight: the idle connection is closed, no new connection is accepted, the request
 // in flight is answered, and only then does Serve return.
@@ -237,9 +226,9 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	busy, bbr := h.rawClient(t, alpha)
-	_, err = io.WriteString(busy, "GET /routes/anthropic/hold HTTP/1.1\r\nHost: sandgate\r\n\r\n")
+	_, err = io.WriteString(busy, "GET /routes/anthropic/until-released HTTP/1.1\r\nHost: sandgate\r\n\r\n")
 	require.NoError(t, err)
-	<-held.entered
+	<-waiter.entered
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- h.stop() }()
@@ -256,7 +245,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	default:
 	}
 
-	close(held.release)
+	waiter.release <- struct{}{}
 	resp, err = http.ReadResponse(bbr, nil)
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
