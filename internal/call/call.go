@@ -93,11 +93,12 @@ func New(opts Options) (*Core, error) {
 func (c *Core) Admission() *admission.Admission { return c.opts.Admission }
 
 // Decide asks policy alone, for what is not a call of its own (whether a list entry is
-// visible). Nothing is counted and no event is written: the list call has its own.
+// visible). Nothing is counted and no event is written: the list call has its own, and it is
+// that call that fails closed when the audit log is down. The log's health is not asked here:
+// mcp-go applies the visibility filter to tools/call too, and a tool hidden because the log
+// failed between the call's start and the filter answered "tool not found" instead of the
+// call's own "audit log unavailable".
 func (c *Core) Decide(ctx context.Context, in *policy.Input) policy.Decision {
-	if c.opts.Audit.Healthy() != nil {
-		return policy.Decision{Reason: "audit log unavailable", Code: CodeAuditUnavailable, Revision: c.opts.Policy.Revision()}
-	}
 	return c.opts.Policy.Decide(ctx, in)
 }
 
