@@ -62,7 +62,10 @@ log: {level: warn, format: text}
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	require.Eventually(t, func() bool { c, _ := get("/readyz"); return c == http.StatusOK }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { // ready, and the upstream connected (not degraded)
+		c, body := get("/readyz")
+		return c == http.StatusOK && !strings.Contains(body, "gateway upstreams")
+	}, 30*time.Second, 20*time.Millisecond)
 
 	sid := cp.session(t, cpCoder)
 	code, body, _ := cp.post(t, cpCoder, sid, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_issue","arguments":{}}}`)
