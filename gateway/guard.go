@@ -302,6 +302,14 @@ func writeRPCResult(w http.ResponseWriter, id json.RawMessage, e rpcError) {
 }
 
 func writeRPC(w http.ResponseWriter, status int, id json.RawMessage, e rpcError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(rpcErrorBody(id, e))
+}
+
+// rpcErrorBody is a JSON-RPC error response (id null unless id is a valid JSON value).
+func rpcErrorBody(id json.RawMessage, e rpcError) []byte {
 	if len(id) == 0 || !json.Valid(id) {
 		id = json.RawMessage("null")
 	}
@@ -310,10 +318,7 @@ func writeRPC(w http.ResponseWriter, status int, id json.RawMessage, e rpcError)
 		ID      json.RawMessage `json:"id"`
 		Error   rpcError        `json:"error"`
 	}{JSONRPC: "2.0", ID: id, Error: e})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+	return body
 }
 
 // countingWriter counts the response bytes and remembers the status; Unwrap keeps flushing

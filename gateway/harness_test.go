@@ -21,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandgate/sandgate/audit"
@@ -99,12 +100,12 @@ func buildExampleUpstream(t testing.TB) string {
 // harness is a gateway on a loopback port with the real policy engine and audit file writer.
 type harness struct {
 	gw       *Gateway
-	srv      *httptest.Server
+	addr     string // the MCP listener, served as `sandgate serve` serves it (Gateway.Serve)
 	auditDir string
 	writer   *audit.Writer
 }
 
-func (h *harness) URL() string { return h.srv.URL + "/mcp" }
+func (h *harness) URL() string { return "http://" + h.addr + "/mcp" }
 
 func testIdentities() []identity.StaticEntry {
 	return []identity.StaticEntry{
@@ -161,9 +162,15 @@ func startGatewayWith(t testing.TB, policyDir string, with func(*Options), ups .
 	require.NoError(t, err)
 	gw.Start(ctx)
 	h.gw = gw
-	h.srv = httptest.NewServer(gw.Handler())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	h.addr = ln.Addr().String()
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- gw.Serve(sctx, ln, 5*time.Second) }()
 	t.Cleanup(func() {
-		h.srv.Close()
+		stop()
+		assert.NoError(t, <-served)
 		gw.Close()
 		_ = h.writer.Close(context.Background())
 	})

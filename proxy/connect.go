@@ -221,48 +221,53 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 		return
 	}
 	_ = client.SetDeadline(time.Time{})
-	g := newHeadGuard(tc, l.MaxHeaderBytes, func(rf *call.Refusal) { p.refuseConn(client, rf) })
-	s := p.newConnServer(g, serverContext, p.innerHandler(x.ev().Identity, x.dest, he, g))
+	t := &tunnelRequests{p: p, id: x.ev().Identity, dest: x.dest, he: he}
+	srv := p.connServer(t, t.flagged)
 	served = true
 	defer func() {
 		_ = tc.Close()
 		closed()
 	}()
-	s.serve()
+	srv.ServeConn(tc)
 }
 
-// innerHandler serves the requests of one intercepted tunnel.
-func (p *Proxy) innerHandler(id identity.Identity, dest hostport.Addr, he *hostEntry, g *headGuard) func(http.ResponseWriter, *http.Request) {
-	return func(w http.ResponseWriter, r *http.Request) {
-		defer g.done()
-		rf, bad := g.next()
-		kind := audit.KindHTTPRequest
-		if bad {
-			kind = audit.KindHTTPRejected // a head the guard flagged: a protocol-level rejection
-		}
-		x := p.newExchange(r, id, kind)
-		x.ev().Target.Host = auditHost(dest, "https")
-		x.up = he.up
-		if bad {
-			x.refuse(w, rf)
-			return
-		}
-		if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
-			rf := call.Refuse(call.CodeAbsoluteURIInTunnel, "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests")
-			rf.Close = true
-			x.refuse(w, rf)
-			return
-		}
-		h, err := hostport.Parse(r.Host, 443)
-		if err != nil || h != dest {
-			rf := call.Refuse(call.CodeHostMismatch, "request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), dest)
-			rf.Close = true
-			x.refuse(w, rf)
-			return
-		}
-		x.up, x.dest = he.up, dest
-		p.decideAndForward(w, r, x, r.URL.EscapedPath())
+// tunnelRequests serves the requests of one intercepted tunnel.
+type tunnelRequests struct {
+	p    *Proxy
+	id   identity.Identity
+	dest hostport.Addr
+	he   *hostEntry
+}
+
+func (t *tunnelRequests) exchange(r *http.Request, kind audit.Kind) *exchange {
+	x := t.p.newExchange(r, t.id, kind)
+	x.ev().Target.Host = auditHost(t.dest, "https")
+	x.up = t.he.up
+	return x
+}
+
+// flagged answers a request whose head the guard refused: a protocol-level rejection.
+func (t *tunnelRequests) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
+	t.exchange(r, audit.KindHTTPRejected).refuse(w, rf)
+}
+
+func (t *tunnelRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := t.exchange(r, audit.KindHTTPRequest)
+	if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
+		rf := call.Refuse(call.CodeAbsoluteURIInTunnel, "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests")
+		rf.Close = true
+		x.refuse(w, rf)
+		return
 	}
+	h, err := hostport.Parse(r.Host, 443)
+	if err != nil || h != t.dest {
+		rf := call.Refuse(call.CodeHostMismatch, "request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), t.dest)
+		rf.Close = true
+		x.refuse(w, rf)
+		return
+	}
+	x.dest = t.dest
+	t.p.decideAndForward(w, r, x, r.URL.EscapedPath())
 }
 
 func truncateString(s string, n int) string {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -59,29 +58,5 @@ func TestClientGoneCancelsTheUpstreamRequest(t *testing.T) {
 				t.Fatal("the upstream request was not cancelled")
 			}
 		})
-	}
-}
-
-// TestWatchKeepsAPipelinedRequest sends the next request while the first one is watched: the
-// byte the watch read is the next request's first, and both are answered in order.
-func TestWatchKeepsAPipelinedRequest(t *testing.T) {
-	started := make(chan struct{}, 1)
-	watchStarted = func() { started <- struct{}{} }
-	t.Cleanup(func() { watchStarted = nil })
-	h := newHarness(t)
-	c, br := h.rawClient(t, "127.0.0.2")
-	_, err := io.WriteString(c, "GET /routes/anthropic/until-released HTTP/1.1\r\nHost: sandgate\r\n\r\n")
-	require.NoError(t, err)
-	<-waiter.entered
-	<-started
-	_, err = io.WriteString(c, "GET /routes/anthropic/v1/models HTTP/1.1\r\nHost: sandgate\r\n\r\n")
-	require.NoError(t, err)
-	waiter.release <- struct{}{}
-	for _, want := range []string{"released", `{"data":[]}`} {
-		resp, err := http.ReadResponse(br, nil)
-		require.NoError(t, err)
-		b, _ := io.ReadAll(resp.Body)
-		assert.Equal(t, http.StatusOK, resp.StatusCode)
-		assert.Equal(t, want, string(b))
 	}
 }

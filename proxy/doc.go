@@ -8,10 +8,10 @@
 // model, max_tokens and stream read from a model-API body) → call.Authorize (audit health,
 // admission, decision) → credential injection → the pooled upstream transport behind the dial
 // guard → one audit event with status, bytes, latency and token usage. CONNECT tunnels
-// (connect.go) get one audit event each, written when the tunnel closes. A request refused
-// before it can be read as one — a smuggling attempt, an oversized or malformed head that
-// net/http answers by itself, a head cut by the header timeout — is one http.rejected event
-// (headguard.go), rate-limited per source address.
+// (connect.go) get one audit event each, written when the tunnel closes. Connections are served
+// by internal/httpconn, as the MCP listener's are: a request refused before it can be read as
+// one — a smuggling attempt, an oversized or malformed head, a head cut by the header timeout —
+// is one http.rejected event, rate-limited per source address.
 //
 // What is stripped, checked and refused is documented on Proxy.
 package proxy

@@ -29,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/httpconn"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )
@@ -270,41 +271,28 @@ func defaultPort(scheme string) int {
 }
 
 // Serve accepts sandbox connections on ln until ctx ends, then stops accepting, waits up to
-// 10 seconds for requests in flight and closes every tunnel. Each connection is wrapped in a
-// head guard and served by its own connServer.
+// 10 seconds for requests in flight and closes every tunnel (internal/httpconn serves each
+// connection, its head guard included).
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	gl := &guardListener{Listener: ln, maxHead: p.cfg.Limits.MaxHeaderBytes, onHard: p.refuseConn}
-	cs := newConnSet()
-	errc := make(chan error, 1)
-	go func() {
-		errc <- cs.accept(gl, func(c net.Conn) {
-			g := c.(*headGuard)
-			s := p.newConnServer(g, context.WithValue(serverContext, connKey{}, g), p.ServeHTTP)
-			s.set = cs
-			if !cs.add(s) {
-				_ = g.Close()
-				return
-			}
-			defer cs.remove(s)
-			if !s.serve() {
-				_ = g.Close()
-			}
-		})
-	}()
-	select {
-	case err := <-errc:
-		p.Close()
-		return fmt.Errorf("serve proxy: %w", err)
-	case <-ctx.Done():
-	}
-	_ = ln.Close()
-	<-errc
-	err := cs.shutdown(10 * time.Second)
+	err := p.connServer(p, p.flagged).Serve(ctx, ln, 10*time.Second)
 	p.Close()
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("serve proxy: %w", err)
+	}
 	if err != nil {
 		return fmt.Errorf("shut down proxy: %w", err)
 	}
 	return nil
+}
+
+// connServer serves the HTTP/1.1 requests of sandbox connections with h, and those whose head
+// the guard refused with flagged; a head refused before any request exists is answered with
+// the proxy's JSON refusal and audited as http.rejected.
+func (p *Proxy) connServer(h http.Handler, flagged func(http.ResponseWriter, *http.Request, *call.Refusal)) *httpconn.Server {
+	l := p.cfg.Limits
+	return &httpconn.Server{Handler: h, Flagged: flagged, Reject: p.refuseConn,
+		Refusal:        func(rf *call.Refusal) *http.Response { return refusalResponse(nil, rf) },
+		MaxHeaderBytes: l.MaxHeaderBytes, HeaderTimeout: l.ClientHandshakeTimeout.D(), IdleTimeout: l.TunnelIdleTimeout.D()}
 }
 
 // Close closes every tunnel and intercepted connection and the idle upstream connections.
@@ -336,19 +324,9 @@ func (p *Proxy) CAPEM() []byte {
 	return p.ca.CertPEM()
 }
 
-type connKey struct{}
-
 // ServeHTTP dispatches: CONNECT to the forward proxy, /routes/NAME/... to the route,
 // absolute-URI http:// requests to plain forwarding; anything else is 404.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if g, ok := r.Context().Value(connKey{}).(*headGuard); ok {
-		defer g.done()
-		if rf, bad := g.next(); bad {
-			x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRejected)
-			x.refuse(w, rf)
-			return
-		}
-	}
 	switch {
 	case r.Method == http.MethodConnect:
 		p.gp.ServeHTTP(w, r)
@@ -362,8 +340,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// refuseConn audits a connection net/http refuses before any handler runs (a head larger than
-// net/http reads).
+// flagged answers a request on the listener whose head the guard refused.
+func (p *Proxy) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
+	p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRejected).refuse(w, rf)
+}
+
+// refuseConn audits a head refused before any request exists (malformed, cut short, timed out,
+// far too large).
 func (p *Proxy) refuseConn(c net.Conn, rf *call.Refusal) {
 	p.core.Reject(context.Background(), audit.KindHTTPRejected, identity.FromRemoteAddr(p.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
 }

@@ -313,6 +313,13 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 			}
 		}, audit.KindHTTPRejected, "too_many_connections", 429, false},
 		{"OPTIONS * reaches Sandgate's handler", raw(cp.proxy, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"), audit.KindHTTPRequest, "no_route", 404, false},
+		// The MCP listener reads heads with the proxy's loop (internal/httpconn): what it refuses is
+		// answered by Sandgate and audited once, as mcp.rejected.
+		{"a header line without a colon, to the MCP listener", raw(cp.mcp, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length\r\n\r\n"), audit.KindMCPRejected, "malformed_request", 400, false},
+		{"an HTTP/0.9 request to the MCP listener", raw(cp.mcp, "GET /\r\n\r\n"), audit.KindMCPRejected, "malformed_request", 400, false},
+		{"a conflicting Content-Length to the MCP listener", raw(cp.mcp, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"), audit.KindMCPRejected, "malformed_request", 400, false},
+		{"both Content-Length and Transfer-Encoding to the MCP listener", raw(cp.mcp, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), audit.KindMCPRejected, "request_smuggling", 400, false},
+		{"a path other than /mcp", raw(cp.mcp, "GET /admin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"), audit.KindMCPRejected, "not_found", 404, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -338,6 +345,20 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 		_, hidden, _ := cp.post(t, cpCoder, sid, `{"jsonrpc":"2.0","id":30,"method":"resources/read","params":{"uri":"secret://keys"}}`)
 		_, missing, _ := cp.post(t, cpCoder, sid, `{"jsonrpc":"2.0","id":30,"method":"resources/read","params":{"uri":"secret://keyz"}}`)
 		assert.Equal(t, strings.Replace(hidden, "secret://keys", "URI", 1), strings.Replace(missing, "secret://keyz", "URI", 1))
+	})
+
+	t.Run("a head the MCP listener refuses is answered with a JSON-RPC error", func(t *testing.T) {
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(cpCoder)}}).Dial("tcp", cp.mcp)
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = io.WriteString(c, "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Name: x\r\n\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		assert.JSONEq(t, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"malformed request head: invalid header name"}}`, string(b))
 	})
 
 	t.Run("sessions are capped per sandbox", func(t *testing.T) {

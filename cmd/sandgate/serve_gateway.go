@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
+	"net"
 
 	"github.com/sandgate/sandgate/gateway"
 )
@@ -26,9 +26,9 @@ func newGatewayComponent(d *serveDeps) (component, error) {
 	// A down upstream is reported, not fatal: the replica still serves the proxy and the other
 	// upstreams, so it stays ready (docs/shared-state.md, "Readiness").
 	d.ready.AddDegraded("gateway upstreams", g.Ready)
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.Handler())
-	listener := httpComponent("mcp", d.cfg.Listen.MCP, mux, d)
+	listener := listenerComponent("mcp", d.cfg.Listen.MCP, d, func(ctx context.Context, ln net.Listener) error {
+		return g.Serve(ctx, ln, shutdownGrace)
+	})
 	return componentFunc(func(ctx context.Context) error {
 		// The upstream sessions outlive ctx: on SIGTERM the listener stops accepting and lets the
 		// calls in flight finish (up to shutdownGrace); only then are the upstreams closed.

@@ -1,4 +1,4 @@
-package proxy
+package httpconn
 
 import (
 	"bufio"
@@ -12,13 +12,13 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// connResponse is the http.ResponseWriter of one request inside an intercepted tunnel: an
+// response is the http.ResponseWriter of one request inside an intercepted tunnel: an
 // HTTP/1.1 response written as net/http's server writes it (status line and headers at the
 // first write, Content-Length when the handler set one, chunked otherwise, trailers after the
 // last chunk), buffered until the handler flushes or returns, so a small response leaves in one
 // TLS record.
-type connResponse struct {
-	s      *connServer
+type response struct {
+	c      *conn
 	req    *http.Request
 	body   *connBody
 	header http.Header
@@ -35,16 +35,16 @@ type connResponse struct {
 	err      error // the first write error: the client is gone
 }
 
-func (w *connResponse) Header() http.Header { return w.header }
+func (w *response) Header() http.Header { return w.header }
 
-func (w *connResponse) buf() *bufio.Writer {
+func (w *response) buf() *bufio.Writer {
 	if w.bw == nil {
-		w.bw = getBufioWriter(w.s.g)
+		w.bw = getWriter(w.c.g)
 	}
 	return w.bw
 }
 
-func (w *connResponse) WriteHeader(code int) {
+func (w *response) WriteHeader(code int) {
 	if w.wrote || w.hijacked {
 		return
 	}
@@ -121,7 +121,7 @@ func trailerKeys(h http.Header) map[string]bool {
 	return ex
 }
 
-func (w *connResponse) writeStatus(code int) {
+func (w *response) writeStatus(code int) {
 	b := w.buf()
 	_, _ = b.WriteString("HTTP/1.1 ")
 	_, _ = b.WriteString(strconv.Itoa(code))
@@ -130,7 +130,7 @@ func (w *connResponse) writeStatus(code int) {
 	_, _ = b.WriteString("\r\n")
 }
 
-func (w *connResponse) Write(p []byte) (int, error) {
+func (w *response) Write(p []byte) (int, error) {
 	if w.hijacked {
 		return 0, http.ErrHijacked
 	}
@@ -166,7 +166,7 @@ func (w *connResponse) Write(p []byte) (int, error) {
 }
 
 // FlushError sends what is buffered (http.ResponseController's flush).
-func (w *connResponse) FlushError() error {
+func (w *response) FlushError() error {
 	if w.hijacked {
 		return http.ErrHijacked
 	}
@@ -177,9 +177,9 @@ func (w *connResponse) FlushError() error {
 	return w.err
 }
 
-func (w *connResponse) Flush() { _ = w.FlushError() }
+func (w *response) Flush() { _ = w.FlushError() }
 
-func (w *connResponse) flush() {
+func (w *response) flush() {
 	if w.bw != nil && w.err == nil {
 		w.err = w.bw.Flush()
 	}
@@ -187,29 +187,29 @@ func (w *connResponse) flush() {
 
 // SetReadDeadline and SetWriteDeadline are http.ResponseController's deadlines (the request
 // body's timing uses the read deadline).
-func (w *connResponse) SetReadDeadline(t time.Time) error  { return w.s.g.SetReadDeadline(t) }
-func (w *connResponse) SetWriteDeadline(t time.Time) error { return w.s.g.SetWriteDeadline(t) }
+func (w *response) SetReadDeadline(t time.Time) error  { return w.c.g.SetReadDeadline(t) }
+func (w *response) SetWriteDeadline(t time.Time) error { return w.c.g.SetWriteDeadline(t) }
 
 // Hijack hands the connection to the handler (an upgraded protocol); the tunnel closes when the
 // handler returns.
-func (w *connResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.hijacked {
 		return nil, nil, http.ErrHijacked
 	}
 	w.hijacked = true
-	w.s.set.hijacked(w.s)
+	w.c.set.hijacked(w.c)
 	if w.bw != nil {
 		_ = w.bw.Flush()
 	}
 	// goproxy, the one taker (a CONNECT), writes to the connection itself: the writer handed
 	// over is a small one rather than 4 KiB allocated for every tunnel.
-	return w.s.g, bufio.NewReadWriter(w.s.br, bufio.NewWriterSize(w.s.g, 64)), nil
+	return w.c.g, bufio.NewReadWriter(w.c.br, bufio.NewWriterSize(w.c.g, 64)), nil
 }
 
 // finish ends the response after the handler returned: the head if nothing was written, the
 // last chunk and the trailers, everything flushed, the writer back in its pool. A body shorter
 // than its Content-Length closes the connection.
-func (w *connResponse) finish() {
+func (w *response) finish() {
 	if !w.wrote {
 		if _, ok := w.header["Content-Length"]; !ok {
 			w.header.Set("Content-Length", "0")
@@ -227,7 +227,7 @@ func (w *connResponse) finish() {
 	}
 	w.flush()
 	if w.bw != nil {
-		putBufioWriter(w.bw)
+		putWriter(w.bw)
 		w.bw = nil
 	}
 	if w.err != nil {
@@ -235,7 +235,7 @@ func (w *connResponse) finish() {
 	}
 }
 
-func (w *connResponse) writeTrailers(b *bufio.Writer) {
+func (w *response) writeTrailers(b *bufio.Writer) {
 	if len(w.trailers) == 0 && trailerKeys(w.header) == nil {
 		return // the common case: no trailer, no map built
 	}

@@ -1,4 +1,4 @@
-package proxy
+package httpconn
 
 import (
 	"bytes"
@@ -11,17 +11,17 @@ import (
 	"github.com/sandgate/sandgate/internal/call"
 )
 
-// headGuard wraps a sandbox's connection and follows the HTTP/1.1 framing of the requests
+// Guard wraps a sandbox's connection and follows the HTTP/1.1 framing of the requests
 // that stream past http.ReadRequest, to catch what that parser repairs silently: it accepts a
 // request with both Content-Length and Transfer-Encoding by dropping Content-Length, which is
 // what request smuggling relies on when some other hop frames the message differently.
 // Sandgate refuses such requests instead (and audits them), as well as heads larger than the
 // configured limit and obsolete line folding: the handler asks next() for each request. The
 // guard also audits, through onHard, a head cut by the header timeout and one grown past what
-// the reader reads; the reader (connServer) audits the other heads it refuses itself, after
-// claim() says the guard did not. After a CONNECT or Upgrade head, or after a flagged head, it
+// the reader reads; the reader (Server) audits the other heads it refuses itself, after
+// Claim() says the guard did not. After a CONNECT or Upgrade head, or after a flagged head, it
 // stops inspecting.
-type headGuard struct {
+type Guard struct {
 	net.Conn
 	maxHead int
 	onHard  func(*call.Refusal) // audits a head the guard refuses before any handler sees it
@@ -60,11 +60,11 @@ const (
 
 const keepLine = 256
 
-func newHeadGuard(c net.Conn, maxHead int, onHard func(*call.Refusal)) *headGuard {
-	return &headGuard{Conn: c, maxHead: maxHead, onHard: onHard, first: true}
+func NewGuard(c net.Conn, maxHead int, onHard func(*call.Refusal)) *Guard {
+	return &Guard{Conn: c, maxHead: maxHead, onHard: onHard, first: true}
 }
 
-func (g *headGuard) Read(p []byte) (int, error) {
+func (g *Guard) Read(p []byte) (int, error) {
 	n, err := g.Conn.Read(p)
 	var rf *call.Refusal
 	g.mu.Lock()
@@ -88,17 +88,17 @@ func (g *headGuard) Read(p []byte) (int, error) {
 // unservedLocked reports a request head that began, that no handler has seen, while no handler
 // runs, and that was not audited yet. After a CONNECT or Upgrade (gsPass) the bytes are a
 // tunnel's and are not inspected.
-func (g *headGuard) unservedLocked() bool {
+func (g *Guard) unservedLocked() bool {
 	served := g.served.Load()
 	return g.st != gsPass && g.started > int(served) && g.finished.Load() == served && g.reported < g.started
 }
 
 // done is called by the handler when it returns.
-func (g *headGuard) done() { g.finished.Add(1) }
+func (g *Guard) done() { g.finished.Add(1) }
 
 // next is called by the handler once per request; it returns the refusal for this request,
 // if its head was flagged.
-func (g *headGuard) next() (*call.Refusal, bool) {
+func (g *Guard) next() (*call.Refusal, bool) {
 	i := int(g.served.Add(1))
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -108,21 +108,21 @@ func (g *headGuard) next() (*call.Refusal, bool) {
 	return nil, false
 }
 
-func (g *headGuard) flag(r *call.Refusal) {
+func (g *Guard) flag(r *call.Refusal) {
 	if g.bad == 0 {
 		g.bad, g.why = g.heads+1, r
 	}
 	g.st = gsPass
 }
 
-func (g *headGuard) scan(p []byte) {
+func (g *Guard) scan(p []byte) {
 	for len(p) > 0 {
 		switch g.st {
 		case gsPass:
 			return
 		case gsOversize:
 			g.head += len(p)
-			// connServer reads at most 2*maxHead (+4096) of a head, then answers 431 and
+			// the Server reads at most 2*maxHead (+4096) of a head, then answers 431 and
 			// never calls the handler: audit that refusal here.
 			if g.head > 2*g.maxHead && g.served.Load() < int64(g.bad) {
 				g.st = gsPass
@@ -180,7 +180,7 @@ func (g *headGuard) scan(p []byte) {
 	}
 }
 
-func (g *headGuard) endLine(l []byte, n int) {
+func (g *Guard) endLine(l []byte, n int) {
 	switch g.st {
 	case gsHead:
 		if g.first {
@@ -203,7 +203,7 @@ func (g *headGuard) endLine(l []byte, n int) {
 		}
 		name, value, ok := bytes.Cut(l, []byte(":"))
 		if !ok {
-			return // not a header line: http.ReadRequest refuses the head (and connServer audits that)
+			return // not a header line: http.ReadRequest refuses the head (and the Server audits that)
 		}
 		switch {
 		case bytes.EqualFold(bytes.TrimSpace(name), []byte("content-length")):
@@ -237,7 +237,7 @@ func (g *headGuard) endLine(l []byte, n int) {
 	_ = n
 }
 
-func (g *headGuard) endHead() {
+func (g *Guard) endHead() {
 	g.heads++
 	g.first = true
 	g.head = 0
@@ -257,27 +257,10 @@ func (g *headGuard) endHead() {
 	}
 }
 
-// guardListener wraps every accepted connection in a headGuard.
-type guardListener struct {
-	net.Listener
-	maxHead int
-	onHard  func(net.Conn, *call.Refusal)
-}
-
-func (l *guardListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	var g *headGuard
-	g = newHeadGuard(c, l.maxHead, func(r *call.Refusal) { l.onHard(g, r) })
-	return g, nil
-}
-
-// claim marks the head being read as audited by its reader and reports whether it still had to
+// Claim marks the head being read as audited by its reader and reports whether it still had to
 // be: false when the guard audited it already (a header timeout, a head past the read limit).
 // With begun, a head of which only blank lines arrived is not claimed either.
-func (g *headGuard) claim(begun bool) bool {
+func (g *Guard) Claim(begun bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	unserved := g.started > int(g.served.Load())

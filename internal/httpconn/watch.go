@@ -1,4 +1,4 @@
-package proxy
+package httpconn
 
 import (
 	"context"
@@ -26,7 +26,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 // still runs. It starts only once the request's body was read to its end (before that, the
 // body's own read sees the close), and not for a request that takes the connection over.
 type watch struct {
-	s       *connServer
+	c       *conn
 	body    *connBody
 	cancel  context.CancelFunc
 	timer   *time.Timer
@@ -36,10 +36,10 @@ type watch struct {
 }
 
 // watchRequest arms a watch for req and returns the request with its cancelable context.
-func (s *connServer) watchRequest(req *http.Request, body *connBody) (*http.Request, *watch) {
-	ctx, cancel := context.WithCancel(s.ctx)
+func (c *conn) watchRequest(req *http.Request, body *connBody) (*http.Request, *watch) {
+	ctx, cancel := context.WithCancel(c.ctx)
 	req = req.WithContext(ctx)
-	w := &watch{s: s, body: body, cancel: cancel}
+	w := &watch{c: c, body: body, cancel: cancel}
 	if req.Method != http.MethodConnect && req.Header.Get("Upgrade") == "" {
 		w.timer = time.AfterFunc(watchAfter, w.start)
 	}
@@ -49,7 +49,7 @@ func (s *connServer) watchRequest(req *http.Request, body *connBody) (*http.Requ
 func (w *watch) start() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stopped || !w.body.ended() || w.s.br.Buffered() > 0 {
+	if w.stopped || !w.body.ended() || w.c.br.Buffered() > 0 {
 		return // over, still reading its body, or the next request is here already
 	}
 	w.running = make(chan struct{})
@@ -59,9 +59,9 @@ func (w *watch) start() {
 	go func() {
 		defer close(w.running)
 		var b [1]byte
-		n, err := w.s.lim.r.Read(b[:])
+		n, err := w.c.lim.r.Read(b[:])
 		if n == 1 {
-			w.s.lim.pend, w.s.lim.pending = b[0], true // the next request's first byte
+			w.c.lim.pend, w.c.lim.pending = b[0], true // the next request's first byte
 			return
 		}
 		if err != nil && !isTimeout(err) {
@@ -80,9 +80,9 @@ func (w *watch) stop() {
 	running := w.running
 	w.mu.Unlock()
 	if running != nil {
-		_ = w.s.g.SetReadDeadline(aLongTimeAgo)
+		_ = w.c.g.SetReadDeadline(aLongTimeAgo)
 		<-running
-		_ = w.s.g.SetReadDeadline(time.Time{})
+		_ = w.c.g.SetReadDeadline(time.Time{})
 	}
 	w.cancel()
 }
