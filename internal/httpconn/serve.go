@@ -75,8 +75,9 @@ type conn struct {
 	lim     limitReader
 	ctx     context.Context // every request's context
 	remote  string
-	maxHead int      // bytes http.ReadRequest may read for one head
-	set     *connSet // the listener's connections (nil for ServeConn)
+	maxHead int       // bytes http.ReadRequest may read for one head
+	set     *connSet  // the listener's connections (nil for ServeConn)
+	idleEnd time.Time // when an idle connection's wait ends (run)
 }
 
 // maxDrain is how much of a request body the handler left unread is read to keep the
@@ -132,18 +133,56 @@ func (s *Server) ServeConn(c net.Conn) (hijacked bool) {
 // a request asks to close, the listener shuts down, or a handler takes the connection over (a
 // CONNECT, an upgrade). It reports whether the handler took it: else the caller closes it.
 func (c *conn) serve() (hijacked bool) {
+	hijacked, _ = c.loop(true, false)
+	return hijacked
+}
+
+// run serves a listener's connection (Serve) and closes it at its end. When the connection goes
+// idle, the wait for its next request goes on on a new goroutine and this one ends, so the
+// stack its requests grew (mcp-go's calls take it to 8–16 KiB) is freed: an idle connection
+// holds a small stack and no buffer.
+func (c *conn) run(resumed bool) {
+	if resumed && c.readFirstByte(c.idleEnd) != nil {
+		c.end(false)
+		return
+	}
+	hijacked, idle := c.loop(!resumed, resumed)
+	if idle {
+		go c.run(true)
+		return
+	}
+	c.end(hijacked)
+}
+
+// end forgets a listener's connection, and closes it unless a handler took it over.
+func (c *conn) end(hijacked bool) {
+	if !hijacked {
+		_ = c.g.Close()
+	}
+	c.set.remove(c)
+}
+
+// loop reads and answers requests; first says the connection is new, ready that the first byte
+// of the next request was read already (by run). idle says the connection gave its buffer back
+// to wait for its next request on a new goroutine (run): only a listener's connections do.
+func (c *conn) loop(first, ready bool) (hijacked, idle bool) {
 	defer func() {
 		if !hijacked {
 			c.releaseReader() // a handler that took the connection over has the reader
 		}
 	}()
 	for n := 0; ; n++ {
-		if !c.set.idle(c, true) {
-			return false
+		var err error
+		if !ready || n > 0 {
+			if !c.set.idle(c, true) {
+				return false, false
+			}
+			if err = c.waitRequest(first && n == 0); err == errIdle {
+				return false, true
+			}
 		}
-		err := c.waitRequest(n == 0)
 		if !c.set.idle(c, false) || err != nil {
-			return false // closed, shut down, or idle past the idle timeout: nothing was asked
+			return false, false // closed, shut down, or idle past the idle timeout: nothing was asked
 		}
 		if t := c.srv.HeaderTimeout; t > 0 {
 			_ = c.g.SetReadDeadline(time.Now().Add(t))
@@ -157,20 +196,25 @@ func (c *conn) serve() (hijacked bool) {
 		}
 		if err != nil {
 			c.refuseHead(err, tooLarge)
-			return false
+			return false, false
 		}
 		_ = c.g.SetReadDeadline(time.Time{})
 		keep, hijacked := c.serveOne(req)
 		if hijacked || !keep {
-			return hijacked
+			return hijacked, false
 		}
 	}
 }
 
+// errIdle is waitRequest's word that the connection gave its read buffer back and waits for its
+// next request on a new goroutine.
+var errIdle = errors.New("idle")
+
 // waitRequest waits for the first byte of the next request: up to the header timeout on a new
 // connection, the idle timeout between requests. The read buffer is kept for idleBuffer of
 // that wait (the next request of a busy connection is read with no extra read) and given back
-// for the rest, which waits with a one-byte read of its own.
+// for the rest, which waits with a one-byte read of its own: on a new goroutine for a
+// listener's connection (errIdle), on this one otherwise.
 func (c *conn) waitRequest(first bool) error {
 	wait := c.srv.IdleTimeout
 	if first {
@@ -196,7 +240,17 @@ func (c *conn) waitRequest(first bool) error {
 			return err
 		}
 		c.releaseReader()
+		if c.set != nil {
+			c.idleEnd = end
+			return errIdle
+		}
 	}
+	return c.readFirstByte(end)
+}
+
+// readFirstByte waits until end for the next request's first byte, with no buffer, and then
+// takes a read buffer for the request.
+func (c *conn) readFirstByte(end time.Time) error {
 	_ = c.g.SetReadDeadline(end)
 	if !c.lim.pending {
 		var b [1]byte

@@ -20,6 +20,7 @@ import (
 // release. Every head refused before a request exists is sent on rejected.
 type testServer struct {
 	addr     string
+	stop     func() error // shuts the server down (also done at the test's end)
 	release  chan struct{}
 	entered  chan struct{}
 	rejected chan string
@@ -48,10 +49,16 @@ func newTestServer(t *testing.T) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln, 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done)
-	})
+	var err2 error
+	stopped := false
+	ts.stop = func() error {
+		if !stopped {
+			cancel()
+			err2, stopped = <-done, true
+		}
+		return err2
+	}
+	t.Cleanup(func() { assert.NoError(t, ts.stop()) })
 	return ts
 }
 
@@ -120,4 +127,23 @@ func TestIdleConnectionGivesBackItsReadBuffer(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	assert.Equal(t, call.CodeMalformedRequest, <-ts.rejected)
 	assert.Empty(t, ts.rejected, "one head, one refusal")
+}
+
+// TestShutdownClosesAnIdleConnection shuts the server down while a connection waits for its
+// next request with no buffer (on the goroutine that took over the wait): the connection is
+// closed at once, and Serve returns without waiting for the grace period.
+func TestShutdownClosesAnIdleConnection(t *testing.T) {
+	released := make(chan struct{}, 4)
+	saved := idleBuffer
+	idleBuffer, readerReleased = time.Millisecond, func() { released <- struct{}{} }
+	t.Cleanup(func() { idleBuffer, readerReleased = saved, nil })
+	ts := newTestServer(t)
+	c, br := ts.dial(t)
+	_, err := io.WriteString(c, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	assert.Equal(t, "hello", readBody(t, br))
+	<-released
+	require.NoError(t, ts.stop(), "an idle connection does not hold the shutdown for its grace")
+	_, err = br.ReadByte()
+	assert.ErrorIs(t, err, io.EOF, "the idle connection was closed")
 }

@@ -27,10 +27,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 				_ = nc.Close()
 				return
 			}
-			defer cs.remove(c)
-			if !c.serve() {
-				_ = c.g.Close()
-			}
+			c.run(false)
 		})
 	}()
 	select {
