@@ -216,7 +216,7 @@ func (rn *runner) runPhases(ctx context.Context, o Options, targets []*Target) (
 	started := time.Now()
 	for _, cells := range phases {
 		for rep := range o.Reps {
-			for _, c := range cells {
+			for _, c := range rotated(cells, rep) {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -287,6 +287,31 @@ func planPhases(o Options, targets []*Target) [][]Cell {
 		phases = append(phases, byCount[n])
 	}
 	return phases
+}
+
+// rotated is repetition rep's order of a phase's cells: in each run of cells that differ only by
+// target, the targets start rep places further on, so that across repetitions each target
+// is measured in each place of the run. A cell measured first after a target that loads the
+// machine differently (the direct cell, say) would otherwise always carry that bias.
+func rotated(cells []Cell, rep int) []Cell {
+	out := make([]Cell, 0, len(cells))
+	for i := 0; i < len(cells); {
+		j := i + 1
+		for j < len(cells) && sameSlot(cells[i], cells[j]) {
+			j++
+		}
+		run := cells[i:j]
+		k := rep % len(run)
+		out = append(append(out, run[k:]...), run[:k]...)
+		i = j
+	}
+	return out
+}
+
+// sameSlot reports cells that differ only by target.
+func sameSlot(a, b Cell) bool {
+	a.Target = b.Target
+	return a == b
 }
 
 // planCells lists one repetition's cells, interleaved: for each workload and shape, every

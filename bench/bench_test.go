@@ -39,3 +39,29 @@ func TestPlanPhasesAscending(t *testing.T) {
 	}
 	assert.Equal(t, []string{"direct", "sandgate", "relay"}, route1000)
 }
+
+// Each repetition starts every run of same-slot cells one target further on: over as many
+// repetitions as targets, each target takes each place once, and the cells stay the same.
+func TestRotatedMovesEveryTargetThroughEveryPlace(t *testing.T) {
+	o := Options{Sandboxes: 100, Concurrency: []int{64}, Rate: 500, Workloads: []string{WRoute, WMCP}}
+	targets := []*Target{{Name: "direct"}, {Name: "sandgate"}, {Name: "relay"}}
+	cells := planCells(o, targets)
+	places := map[string]map[int]bool{}
+	for rep := range 3 {
+		got := rotated(cells, rep)
+		assert.ElementsMatch(t, cells, got)
+		for i := 0; i < len(got); i += 3 {
+			for k, c := range got[i : i+3] {
+				assert.True(t, sameSlot(got[i], c), "a run stays together: %v", got[i:i+3])
+				if places[c.Target] == nil {
+					places[c.Target] = map[int]bool{}
+				}
+				places[c.Target][k] = true
+			}
+		}
+	}
+	for _, tg := range targets {
+		assert.Len(t, places[tg.Name], 3, "%s took every place", tg.Name)
+	}
+	assert.Equal(t, cells, rotated(cells, 0), "the first repetition keeps the planned order")
+}
