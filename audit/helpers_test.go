@@ -88,6 +88,7 @@ type stubSink struct {
 	failing bool
 	block   chan struct{} // when non-nil, WriteBatch waits for it to close
 	lines   []string
+	batches []int // lines per batch written
 	lastErr error // returned by LastHash
 }
 
@@ -110,6 +111,7 @@ func (s *stubSink) WriteBatch(b *Batch) error {
 	for _, l := range b.Lines {
 		s.lines = append(s.lines, string(l))
 	}
+	s.batches = append(s.batches, len(b.Lines))
 	return nil
 }
 

@@ -21,6 +21,7 @@ type sequencer struct {
 	marked bool
 
 	events    []Event
+	linger    *time.Timer // stopped between batches
 	out       [][]byte
 	ends      []int
 	buf       []byte
@@ -127,26 +128,13 @@ func (s *sequencer) closing() {
 	}
 }
 
-// batch writes first and whatever else is queued, up to maxBatch events. ok is false when the
-// writer must stop (Close gave up, or a line could not be sealed); open is false when the queue
-// was found closed.
+// batch writes first and whatever else is queued or arrives within the linger, up to maxBatch
+// events. ok is false when the writer must stop (Close gave up, or a line could not be sealed);
+// open is false when the queue was found closed.
 func (s *sequencer) batch(first Event) (ok, open bool) {
 	w := s.w
 	s.events = append(s.events[:0], first)
-	open = true
-drain:
-	for len(s.events) < w.maxBatch {
-		select {
-		case ev, more := <-w.queue:
-			if !more {
-				open = false
-				break drain
-			}
-			s.events = append(s.events, ev)
-		default:
-			break drain
-		}
-	}
+	open = s.collect()
 
 	s.buf, s.ends = s.buf[:0], s.ends[:0]
 	if s.chain.mac != nil && !s.marked {
@@ -184,6 +172,45 @@ drain:
 	}
 	clear(s.events) // drop references to label maps until the next batch
 	return true, open
+}
+
+// collect adds to the batch what is queued, then what arrives within the linger, up to maxBatch
+// events; false when the queue was found closed.
+func (s *sequencer) collect() bool {
+	w := s.w
+	for len(s.events) < w.maxBatch {
+		select {
+		case ev, more := <-w.queue:
+			if !more {
+				return false
+			}
+			s.events = append(s.events, ev)
+			continue
+		default:
+		}
+		break
+	}
+	if w.linger <= 0 || len(s.events) >= w.maxBatch {
+		return true
+	}
+	if s.linger == nil {
+		s.linger = time.NewTimer(w.linger)
+	} else {
+		s.linger.Reset(w.linger)
+	}
+	defer s.linger.Stop()
+	for len(s.events) < w.maxBatch {
+		select {
+		case ev, more := <-w.queue:
+			if !more {
+				return false
+			}
+			s.events = append(s.events, ev)
+		case <-s.linger.C:
+			return true
+		}
+	}
+	return true
 }
 
 // checkpointOnly writes a batch holding just a checkpoint.

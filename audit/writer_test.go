@@ -257,7 +257,8 @@ func TestWriterRecoversWhenTheSinkDoes(t *testing.T) {
 
 func TestFullQueueBlocksThenRefuses(t *testing.T) {
 	sink := &stubSink{block: make(chan struct{})}
-	w := NewWriter(sink, WithQueueSize(1), WithEnqueueTimeout(30*time.Millisecond))
+	// No linger: the sequencer takes the first event alone and hangs in its WriteBatch.
+	w := NewWriter(sink, WithQueueSize(1), WithEnqueueTimeout(30*time.Millisecond), WithLinger(0))
 
 	first := testEvent(1)
 	require.NoError(t, w.Record(&first))
@@ -275,6 +276,25 @@ func TestFullQueueBlocksThenRefuses(t *testing.T) {
 	close(sink.block)
 	require.NoError(t, w.Close(context.Background()))
 	assert.Len(t, sink.written(), 2, "both accepted events are written, the refused one is not")
+}
+
+// TestLingerGathersABurstIntoOneBatch: events recorded one after another, each enqueued as
+// its own, are written in one batch; the linger ends when the batch is full (not by its timer,
+// an hour here), and Close writes what a batch still waits for.
+func TestLingerGathersABurstIntoOneBatch(t *testing.T) {
+	sink := &stubSink{}
+	w := NewWriter(sink, WithMaxBatch(4), WithLinger(time.Hour))
+	for i := range 4 {
+		ev := testEvent(i)
+		require.NoError(t, w.Record(&ev))
+	}
+	require.Eventually(t, func() bool { return len(sink.written()) == 4 }, 5*time.Second, time.Millisecond)
+	last := testEvent(9)
+	require.NoError(t, w.Record(&last))
+	require.NoError(t, w.Close(context.Background()))
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	assert.Equal(t, []int{4, 1}, sink.batches)
 }
 
 func TestSinkWithoutLastHashStartsUnhealthy(t *testing.T) {
