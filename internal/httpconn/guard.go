@@ -11,7 +11,7 @@ import (
 	"github.com/sandgate/sandgate/internal/call"
 )
 
-// Guard wraps a sandbox's connection and follows the HTTP/1.1 framing of the requests
+// guard wraps a sandbox's connection and follows the HTTP/1.1 framing of the requests
 // that stream past http.ReadRequest, to catch what that parser repairs silently: it accepts a
 // request with both Content-Length and Transfer-Encoding by dropping Content-Length, which is
 // what request smuggling relies on when some other hop frames the message differently.
@@ -21,7 +21,7 @@ import (
 // the reader reads; the reader (Server) audits the other heads it refuses itself, after
 // Claim() says the guard did not. After a CONNECT or Upgrade head, or after a flagged head, it
 // stops inspecting.
-type Guard struct {
+type guard struct {
 	net.Conn
 	maxHead int
 	onHard  func(*call.Refusal) // audits a head the guard refuses before any handler sees it
@@ -60,11 +60,11 @@ const (
 
 const keepLine = 256
 
-func NewGuard(c net.Conn, maxHead int, onHard func(*call.Refusal)) *Guard {
-	return &Guard{Conn: c, maxHead: maxHead, onHard: onHard, first: true}
+func newGuard(c net.Conn, maxHead int, onHard func(*call.Refusal)) *guard {
+	return &guard{Conn: c, maxHead: maxHead, onHard: onHard, first: true}
 }
 
-func (g *Guard) Read(p []byte) (int, error) {
+func (g *guard) Read(p []byte) (int, error) {
 	n, err := g.Conn.Read(p)
 	var rf *call.Refusal
 	g.mu.Lock()
@@ -88,17 +88,17 @@ func (g *Guard) Read(p []byte) (int, error) {
 // unservedLocked reports a request head that began, that no handler has seen, while no handler
 // runs, and that was not audited yet. After a CONNECT or Upgrade (gsPass) the bytes are a
 // tunnel's and are not inspected.
-func (g *Guard) unservedLocked() bool {
+func (g *guard) unservedLocked() bool {
 	served := g.served.Load()
 	return g.st != gsPass && g.started > int(served) && g.finished.Load() == served && g.reported < g.started
 }
 
 // done is called by the handler when it returns.
-func (g *Guard) done() { g.finished.Add(1) }
+func (g *guard) done() { g.finished.Add(1) }
 
 // next is called by the handler once per request; it returns the refusal for this request,
 // if its head was flagged.
-func (g *Guard) next() (*call.Refusal, bool) {
+func (g *guard) next() (*call.Refusal, bool) {
 	i := int(g.served.Add(1))
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -108,14 +108,14 @@ func (g *Guard) next() (*call.Refusal, bool) {
 	return nil, false
 }
 
-func (g *Guard) flag(r *call.Refusal) {
+func (g *guard) flag(r *call.Refusal) {
 	if g.bad == 0 {
 		g.bad, g.why = g.heads+1, r
 	}
 	g.st = gsPass
 }
 
-func (g *Guard) scan(p []byte) {
+func (g *guard) scan(p []byte) {
 	for len(p) > 0 {
 		switch g.st {
 		case gsPass:
@@ -180,7 +180,7 @@ func (g *Guard) scan(p []byte) {
 	}
 }
 
-func (g *Guard) endLine(l []byte, n int) {
+func (g *guard) endLine(l []byte, n int) {
 	switch g.st {
 	case gsHead:
 		if g.first {
@@ -237,7 +237,7 @@ func (g *Guard) endLine(l []byte, n int) {
 	_ = n
 }
 
-func (g *Guard) endHead() {
+func (g *guard) endHead() {
 	g.heads++
 	g.first = true
 	g.head = 0
@@ -257,10 +257,10 @@ func (g *Guard) endHead() {
 	}
 }
 
-// Claim marks the head being read as audited by its reader and reports whether it still had to
+// claim marks the head being read as audited by its reader and reports whether it still had to
 // be: false when the guard audited it already (a header timeout, a head past the read limit).
 // With begun, a head of which only blank lines arrived is not claimed either.
-func (g *Guard) Claim(begun bool) bool {
+func (g *guard) claim(begun bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	unserved := g.started > int(g.served.Load())

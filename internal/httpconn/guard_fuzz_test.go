@@ -20,9 +20,9 @@ func FuzzHeadGuard(f *testing.F) {
 		f.Add([]byte(s), uint16(7))
 	}
 	f.Fuzz(func(t *testing.T, b []byte, split uint16) {
-		whole := NewGuard(nil, 256, nil)
+		whole := newGuard(nil, 256, nil)
 		whole.scan(append([]byte(nil), b...))
-		parts := NewGuard(nil, 256, nil)
+		parts := newGuard(nil, 256, nil)
 		at := int(split) % (len(b) + 1)
 		parts.scan(append([]byte(nil), b[:at]...))
 		parts.scan(append([]byte(nil), b[at:]...))
@@ -33,4 +33,4 @@ func FuzzHeadGuard(f *testing.F) {
 	})
 }
 
-var _ net.Conn = (*Guard)(nil)
+var _ net.Conn = (*guard)(nil)

@@ -70,7 +70,7 @@ var readerReleased func()
 // conn serves the requests of one connection.
 type conn struct {
 	srv     *Server
-	g       *Guard // the connection: reads go through it, so it follows the framing
+	g       *guard // the connection: reads go through it, so it follows the framing
 	br      *bufio.Reader
 	lim     limitReader
 	ctx     context.Context // every request's context
@@ -92,10 +92,13 @@ func (s *Server) serverContext() context.Context {
 	if base == nil {
 		base = context.Background()
 	}
-	return context.WithValue(base, http.ServerContextKey, &http.Server{})
+	return context.WithValue(base, http.ServerContextKey, aServer)
 }
 
-func (s *Server) newConn(g *Guard, ctx context.Context) *conn {
+// aServer is what every request's context says runs it (nothing reads its fields).
+var aServer = &http.Server{}
+
+func (s *Server) newConn(g *guard, ctx context.Context) *conn {
 	c := &conn{srv: s, g: g, ctx: ctx, remote: g.RemoteAddr().String(),
 		// as net/http's server with MaxHeaderBytes 2*limit: heads between limit and this are
 		// refused by the guard's flag, larger ones when the read stops here.
@@ -104,10 +107,10 @@ func (s *Server) newConn(g *Guard, ctx context.Context) *conn {
 	return c
 }
 
-// Guard wraps c in a head guard that audits through s.Reject.
-func (s *Server) Guard(c net.Conn) *Guard {
-	var g *Guard
-	g = NewGuard(c, s.MaxHeaderBytes, func(rf *call.Refusal) {
+// guard wraps c in a head guard that audits through s.Reject.
+func (s *Server) wrap(c net.Conn) *guard {
+	var g *guard
+	g = newGuard(c, s.MaxHeaderBytes, func(rf *call.Refusal) {
 		if s.Reject != nil {
 			s.Reject(g, rf)
 		}
@@ -118,10 +121,7 @@ func (s *Server) Guard(c net.Conn) *Guard {
 // ServeConn serves c's requests until it ends (see conn.serve) and reports whether a handler
 // took c over (a CONNECT, an upgrade); else c is closed.
 func (s *Server) ServeConn(c net.Conn) (hijacked bool) {
-	g, ok := c.(*Guard)
-	if !ok {
-		g = s.Guard(c)
-	}
+	g := s.wrap(c)
 	hijacked = s.newConn(g, s.serverContext()).serve()
 	if !hijacked {
 		_ = g.Close()
@@ -275,14 +275,14 @@ func (c *conn) refuseHead(err error, tooLarge bool) {
 		return
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, syscall.ECONNRESET):
-		if c.g.Claim(true) {
+		if c.g.claim(true) {
 			c.g.onHard(&call.Refusal{Code: call.CodeMalformedRequest, Reason: "request head cut short: the client closed the connection"})
 		}
 		return
 	default:
 		rf = &call.Refusal{Code: call.CodeMalformedRequest, Reason: "malformed request head: " + truncate(err.Error(), 120), Close: true}
 	}
-	if c.g.Claim(false) {
+	if c.g.claim(false) {
 		c.g.onHard(rf)
 	}
 	bw := getWriter(c.g)

@@ -21,7 +21,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	errc := make(chan error, 1)
 	go func() {
 		errc <- accept(ln, func(nc net.Conn) {
-			c := s.newConn(s.Guard(nc), base)
+			c := s.newConn(s.wrap(nc), base)
 			c.set = cs
 			if !cs.add(c) {
 				_ = nc.Close()
