@@ -56,8 +56,6 @@ type Server struct {
 	HeaderTimeout time.Duration
 	// IdleTimeout closes a connection with no request this long after the last one.
 	IdleTimeout time.Duration
-	// Context is the base of every request's context (context.Background() if nil).
-	Context context.Context
 }
 
 // idleBuffer is how long a connection keeps its read buffer after a request: one busy with
@@ -73,7 +71,6 @@ type conn struct {
 	g       *guard // the connection: reads go through it, so it follows the framing
 	br      *bufio.Reader
 	lim     limitReader
-	ctx     context.Context // every request's context
 	remote  string
 	maxHead int       // bytes http.ReadRequest may read for one head
 	set     *connSet  // the listener's connections (nil for ServeConn)
@@ -87,19 +84,11 @@ const maxDrain = 256 << 10
 // serverContext is the base of every request's context. httputil.ReverseProxy aborts a
 // response the upstream cut short (panics http.ErrAbortHandler, so the sandbox sees the cut)
 // only when the context says a server runs it; serveOne recovers that as net/http's server does.
-func (s *Server) serverContext() context.Context {
-	base := s.Context
-	if base == nil {
-		base = context.Background()
-	}
-	return context.WithValue(base, http.ServerContextKey, aServer)
-}
+// Nothing reads the server's fields.
+var serverContext = context.WithValue(context.Background(), http.ServerContextKey, &http.Server{})
 
-// aServer is what every request's context says runs it (nothing reads its fields).
-var aServer = &http.Server{}
-
-func (s *Server) newConn(g *guard, ctx context.Context) *conn {
-	c := &conn{srv: s, g: g, ctx: ctx, remote: g.RemoteAddr().String(),
+func (s *Server) newConn(g *guard) *conn {
+	c := &conn{srv: s, g: g, remote: g.RemoteAddr().String(),
 		// as net/http's server with MaxHeaderBytes 2*limit: heads between limit and this are
 		// refused by the guard's flag, larger ones when the read stops here.
 		maxHead: 2*s.MaxHeaderBytes + 4096}
@@ -122,7 +111,7 @@ func (s *Server) wrap(c net.Conn) *guard {
 // took c over (a CONNECT, an upgrade); else c is closed.
 func (s *Server) ServeConn(c net.Conn) (hijacked bool) {
 	g := s.wrap(c)
-	hijacked = s.newConn(g, s.serverContext()).serve()
+	hijacked = s.newConn(g).serve()
 	if !hijacked {
 		_ = g.Close()
 	}
@@ -216,23 +205,24 @@ var errIdle = errors.New("idle")
 // for the rest, which waits with a one-byte read of its own: on a new goroutine for a
 // listener's connection (errIdle), on this one otherwise.
 func (c *conn) waitRequest(first bool) error {
-	wait := c.srv.IdleTimeout
-	if first {
-		wait = c.srv.HeaderTimeout
-	}
-	var end time.Time
-	if wait > 0 {
-		end = time.Now().Add(wait)
-	}
 	if first {
 		c.br = getReader(&c.lim)
 	} else if c.br != nil && c.br.Buffered() > 0 {
 		return nil // pipelined: the next head is here already
 	}
+	wait := c.srv.IdleTimeout
+	if first {
+		wait = c.srv.HeaderTimeout
+	}
+	now := time.Now()
+	var end time.Time
+	if wait > 0 {
+		end = now.Add(wait)
+	}
 	if c.br != nil {
 		keep := end
 		if wait <= 0 || wait > idleBuffer {
-			keep = time.Now().Add(idleBuffer)
+			keep = now.Add(idleBuffer)
 		}
 		_ = c.g.SetReadDeadline(keep)
 		_, err := c.br.Peek(1)

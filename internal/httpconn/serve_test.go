@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,15 +50,7 @@ func newTestServer(t *testing.T) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln, 5*time.Second) }()
-	var err2 error
-	stopped := false
-	ts.stop = func() error {
-		if !stopped {
-			cancel()
-			err2, stopped = <-done, true
-		}
-		return err2
-	}
+	ts.stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { assert.NoError(t, ts.stop()) })
 	return ts
 }
@@ -99,14 +92,21 @@ func TestWatchKeepsAPipelinedRequest(t *testing.T) {
 	assert.Equal(t, "hello", readBody(t, br))
 }
 
-// TestIdleConnectionGivesBackItsReadBuffer lets a kept-alive connection idle past idleBuffer: it
-// gives its read buffer back, and its next requests (one whose first byte arrives alone, one
-// pipelined behind it) are read whole, with nothing refused.
-func TestIdleConnectionGivesBackItsReadBuffer(t *testing.T) {
+// releaseAtOnce makes a connection give its read buffer back a millisecond after a request, and
+// reports each time one does.
+func releaseAtOnce(t *testing.T) <-chan struct{} {
 	released := make(chan struct{}, 4)
 	saved := idleBuffer
 	idleBuffer, readerReleased = time.Millisecond, func() { released <- struct{}{} }
 	t.Cleanup(func() { idleBuffer, readerReleased = saved, nil })
+	return released
+}
+
+// TestIdleConnectionGivesBackItsReadBuffer lets a kept-alive connection idle past idleBuffer: it
+// gives its read buffer back, and its next requests (one whose first byte arrives alone, one
+// pipelined behind it) are read whole, with nothing refused.
+func TestIdleConnectionGivesBackItsReadBuffer(t *testing.T) {
+	released := releaseAtOnce(t)
 	ts := newTestServer(t)
 	c, br := ts.dial(t)
 	_, err := io.WriteString(c, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -133,10 +133,7 @@ func TestIdleConnectionGivesBackItsReadBuffer(t *testing.T) {
 // next request with no buffer (on the goroutine that took over the wait): the connection is
 // closed at once, and Serve returns without waiting for the grace period.
 func TestShutdownClosesAnIdleConnection(t *testing.T) {
-	released := make(chan struct{}, 4)
-	saved := idleBuffer
-	idleBuffer, readerReleased = time.Millisecond, func() { released <- struct{}{} }
-	t.Cleanup(func() { idleBuffer, readerReleased = saved, nil })
+	released := releaseAtOnce(t)
 	ts := newTestServer(t)
 	c, br := ts.dial(t)
 	_, err := io.WriteString(c, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -17,11 +17,10 @@ import (
 // it.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	cs := &connSet{conns: map[*conn]bool{}}
-	base := s.serverContext()
 	errc := make(chan error, 1)
 	go func() {
 		errc <- accept(ln, func(nc net.Conn) {
-			c := s.newConn(s.wrap(nc), base)
+			c := s.newConn(s.wrap(nc))
 			c.set = cs
 			if !cs.add(c) {
 				_ = nc.Close()

@@ -37,7 +37,7 @@ type watch struct {
 
 // watchRequest arms a watch for req and returns the request with its cancelable context.
 func (c *conn) watchRequest(req *http.Request, body *connBody) (*http.Request, *watch) {
-	ctx, cancel := context.WithCancel(c.ctx)
+	ctx, cancel := context.WithCancel(serverContext)
 	req = req.WithContext(ctx)
 	w := &watch{c: c, body: body, cancel: cancel}
 	if req.Method != http.MethodConnect && req.Header.Get("Upgrade") == "" {
