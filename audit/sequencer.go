@@ -178,39 +178,42 @@ func (s *sequencer) batch(first Event) (ok, open bool) {
 // events; false when the queue was found closed.
 func (s *sequencer) collect() bool {
 	w := s.w
+	var timeout <-chan time.Time // the linger, started when the queue is first found empty
 	for len(s.events) < w.maxBatch {
+		var ev Event
+		var more bool
 		select {
-		case ev, more := <-w.queue:
-			if !more {
-				return false
-			}
-			s.events = append(s.events, ev)
-			continue
+		case ev, more = <-w.queue:
 		default:
-		}
-		break
-	}
-	if w.linger <= 0 || len(s.events) >= w.maxBatch {
-		return true
-	}
-	if s.linger == nil {
-		s.linger = time.NewTimer(w.linger)
-	} else {
-		s.linger.Reset(w.linger)
-	}
-	defer s.linger.Stop()
-	for len(s.events) < w.maxBatch {
-		select {
-		case ev, more := <-w.queue:
-			if !more {
-				return false
+			if w.linger <= 0 {
+				return true
 			}
-			s.events = append(s.events, ev)
-		case <-s.linger.C:
-			return true
+			if timeout == nil {
+				timeout = s.startLinger()
+				defer s.linger.Stop()
+			}
+			select {
+			case ev, more = <-w.queue:
+			case <-timeout:
+				return true
+			}
 		}
+		if !more {
+			return false
+		}
+		s.events = append(s.events, ev)
 	}
 	return true
+}
+
+// startLinger starts the batch's linger timer (one per sequencer, reused).
+func (s *sequencer) startLinger() <-chan time.Time {
+	if s.linger == nil {
+		s.linger = time.NewTimer(s.w.linger)
+	} else {
+		s.linger.Reset(s.w.linger)
+	}
+	return s.linger.C
 }
 
 // checkpointOnly writes a batch holding just a checkpoint.
