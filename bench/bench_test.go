@@ -2,6 +2,7 @@ package bench
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,29 @@ func TestRotatedMovesEveryTargetThroughEveryPlace(t *testing.T) {
 		assert.Len(t, places[tg.Name], 3, "%s took every place", tg.Name)
 	}
 	assert.Equal(t, cells, rotated(cells, 0), "the first repetition keeps the planned order")
+}
+
+// The fixed-rate cells a latency target reads (route, intercept and mcp at the main sandbox
+// count) get the tail window; every other cell keeps its shape's window.
+func TestWindowIsLongOnlyWhereATargetReadsTheTail(t *testing.T) {
+	o := Options{Sandboxes: 1000, Sweep: []int{100, 1000, 10000}, Concurrency: []int{64, 512}, Rate: 500,
+		RateDuration: 3 * time.Second, ClosedDuration: 2 * time.Second, TailDuration: 10 * time.Second}
+	targets := []*Target{{Name: "direct"}, {Name: "sandgate"}, {Name: "relay"}, {Name: "goproxy"}}
+	tail := map[string]bool{}
+	for _, c := range planCells(o, targets) {
+		switch d := o.window(c); {
+		case c.Shape == ShapeClosed:
+			assert.Equal(t, o.ClosedDuration, d, c.String())
+		case d == o.TailDuration:
+			assert.Equal(t, o.Sandboxes, c.Sandboxes, c.String())
+			tail[c.Workload] = true
+		default:
+			assert.Equal(t, o.RateDuration, d, c.String())
+			assert.False(t, c.Sandboxes == o.Sandboxes && (c.Workload == WRoute || c.Workload == WIntercept || c.Workload == WMCP), c.String())
+		}
+	}
+	assert.Equal(t, map[string]bool{WRoute: true, WIntercept: true, WMCP: true}, tail)
+
+	o.TailDuration = 0
+	assert.Equal(t, o.RateDuration, o.window(Cell{Workload: WRoute, Shape: ShapeRate, Sandboxes: 1000}), "0: the rate window")
 }

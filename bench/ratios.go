@@ -91,6 +91,14 @@ var ratioSpecs = []ratioSpec{
 	{WMCP, "sandgate", "shadow", "p50 ms (fixed rate), shadow policy vs none", 1.10, false, rateMain, p50Of},
 }
 
+// readsRateCell reports whether a target reads w's fixed-rate cell at the main sandbox count.
+func readsRateCell(w string) bool {
+	return slices.ContainsFunc(ratioSpecs, func(sp ratioSpec) bool {
+		shape, _ := sp.cell(0, 0)
+		return sp.workload == w && shape == ShapeRate
+	})
+}
+
 // Ratios evaluates every target on the run's results.
 func (r *Report) Ratios(mainN int, concurrency []int) []Ratio {
 	maxC := 0

@@ -38,6 +38,7 @@ func main() {
 	conc := flag.String("concurrency", "64,512", "closed-loop client counts")
 	flag.IntVar(&o.Reps, "reps", 3, "interleaved repetitions (ratios: median and min–max over them)")
 	flag.DurationVar(&o.RateDuration, "rate-duration", 3*time.Second, "window of a fixed-rate cell")
+	flag.DurationVar(&o.TailDuration, "tail-duration", 10*time.Second, "window of the fixed-rate cells whose latency a target reads (route, intercept, mcp at -sandboxes); 0: -rate-duration")
 	flag.DurationVar(&o.ClosedDuration, "closed-duration", 2*time.Second, "window of a closed-loop cell")
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
@@ -122,10 +123,10 @@ func serveUpstreams(dir string) {
 	}
 }
 
-// quickRun applies -quick: 1 s windows, and 1 repetition, 200 sandboxes and a sweep of 50 unless
+// quickRun applies -quick: 1 s windows (tail windows too), and 1 repetition, 200 sandboxes and a sweep of 50 unless
 // those flags are given.
 func quickRun(o *bench.Options, sweep *string) {
-	o.RateDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, 200*time.Millisecond
+	o.RateDuration, o.TailDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, time.Second, 200*time.Millisecond
 	if !isSet("reps") {
 		o.Reps = 1
 	}
