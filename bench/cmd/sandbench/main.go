@@ -123,8 +123,8 @@ func serveUpstreams(dir string) {
 	}
 }
 
-// quickRun applies -quick: 1 s windows (tail windows too), and 1 repetition, 200 sandboxes and a sweep of 50 unless
-// those flags are given.
+// quickRun applies -quick: 1 s windows (tail windows too), and 1 repetition, 200 sandboxes and
+// a sweep of 50 unless those flags are given.
 func quickRun(o *bench.Options, sweep *string) {
 	o.RateDuration, o.TailDuration, o.ClosedDuration, o.Warmup = time.Second, time.Second, time.Second, 200*time.Millisecond
 	if !isSet("reps") {
