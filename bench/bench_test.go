@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +93,37 @@ func TestWindowIsLongOnlyWhereATargetReadsTheTail(t *testing.T) {
 
 	o.TailDuration = 0
 	assert.Equal(t, o.RateDuration, o.window(Cell{Workload: WRoute, Shape: ShapeRate, Sandboxes: 1000}), "0: the rate window")
+}
+
+// The results index lists the reports present, newest first, and points at the hand-written
+// HISTORY.md of reports kept only in git, which is not itself listed as a report.
+func TestResultsIndexListsReportsAndHistory(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"2026-12-01-aaa-full1.md", "2026-12-02-bbb.md", "2026-12-02-0ab.md", "2026-11-30-ccc-replicas.md", "HISTORY.md"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte("# x\n"), 0o644))
+	}
+	// Two reports of one day: the later run is listed first, whatever its commit hash.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "2026-12-02-bbb.json"), []byte(`{"time":"2026-12-02T09:00:00Z"}`), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "2026-12-02-0ab.json"), []byte(`{"time":"2026-12-02T15:00:00Z"}`), 0o644))
+	require.NoError(t, writeResultsIndex(dir, "2026-12-02-bbb"))
+	raw, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	require.NoError(t, err)
+	index := string(raw)
+	assert.Contains(t, index, "Latest: [2026-12-02-bbb.md](2026-12-02-bbb.md)")
+	assert.Contains(t, index, "[HISTORY.md](HISTORY.md)")
+	assert.NotContains(t, index, "| [HISTORY]", "HISTORY.md is not a report")
+	assert.Contains(t, index, "| [2026-11-30-ccc-replicas](2026-11-30-ccc-replicas.md) | — | — |")
+	var order []int
+	for _, l := range []string{"2026-12-02-0ab", "2026-12-02-bbb", "2026-12-01-aaa-full1", "2026-11-30-ccc-replicas"} {
+		i := strings.Index(index, "| ["+l+"]")
+		require.Positive(t, i, "%s listed:\n%s", l, index)
+		order = append(order, i)
+	}
+	assert.IsIncreasing(t, order, "newest first:\n%s", index)
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "HISTORY.md")))
+	require.NoError(t, writeResultsIndex(dir, "2026-12-02-bbb"))
+	raw, err = os.ReadFile(filepath.Join(dir, "README.md"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "HISTORY", "no link to a history that is not there")
 }

@@ -167,27 +167,60 @@ func (r *Report) Write(dir, label string) error {
 	return writeResultsIndex(dir, label)
 }
 
+// reportTime is when the run of report label started: the time in LABEL.json, else the date
+// its label starts with (a -replicas report has no JSON), else the zero time.
+func reportTime(dir, label string) time.Time {
+	if raw, err := os.ReadFile(filepath.Join(dir, label+".json")); err == nil {
+		var r struct {
+			Time time.Time `json:"time"`
+		}
+		if json.Unmarshal(raw, &r) == nil && !r.Time.IsZero() {
+			return r.Time
+		}
+	}
+	if len(label) >= len(time.DateOnly) {
+		if t, err := time.Parse(time.DateOnly, label[:len(time.DateOnly)]); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
 // writeResultsIndex lists the reports kept in dir, newest first, in dir/README.md. What is kept
 // is a choice made at commit time (bench/README.md "Reports"): the newest report, and one per
-// landed change that moved a ratio; older runs live in git history.
+// landed change that moved a ratio; older runs live in git history, and dir/HISTORY.md (written
+// by hand, when there is one) says where to find those the docs cite.
 func writeResultsIndex(dir, latest string) error {
+	const historyFile = "HISTORY"
 	mds, err := filepath.Glob(filepath.Join(dir, "*.md"))
 	if err != nil {
 		return err
 	}
 	var labels []string
+	when := map[string]time.Time{}
 	for _, m := range mds {
-		if l := strings.TrimSuffix(filepath.Base(m), ".md"); l != "README" {
+		if l := strings.TrimSuffix(filepath.Base(m), ".md"); l != "README" && l != historyFile {
 			labels = append(labels, l)
+			when[l] = reportTime(dir, l)
 		}
 	}
-	slices.Sort(labels)
-	slices.Reverse(labels)
+	// A label's commit hash says nothing of order: two reports of one day sort by the time
+	// their run started.
+	slices.SortFunc(labels, func(a, b string) int {
+		if c := when[b].Compare(when[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(b, a)
+	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Bench results\n\n`make bench` writes one report per run here: LABEL.md, LABEL.json (every cell and "+
 		"repetition), LABEL-latency-vs-sandboxes.png, and latest.json (the ratio targets of the newest run, machine-readable). "+
 		"Keep the newest report and one per landed change that moved a ratio; delete the rest before committing (git keeps them).\n\n"+
-		"Latest: [%s.md](%s.md) ([targets](latest.json))\n\n| report | JSON | chart |\n| --- | --- | --- |\n", latest, latest)
+		"Latest: [%s.md](%s.md) ([targets](latest.json))\n\n", latest, latest)
+	if _, err := os.Stat(filepath.Join(dir, historyFile+".md")); err == nil {
+		fmt.Fprintf(&b, "Earlier reports the docs cite, kept in git: [%s.md](%s.md).\n\n", historyFile, historyFile)
+	}
+	b.WriteString("| report | JSON | chart |\n| --- | --- | --- |\n")
 	for _, l := range labels {
 		if strings.HasSuffix(l, "-replicas") { // sandbench -replicas: Markdown only
 			fmt.Fprintf(&b, "| [%s](%s.md) | — | — |\n", l, l)
