@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // parseModelRequestDecoder is ParseModelRequest as it was written first, on encoding/json's
@@ -35,6 +36,11 @@ func parseModelRequestDecoder(body []byte) (ModelRequest, error) {
 			}
 			seen[key] = true
 		default:
+			for _, k := range foldedKeysRef {
+				if strings.EqualFold(key, k) {
+					return mr, fmt.Errorf("model request body: key %q reads as %q to case-insensitive decoders", key, k)
+				}
+			}
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
 				return mr, fmt.Errorf("model request body: %w", err)
@@ -81,6 +87,11 @@ func parseModelRequestDecoder(body []byte) (ModelRequest, error) {
 	}
 	return mr, nil
 }
+
+// foldedKeysRef are the keys the reference reads: a top-level key equal to one of them under
+// Unicode case folding, but not exactly it, is refused (Go's encoding/json would read it as the
+// field).
+var foldedKeysRef = []string{"model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens"}
 
 func isMaxTokensKeyRef(k string) bool {
 	return k == "max_tokens" || k == "max_completion_tokens" || k == "max_output_tokens"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,13 +62,17 @@ func FuzzParseModelRequest(f *testing.F) {
 	for _, s := range []string{`{"model":"a","max_tokens":1,"stream":true}`, `{"model":1}`, `{}`, `[`,
 		`{"a":{"b":[1,2]}}`, `{"mod\u0065l":"x","model":"y"}`, `{"a":[{"b":"\ud83d\ude00"},-0.5e+3,true,null]}`,
 		` {"max_tokens":9223372036854775808} `, `{"a":"\x"}`, `{"a":01}`, `{"a":[1,]}`, `{"model":"a\u00"}`,
-		`{"model": "m", "max_tokens" : 5, "stream" : false, "x": [ 1 , { "y" : null } ] }`, "{\n\t\"model\":\r\n\"m\"\n}"} {
+		`{"model": "m", "max_tokens" : 5, "stream" : false, "x": [ 1 , { "y" : null } ] }`, "{\n\t\"model\":\r\n\"m\"\n}",
+		`{"MODEL":"x"}`, `{"max_to\u212aens":1}`, "{\"\x83\":true}", "{\"a\":\"\xff\"}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := ParseModelRequest(b)
 		want, refErr := parseModelRequestDecoder(b)
-		if (err == nil) != (refErr == nil) {
+		// The Decoder hands keys over with invalid UTF-8 replaced, so it cannot refuse a key
+		// that is not valid UTF-8 as the scanner does; such a refusal needs a body that is not.
+		nonUTF8Key := err != nil && refErr == nil && strings.Contains(err.Error(), "not valid UTF-8") && !utf8.Valid(b)
+		if (err == nil) != (refErr == nil) && !nonUTF8Key {
 			t.Fatalf("%q: scanner error %v, decoder error %v", b, err, refErr)
 		}
 		if err != nil {
