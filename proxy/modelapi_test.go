@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -127,16 +128,34 @@ func TestParseModelRequestConversation(t *testing.T) {
 	assert.Equal(t, want, got)
 }
 
+// screenshotBody is a model request with a screenshot in it, as agents that drive a browser
+// send one: 512 KiB of base64 in an image block, and a short question.
+func screenshotBody() []byte {
+	png := make([]byte, 384<<10)
+	for i := range png {
+		png[i] = byte(i * 7919 >> 3)
+	}
+	img := map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png",
+		"data": base64.StdEncoding.EncodeToString(png)}}
+	msgs := []any{map[string]any{"role": "user", "content": []any{img, map[string]any{"type": "text", "text": "What does the page show?"}}}}
+	b, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": msgs})
+	return b
+}
+
 // BenchmarkParseModelRequest compares the scanner with the encoding/json Decoder it replaced,
-// on a small request and on conversations of 16 KiB and 256 KiB.
+// on a small request, on conversations of 16 KiB and 256 KiB and on a 512 KiB screenshot.
 func BenchmarkParseModelRequest(b *testing.B) {
+	bodies := map[string][]byte{"screenshot": screenshotBody()}
 	for _, size := range []int{0, 16 << 10, 256 << 10} {
-		body := conversationBody(size)
+		bodies[fmt.Sprintf("%dKiB", size>>10)] = conversationBody(size)
+	}
+	for _, name := range []string{"0KiB", "16KiB", "256KiB", "screenshot"} {
+		body := bodies[name]
 		for _, impl := range []struct {
 			name  string
 			parse func([]byte) (ModelRequest, error)
 		}{{"scanner", ParseModelRequest}, {"decoder", parseModelRequestDecoder}} {
-			b.Run(fmt.Sprintf("%s/%dKiB", impl.name, len(body)>>10), func(b *testing.B) {
+			b.Run(impl.name+"/"+name, func(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
 				for b.Loop() {
