@@ -9,7 +9,7 @@ export CGO_ENABLED := 0
 TOOLS := $(CURDIR)/.tools/bin
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: build run test test-go test-policy setup lint bench bench-go bench-policy clean image
+.PHONY: build run test test-go test-policy setup lint fuzz bench bench-go bench-policy clean image
 
 build:
 	go build $(GO_BUILD_FLAGS) -o bin/sandgate ./cmd/sandgate
@@ -50,6 +50,12 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: not formatted:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	staticcheck ./...
+
+# Every fuzz target for FUZZTIME each (default 10s; about 4 minutes for all). Not part of
+# `make test`: a fuzzing run does not repeat. Run it after changing a parser or what it refuses.
+FUZZTIME ?= 10s
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash test/fuzz.sh
 
 # The load benchmark (bench/): N simulated sandboxes against Sandgate (the real binary, a
 # separate process), direct, bare Go floors (CONNECT relay, reverse proxy, goproxy's
