@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -30,13 +31,13 @@ func parseModelRequestDecoder(body []byte) (ModelRequest, error) {
 		}
 		key, _ := tok.(string)
 		switch {
-		case key == "model" || key == "stream" || isMaxTokensKeyRef(key):
+		case slices.Contains(readKeysRef, key):
 			if seen[key] {
 				return mr, fmt.Errorf("model request body: key %q appears twice", key)
 			}
 			seen[key] = true
 		default:
-			for _, k := range foldedKeysRef {
+			for _, k := range readKeysRef {
 				if strings.EqualFold(key, k) {
 					return mr, fmt.Errorf("model request body: key %q reads as %q to case-insensitive decoders", key, k)
 				}
@@ -88,14 +89,10 @@ func parseModelRequestDecoder(body []byte) (ModelRequest, error) {
 	return mr, nil
 }
 
-// foldedKeysRef are the keys the reference reads: a top-level key equal to one of them under
+// readKeysRef are the keys the reference reads: a top-level key equal to one of them under
 // Unicode case folding, but not exactly it, is refused (Go's encoding/json would read it as the
 // field).
-var foldedKeysRef = []string{"model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens"}
-
-func isMaxTokensKeyRef(k string) bool {
-	return k == "max_tokens" || k == "max_completion_tokens" || k == "max_output_tokens"
-}
+var readKeysRef = []string{"model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens"}
 
 // usageDecoder is UsageParser.doc as it was written first, all json.Unmarshal: the reference
 // FuzzUsageScan holds scanUsage to.

@@ -211,13 +211,6 @@ const (
 	msb = 0x8080808080808080
 )
 
-// skipPlain is the index of the first byte at or after i that does not stand for itself in a
-// string (see plainString), or len(b). It tests eight bytes at a time: a conversation is
-// mostly strings, and the byte loop was most of the scanner's time (jsonscan.str, 11% of
-// Sandgate's CPU on the 64 KiB route in a profile of 9e0f8bc). For each lane, (v-lsb)&^v sets
-// the lane's top bit if v's byte is zero, and (w-lsb*0x20)&^w if w's byte is below 0x20; a
-// borrow out of such a lane can also set the lanes above it, never those below. So the lowest
-// lane set in the word is its first control character, quote or backslash.
 // shortRun is how many bytes str reads one at a time before it goes word by word (skipPlain):
 // source code as JSON encodes it escapes a newline, a tab or a quote every few bytes, and on
 // such runs the plain loop, inline in str, is faster.
