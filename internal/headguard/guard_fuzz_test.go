@@ -1,4 +1,4 @@
-package httpconn
+package headguard
 
 import (
 	"net"
