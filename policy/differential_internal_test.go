@@ -47,9 +47,7 @@ func (o *opaReference) decide(t *testing.T, doc any) Decision {
 	if len(rs) == 0 {
 		return Decision{Reason: fmt.Sprintf(reasonUndefinedFmt, Query), Code: CodeUndefined}
 	}
-	v, err := ast.InterfaceToValue(rs[0].Expressions[0].Value)
-	require.NoError(t, err)
-	return decisionFromTerm(ast.NewTerm(v))
+	return decisionFromResult(rs[0].Expressions[0].Value)
 }
 
 // document is in as the JSON document OPA is given: the engine's own input value, printed.
