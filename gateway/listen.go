@@ -12,11 +12,11 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
-	"github.com/sandgate/sandgate/internal/headguard"
+	"github.com/sandgate/sandgate/internal/httpconn"
 	"github.com/sandgate/sandgate/internal/identity"
 )
 
-// Limits of the MCP listener's connections.
+// Limits of the MCP listener's connections (net/http's server had the same ones here).
 const (
 	maxHeaderBytes = 64 << 10
 	headerTimeout  = 10 * time.Second
@@ -24,22 +24,22 @@ const (
 )
 
 // Serve serves the sandboxes' MCP on ln (/mcp) until ctx ends, then stops accepting and lets
-// the requests in flight finish for up to grace. Connections are served by net/http's server
-// behind internal/headguard, as the proxy's are: a head refused (malformed, smuggling-prone, too
-// large, cut short, too slow) is answered with a JSON-RPC error and audited once as
-// mcp.rejected, like every other refusal of this listener; a path other than /mcp is refused the
-// same way (404 not_found).
+// the requests in flight finish for up to grace. Connections are served by internal/httpconn,
+// the proxy's own loop: a head it refuses (malformed, smuggling-prone, too large, cut short,
+// too slow) is answered with a JSON-RPC error and audited once as mcp.rejected, like every
+// other refusal of this listener; a path other than /mcp is refused the same way (404
+// not_found). An idle connection holds no read or write buffer.
 //
 // A sandbox's standalone GET stream is a request in flight: at shutdown it is closed after
 // grace, not counted as an error (the sandbox reconnects, to another replica if there is one).
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	srv := &headguard.Server{Handler: http.HandlerFunc(g.serveListener), Flagged: g.flagged, Reject: g.rejectConn,
+	srv := &httpconn.Server{Handler: http.HandlerFunc(g.serveListener), Flagged: g.flagged, Reject: g.rejectConn,
 		Refusal: rpcRefusal, MaxHeaderBytes: maxHeaderBytes, HeaderTimeout: headerTimeout, IdleTimeout: idleTimeout}
 	err := srv.Serve(ctx, ln, grace)
 	switch {
 	case ctx.Err() == nil:
 		return fmt.Errorf("serve mcp: %w", err)
-	case errors.Is(err, headguard.ErrGraceOver):
+	case errors.Is(err, httpconn.ErrGraceOver):
 		g.log.Info("mcp listener stopped", "closed", err.Error())
 	}
 	return nil

@@ -187,10 +187,10 @@ func (p *Proxy) relay(client, up net.Conn) string {
 }
 
 // intercept terminates TLS with a leaf certificate for the CONNECT target and serves the
-// tunnel's requests with net/http's server (connServer), every request decided again. It calls
-// closed once the tunnel is over: before it returns when the tunnel never opens, else from the
-// connection's own goroutine when it closes. The calling goroutine does not wait for that, so
-// an open intercepted tunnel costs one goroutine, not two.
+// tunnel's requests on this goroutine (connServer), every request decided again. It calls
+// closed once, when the tunnel is over. An open intercepted tunnel costs this one goroutine
+// (with 10,000 sandboxes, 10,000 stacks grown by the TLS handshake) and no buffer while idle
+// beyond its reader's.
 func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed func()) {
 	served := false
 	defer func() {
@@ -222,11 +222,13 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 	}
 	_ = client.SetDeadline(time.Time{})
 	t := &tunnelRequests{p: p, id: x.ev().Identity, dest: x.dest, he: he}
+	srv := p.connServer(t, t.flagged)
 	served = true
-	p.connServer(t, t.flagged).ServeConn(tc, func() {
+	defer func() {
 		_ = tc.Close()
 		closed()
-	})
+	}()
+	srv.ServeConn(tc)
 }
 
 // tunnelRequests serves the requests of one intercepted tunnel.

@@ -9,7 +9,7 @@
 // admission, decision) → credential injection → the pooled upstream transport behind the dial
 // guard → one audit event with status, bytes, latency and token usage. CONNECT tunnels
 // (connect.go) get one audit event each, written when the tunnel closes. Connections are served
-// by net/http's server behind internal/headguard, as the MCP listener's are: a request refused before it can be read as
+// by internal/httpconn, as the MCP listener's are: a request refused before it can be read as
 // one — a smuggling attempt, an oversized or malformed head, a head cut by the header timeout —
 // is one http.rejected event, rate-limited per source address.
 //

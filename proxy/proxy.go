@@ -29,7 +29,7 @@ import (
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
-	"github.com/sandgate/sandgate/internal/headguard"
+	"github.com/sandgate/sandgate/internal/httpconn"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )
@@ -271,8 +271,8 @@ func defaultPort(scheme string) int {
 }
 
 // Serve accepts sandbox connections on ln until ctx ends, then stops accepting, waits up to
-// 10 seconds for requests in flight and closes every tunnel (net/http's server behind
-// internal/headguard serves each connection).
+// 10 seconds for requests in flight and closes every tunnel (internal/httpconn serves each
+// connection, its head guard included).
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	err := p.connServer(p, p.flagged).Serve(ctx, ln, 10*time.Second)
 	p.Close()
@@ -288,9 +288,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 // connServer serves the HTTP/1.1 requests of sandbox connections with h, and those whose head
 // the guard refused with flagged; a head refused before any request exists is answered with
 // the proxy's JSON refusal and audited as http.rejected.
-func (p *Proxy) connServer(h http.Handler, flagged func(http.ResponseWriter, *http.Request, *call.Refusal)) *headguard.Server {
+func (p *Proxy) connServer(h http.Handler, flagged func(http.ResponseWriter, *http.Request, *call.Refusal)) *httpconn.Server {
 	l := p.cfg.Limits
-	return &headguard.Server{Handler: h, Flagged: flagged, Reject: p.refuseConn,
+	return &httpconn.Server{Handler: h, Flagged: flagged, Reject: p.refuseConn,
 		Refusal:        func(rf *call.Refusal) *http.Response { return refusalResponse(nil, rf) },
 		MaxHeaderBytes: l.MaxHeaderBytes, HeaderTimeout: l.ClientHandshakeTimeout.D(), IdleTimeout: l.TunnelIdleTimeout.D()}
 }

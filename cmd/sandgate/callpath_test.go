@@ -313,7 +313,7 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 			}
 		}, audit.KindHTTPRejected, "too_many_connections", 429, false},
 		{"OPTIONS * reaches Sandgate's handler", raw(cp.proxy, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n"), audit.KindHTTPRequest, "no_route", 404, false},
-		// The MCP listener reads heads behind the proxy's guard (internal/headguard): what it refuses is
+		// The MCP listener reads heads with the proxy's loop (internal/httpconn): what it refuses is
 		// answered by Sandgate and audited once, as mcp.rejected.
 		{"a header line without a colon, to the MCP listener", raw(cp.mcp, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length\r\n\r\n"), audit.KindMCPRejected, "malformed_request", 400, false},
 		{"an HTTP/0.9 request to the MCP listener", raw(cp.mcp, "GET /\r\n\r\n"), audit.KindMCPRejected, "malformed_request", 400, false},

@@ -1,4 +1,4 @@
-package headguard
+package httpconn
 
 import (
 	"net"
