@@ -27,6 +27,7 @@ type Options struct {
 	RelayBin       string // bench/cmd/relay
 	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
 	OutDir         string // bench/results
+	RawDir         string // the raw dump's folder, git-ignored (RawDir)
 	Label          string // file name stem, e.g. 2026-11-29-34b6d5e
 
 	Sandboxes      int           // sandboxes of the main fixed-rate runs
@@ -177,7 +178,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.Policy, err = benchPolicy(ctx, o.PolicyDir); err != nil {
 		return nil, err
 	}
-	if err := rep.Write(o.OutDir, o.Label); err != nil {
+	if err := rep.Write(o.OutDir, o.RawDir, o.Label); err != nil {
 		return nil, err
 	}
 	return rep, nil
