@@ -329,7 +329,9 @@ func checkHead(r *http.Request) error {
 			}
 		}
 	}
-	if e := r.Header.Get("Expect"); e != "" && !(strings.EqualFold(e, "100-continue") && r.ProtoAtLeast(1, 1)) {
+	// An HTTP/1.0 client's 100-continue is ignored, not refused (RFC 9110, 10.1.1), as net/http
+	// does: its body is read without a 100 Continue (serveOne).
+	if e := r.Header.Get("Expect"); e != "" && !strings.EqualFold(e, "100-continue") {
 		return fmt.Errorf("unsupported Expect %q", truncate(e, 40))
 	}
 	return nil
@@ -341,7 +343,7 @@ func (c *conn) serveOne(req *http.Request) (keep, hijacked bool) {
 	req.RemoteAddr = c.remote
 	body := &connBody{r: req.Body, continued: true, eof: req.Body == nil || req.Body == http.NoBody}
 	if !body.eof {
-		body.continued = !strings.EqualFold(req.Header.Get("Expect"), "100-continue")
+		body.continued = !req.ProtoAtLeast(1, 1) || !strings.EqualFold(req.Header.Get("Expect"), "100-continue")
 		body.c = c
 		req.Body = body
 	}
