@@ -25,6 +25,7 @@ type Options struct {
 	// "sandgate" are issue #21's cost targets (ratioSpecs).
 	PolicyVariants bool
 	RelayBin       string // bench/cmd/relay
+	SmokescreenBin string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
 	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
 	OutDir         string // bench/results
 	RawDir         string // the raw dump's folder, git-ignored (RawDir)
@@ -97,7 +98,7 @@ func supports(target, w string) bool {
 	case "goproxy":
 		// goproxy's own interception with nothing added: the floor of the intercept workload.
 		return w == WIntercept
-	case "squid", "tinyproxy":
+	case "squid", "tinyproxy", "smokescreen":
 		return w == WTunnel || w == WTunnelNew || w == WForward
 	}
 	return false
@@ -196,6 +197,7 @@ func startPeers(ctx context.Context, o Options, root string, up *Upstreams) ([]*
 		},
 		func() (*Target, error) { return startSquid(ctx, root) },
 		func() (*Target, error) { return startTinyproxy(ctx, root) },
+		func() (*Target, error) { return startSmokescreen(ctx, o.SmokescreenBin, root) },
 	} {
 		t, err := retryBind(start)
 		if err != nil {
@@ -331,7 +333,7 @@ func sameSlot(a, b Cell) bool {
 }
 
 // planCells lists one repetition's cells, interleaved: for each workload and shape, every
-// target in turn (direct, sandgate, relay, squid, tinyproxy), so slow drifts of the machine's
+// target in turn (direct, sandgate, relay, squid, tinyproxy, smokescreen), so slow drifts of the machine's
 // load hit every target alike.
 func planCells(o Options, targets []*Target) []Cell {
 	workloads := o.Workloads

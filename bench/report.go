@@ -125,5 +125,6 @@ func peerVersions() map[string]string {
 	if out, err := exec.Command("tinyproxy", "-v").CombinedOutput(); err == nil {
 		v["tinyproxy"] = strings.TrimSpace(string(out))
 	}
+	v["smokescreen"] = "smokescreen " + smokescreenVersion
 	return v
 }

@@ -31,6 +31,7 @@ func main() {
 	flag.StringVar(&o.SandgateBin, "sandgate", "bin/sandgate", "sandgate binary (make build)")
 	flag.StringVar(&o.BaselineBin, "baseline", "", "a second sandgate binary (e.g. main's build) measured beside -sandgate, interleaved: the A/B of a change")
 	flag.StringVar(&o.RelayBin, "relay", "bin/bench-relay", "bare CONNECT relay binary (bench/cmd/relay)")
+	flag.StringVar(&o.SmokescreenBin, "smokescreen", ".tools/bin/smokescreen", "Stripe's Smokescreen (bench/setup.sh installs it), a peer on tunnel, tunnel-new and forward")
 	flag.StringVar(&o.PolicyDir, "policies", "policies", "the shipped policies (their rules; the bench brings its own data)")
 	flag.StringVar(&o.OutDir, "out", "bench/results", "results folder: the report, its ratio JSON and chart")
 	flag.StringVar(&o.RawDir, "raw-out", bench.RawDir, "folder of the raw dump of every cell (not committed)")
