@@ -40,10 +40,10 @@ import (
 // per connection for its life).
 //
 // Why a loop of Sandgate's own on the trust boundary (docs/architecture.md, "Hand-written code on
-// the boundary"): in an interleaved A/B against net/http's server behind the same guard (35bed22),
-// net/http cost 1.23x the CPU per request on the route, 1.12x on intercept and 1.06x on mcp,
-// and 1.11-1.17x the RSS at 100 sandboxes. FuzzServerFramesAsNetHTTP (netdiff_test.go) holds
-// this loop to net/http's framing and answers on the same bytes.
+// the boundary"): in two interleaved A/B runs against net/http's server behind the same guard
+// (35bed22), net/http cost 1.23x and 1.11x the CPU per request on the route, 1.12x and 1.12x
+// on intercept, 1.06x and 1.05x on mcp. FuzzServerFramesAsNetHTTP (netdiff_test.go) holds this
+// loop to net/http's framing and answers on the same bytes.
 type Server struct {
 	// Handler answers every request whose head passed.
 	Handler http.Handler
