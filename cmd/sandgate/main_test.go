@@ -71,6 +71,7 @@ func writeFile(t *testing.T, dir, name, content string) string {
 
 func TestCheckConfig(t *testing.T) {
 	dir := t.TempDir()
+	emptyDir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", fmt.Sprintf("policy:\n  dir: %s\ncredentials:\n  - name: key\n    env: TEST_KEY\n", repoPath(t, "policies")))
 	cases := []struct {
 		name     string
@@ -107,6 +108,8 @@ func TestCheckConfig(t *testing.T) {
 			"audit.file.dir: cannot create " + filepath.Join(dir, "afile", "audit") + ": " + filepath.Join(dir, "afile") + " is a file"},
 		{"missing policy folder names the field", []string{"--config", writeFile(t, dir, "nopol.yaml", "policy:\n  dir: /nonexistent/policies\n")}, nil, 1,
 			"policy.dir: /nonexistent/policies: no such file or directory"},
+		{"empty policy folder is refused: serve would never become ready", []string{"--config", writeFile(t, dir, "emptypol.yaml", "policy:\n  dir: "+emptyDir+"\n")}, nil, 1,
+			"policy.dir: " + emptyDir + " holds no .rego policy file"},
 		{"missing stdio command names the field", []string{"--config", podConfig(t, dir, "cmd.yaml", "gateway:\n  upstreams:\n    - {name: a, command: ./no-such-server}\n")}, nil, 1,
 			"gateway.upstreams[0].command: " + filepath.Join(dir, "no-such-server") + ": no such file or directory"},
 		{"offline skips what only the pod has", []string{"--offline", "--config", writeFile(t, dir, "pod.yaml", "policy:\n  dir: /nonexistent/policies\n"+

@@ -109,7 +109,7 @@ func TestNetpolAgainstAPIServer(t *testing.T) {
 	t.Run("--apply writes everything with server-side apply", func(t *testing.T) {
 		out, err := run("--apply")
 		require.NoError(t, err)
-		assert.Contains(t, out, "applied 3 NetworkPolicies, 1 SandboxTemplate rules and 1 ConfigMaps")
+		assert.Contains(t, out, "applied 3 NetworkPolicies, 1 SandboxTemplate rule and 1 ConfigMap")
 		np, err := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(context.Background(), "sandgate-template-cilium", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "sandgate", np.ManagedFields[0].Manager)
