@@ -86,13 +86,22 @@ type DialError struct {
 }
 
 func (e *DialError) Error() string {
-	if e.Reason != "" {
-		if e.Addr.IsValid() {
-			return fmt.Sprintf("destination %s (%s) denied: %s", e.Dest, e.Addr, e.Reason)
-		}
+	switch {
+	case e.Reason == DenyResolve || e.Reason == DenyNoAddress:
+		// Not a denial: the name did not resolve. Err says which name and why.
+		return e.Err.Error()
+	case e.Reason != "" && e.Addr.IsValid():
+		return fmt.Sprintf("destination %s (%s) denied: %s", e.Dest, e.Addr, e.Reason)
+	case e.Reason != "":
 		return fmt.Sprintf("destination %s denied: %s", e.Dest, e.Reason)
 	}
-	return fmt.Sprintf("dial %s: %v", e.Dest, e.Err)
+	// The dialer's own "dial tcp 127.0.0.1:443: " would repeat what Dest says.
+	cause := e.Err
+	var op *net.OpError
+	if errors.As(cause, &op) && op.Op == "dial" && op.Err != nil {
+		cause = op.Err
+	}
+	return fmt.Sprintf("dial %s: %v", e.Dest, cause)
 }
 
 func (e *DialError) Unwrap() error { return e.Err }
@@ -218,7 +227,7 @@ func (g *DialGuard) resolve(ctx context.Context, dst hostport.Addr, allowPrivate
 		addrs = found
 	}
 	if len(addrs) == 0 {
-		return nil, deny(netip.Addr{}, DenyNoAddress, nil)
+		return nil, deny(netip.Addr{}, DenyNoAddress, fmt.Errorf("resolve %s: no address", dst.Host))
 	}
 	for i, a := range addrs {
 		addrs[i] = a.Unmap().WithZone("")

@@ -100,6 +100,7 @@ func writeRefusal(w http.ResponseWriter, rf *call.Refusal, openAI bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Proxy-Status", proxyStatus(rf))
 	if rf.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(rf.RetryAfter.Seconds()))))
 	}
@@ -375,12 +376,21 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 }
 
 // upstreamRefusal classifies an upstream error: a dial-guard denial keeps the guard's reason
-// code; resolution failures, dial failures and timeouts are upstream errors with the cause.
+// code; resolution failures, dial failures and timeouts are upstream errors with the cause. A
+// name that does not resolve or a dial that fails is "upstream unreachable (resolve NAME: …)" or
+// "(dial HOST:PORT: …)", never a denial: no policy was involved.
 func upstreamRefusal(err error) *call.Refusal {
 	var de *DialError
-	if errors.As(err, &de) && de.Reason != "" {
-		if de.Reason == DenyResolve || de.Reason == DenyNoAddress {
-			return call.Refuse(string(de.Reason), "%v", err)
+	if errors.As(err, &de) {
+		switch de.Reason {
+		case "":
+			code := call.CodeUpstreamError
+			if errors.Is(err, context.DeadlineExceeded) {
+				code = call.CodeUpstreamTimeout
+			}
+			return call.Refuse(code, "upstream unreachable (%v)", de)
+		case DenyResolve, DenyNoAddress:
+			return call.Refuse(string(de.Reason), "upstream unreachable (%v)", de)
 		}
 		return call.Refuse(string(de.Reason), "destination denied by dial guard: %s", de.Reason)
 	}
