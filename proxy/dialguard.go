@@ -73,8 +73,11 @@ type DialGuard struct {
 	dial     DialFunc
 	denied   []netip.Prefix
 	allowed  []netip.Prefix // allowed_cidrs: registry blocks the operator opens on purpose
-	timeout  time.Duration
-	onDeny   func(DenyReason)
+	// connectTo (proxy.connect_to) dials these destinations at the operator's address instead
+	// of resolving them.
+	connectTo map[hostport.Addr]netip.AddrPort
+	timeout   time.Duration
+	onDeny    func(DenyReason)
 }
 
 // DialError is a destination the guard refused (Reason set) or could not reach (Err set).
@@ -192,6 +195,9 @@ func (g *DialGuard) lifts(r DenyReason, addr netip.Addr, block netip.Prefix, all
 func (g *DialGuard) Dial(ctx context.Context, dst hostport.Addr, allowPrivate bool) (net.Conn, netip.AddrPort, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
+	if to, ok := g.connectTo[dst]; ok {
+		return g.dialConnectTo(ctx, dst, to)
+	}
 	addrs, err := g.resolve(ctx, dst, allowPrivate)
 	if err != nil {
 		return nil, netip.AddrPort{}, err
@@ -206,6 +212,24 @@ func (g *DialGuard) Dial(ctx context.Context, dst hostport.Addr, allowPrivate bo
 		last = err
 	}
 	return nil, netip.AddrPort{}, &DialError{Dest: dst.String(), Err: last}
+}
+
+// dialConnectTo dials dst at the address proxy.connect_to names for it. The operator chose that
+// address, as a route's allow_private chooses a private upstream, so it is classified with
+// allow_private: metadata and the other never-lifted reasons still refuse it.
+func (g *DialGuard) dialConnectTo(ctx context.Context, dst hostport.Addr, to netip.AddrPort) (net.Conn, netip.AddrPort, error) {
+	dest := dst.String() + " via connect_to " + to.String()
+	if r := g.Classify(to.Addr(), true); r != "" {
+		if g.onDeny != nil {
+			g.onDeny(r)
+		}
+		return nil, netip.AddrPort{}, &DialError{Dest: dest, Addr: to.Addr(), Reason: r}
+	}
+	c, err := g.dial(ctx, "tcp", to.String())
+	if err != nil {
+		return nil, netip.AddrPort{}, &DialError{Dest: dest, Err: err}
+	}
+	return c, to, nil
 }
 
 // resolve returns the checked addresses of dst.

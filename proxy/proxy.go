@@ -204,7 +204,19 @@ func New(o Options) (*Proxy, error) {
 // newDialGuard is the guard of every upstream dial, with the configured denied and allowed
 // CIDRs.
 func newDialGuard(o Options, cfg config.Proxy, m *metrics) (*DialGuard, error) {
-	g := &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied}
+	g := &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied,
+		connectTo: map[hostport.Addr]netip.AddrPort{}}
+	for dest, addr := range cfg.ConnectTo {
+		d, err := hostport.Parse(dest, 0)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.connect_to %s: %w", dest, err)
+		}
+		to, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.connect_to %s: %w", dest, err)
+		}
+		g.connectTo[d] = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
+	}
 	for _, s := range cfg.DeniedCIDRs {
 		pfx, err := netip.ParsePrefix(s)
 		if err != nil {
