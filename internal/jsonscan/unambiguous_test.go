@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
-		"strings"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
