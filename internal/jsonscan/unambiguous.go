@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -30,8 +31,9 @@ func Unambiguous(b []byte) error {
 		return fmt.Errorf("%w: not valid UTF-8", ErrAmbiguous)
 	}
 	s := New(b)
-	var kt keyTracker
-	if err := s.value(0, &kt); err != nil {
+	kt := trackers.Get().(*keyTracker)
+	defer kt.release()
+	if err := s.value(0, kt); err != nil {
 		return err
 	}
 	s.Space()
@@ -59,6 +61,27 @@ type keyTracker struct {
 	keys   [][]byte // folded keys of the open objects, outermost first
 	frames []keyFrame
 	arena  []byte // folded keys that are not their own raw bytes
+}
+
+// trackers keeps keyTrackers between checks: a typical message is then checked without
+// allocating (BenchmarkUnambiguous).
+var trackers = sync.Pool{New: func() any {
+	return &keyTracker{keys: make([][]byte, 0, 32), frames: make([]keyFrame, 0, 8)}
+}}
+
+// maxPooledKeys bounds the tracker kept for the next check: one that grew on a hostile message
+// is left to the collector.
+const maxPooledKeys = 1024
+
+// release empties kt, dropping what points into the checked text, and keeps it for the next.
+func (kt *keyTracker) release() {
+	if cap(kt.keys) > maxPooledKeys || cap(kt.arena) > 64*maxPooledKeys {
+		return
+	}
+	clear(kt.keys[:cap(kt.keys)])
+	clear(kt.frames[:cap(kt.frames)])
+	kt.keys, kt.frames, kt.arena = kt.keys[:0], kt.frames[:0], kt.arena[:0]
+	trackers.Put(kt)
 }
 
 // keyFrame is one open object.
@@ -146,6 +169,12 @@ func (kt *keyTracker) fold(raw []byte, escaped bool) ([]byte, error) {
 // foldRune is the smallest rune of r's simple case-folding orbit (the runes strings.EqualFold
 // takes for r), lowercased when it is an ASCII capital so that ASCII keys fold to themselves.
 func foldRune(r rune) rune {
+	if r < utf8.RuneSelf {
+		if 'A' <= r && r <= 'Z' {
+			r += 'a' - 'A'
+		}
+		return r
+	}
 	m := r
 	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
 		m = min(m, f)
