@@ -15,11 +15,16 @@ build:
 	go build $(GO_BUILD_FLAGS) -o bin/sandgate ./cmd/sandgate
 	@if [ -d examples/mcp-upstream ]; then go build $(GO_BUILD_FLAGS) -o bin/mcp-upstream ./examples/mcp-upstream; fi
 
-run: build var/ca/ca.crt var/secrets/anthropic
+run: build var/ca/ca.crt var/secrets/anthropic var/audit-keys/chain.key
 	./bin/sandgate serve --config examples/sandgate.yaml
 
 var/ca/ca.crt:
 	./bin/sandgate ca init --dir var/ca
+
+# The audit log's chain key and checkpoint signing key (docs/audit.md): made once, kept, as the
+# CA is. Removing them makes the next log unverifiable with the old ones (rotation: docs/audit.md).
+var/audit-keys/chain.key:
+	./bin/sandgate audit keygen --dir var/audit-keys
 
 # The example's model-API key: $ANTHROPIC_API_KEY, else a placeholder (upstream calls then fail
 # with the provider's 401, which still shows policy, injection and audit at work).

@@ -78,10 +78,13 @@ func TestDocumentedCommandsRun(t *testing.T) {
 	blocks := runnableBlocks(t, root)
 	require.NotEmpty(t, blocks, "README.md marks its tour's blocks runnable")
 
-	// What `make run` does first: the binaries, the CA and the example's key.
+	// What `make run` does first: the binaries, the CA, the audit keys and the example's key.
 	run(t, root, "make", "build")
 	if _, err := os.Stat(filepath.Join(root, "var", "ca", "ca.crt")); err != nil {
 		run(t, root, "./bin/sandgate", "ca", "init", "--dir", "var/ca")
+	}
+	if _, err := os.Stat(filepath.Join(root, "var", "audit-keys", "chain.key")); err != nil {
+		run(t, root, "./bin/sandgate", "audit", "keygen", "--dir", "var/audit-keys")
 	}
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "var", "secrets"), 0o700))
 	if _, err := os.Stat(filepath.Join(root, "var", "secrets", "anthropic")); err != nil {
