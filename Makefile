@@ -21,12 +21,17 @@ build:
 # stops with serve. SSL_CERT_FILE adds its CA to what serve trusts upstream (Go still reads the
 # system's certificate folders). MODEL_API must match the config's connect_to address.
 MODEL_API ?= 127.0.0.1:8443
-run: build var/ca/ca.crt var/secrets/anthropic var/model-api/ca.crt
+run: build var/ca/ca.crt var/secrets/anthropic var/audit-keys/chain.key var/model-api/ca.crt
 	@./bin/model-api -listen $(MODEL_API) -dir var/model-api -key-file var/secrets/anthropic & trap "kill $$! 2>/dev/null" EXIT; \
 	SSL_CERT_FILE=var/model-api/ca.crt ./bin/sandgate serve --config examples/sandgate.yaml
 
 var/ca/ca.crt:
 	./bin/sandgate ca init --dir var/ca
+
+# The audit log's chain key and checkpoint signing key (docs/audit.md): made once, kept, as the
+# CA is. Removing them makes the next log unverifiable with the old ones (rotation: docs/audit.md).
+var/audit-keys/chain.key:
+	./bin/sandgate audit keygen --dir var/audit-keys
 
 var/model-api/ca.crt:
 	./bin/model-api -init -dir var/model-api

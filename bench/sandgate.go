@@ -22,7 +22,8 @@ func sandboxAddr(i int) netip.Addr {
 const benchAPIKey = "sk-bench-not-a-real-key-0123456789"
 
 // benchData is the policy data: the shipped policies' rules, with the bench's template,
-// provider host and tools.
+// provider host and tools; %s is the plain-HTTP upstream's port (the forward workload), which
+// the shipped policy allows only when data lists it.
 const benchData = `providers:
   anthropic:
     hosts: ["api.model.test"]
@@ -33,6 +34,7 @@ templates:
       - upstream: everything
         allow: ["echo"]
     hosts: ["127.0.0.50"]
+    ports: {"127.0.0.50": [%s]}
     models:
       anthropic:
         allow: ["claude-bench"]
@@ -72,7 +74,8 @@ func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, policyEx
 			return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(pol, "data.yaml"), []byte(benchData), 0o600); err != nil {
+	_, httpPort, _ := strings.Cut(up.HTTPAddr, ":")
+	if err := os.WriteFile(filepath.Join(pol, "data.yaml"), []byte(fmt.Sprintf(benchData, httpPort)), 0o600); err != nil {
 		return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "secrets", "anthropic"), []byte(benchAPIKey), 0o600); err != nil {

@@ -258,7 +258,14 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if !ok { // removed between mcp-go's lookup and here
 		return nil, fmt.Errorf("tool '%s' not found: %w", req.Params.Name, server.ErrToolNotFound)
 	}
-	a := action{kind: audit.KindToolsCall, upstream: n.upstream, name: n.name, args: req.GetArguments(), rawArgs: req.Params.Arguments}
+	args, err := policyArguments(req)
+	if err != nil {
+		rf := call.Refuse(call.CodeBadParams, "%v", err)
+		cl.Event.Target.Upstream, cl.Event.Target.Tool = n.upstream.cfg.Name, n.name
+		cl.Refuse(rf)
+		return mcp.NewToolResultError("refused by Sandgate: " + rf.Reason), nil
+	}
+	a := action{kind: audit.KindToolsCall, upstream: n.upstream, name: n.name, args: args, rawArgs: req.Params.Arguments}
 	if rf := g.authorize(ctx, cl, a); rf != nil {
 		cl.Refuse(rf)
 		return mcp.NewToolResultError("denied by Sandgate policy: " + rf.Reason), nil

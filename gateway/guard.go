@@ -43,6 +43,8 @@ const (
 //     body_timeout and min_body_rate allow (408 body_timeout);
 //   - a body that is not a JSON object (400 malformed_request) or is a JSON array: batches are
 //     not part of the protocol revisions served (400 batch_refused);
+//   - a message that JSON readers read differently, or a tools/call whose arguments are not
+//     an object (400 bad_params, JSON-RPC invalid params, the request's own event: params.go);
 //   - a request without Mcp-Session-Id other than initialize (400 session_required), or with
 //     a session ID that is unknown or expired (404 not_found) or was created by another source
 //     address (404 session_not_owned: the same answer, so nothing tells the ID exists);
@@ -123,6 +125,12 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// refusal, whatever its method (docs/audit.md).
 		writeRPCError(w, cl.Refuse(rf), msg.ID, codeInternalError, rf.Reason)
 		return
+	}
+	if r.Method == http.MethodPost {
+		if rf := readOnce(body, msg.Method); rf != nil {
+			writeRPCError(w, cl.Refuse(rf), msg.ID, codeInvalidParams, rf.Reason)
+			return
+		}
 	}
 	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut}
 	defer func() {

@@ -140,8 +140,9 @@ func TestOfflineNeedsCheckConfig(t *testing.T) {
 	assert.Contains(t, errOut, "--offline applies to --check-config only")
 }
 
-// exampleTree lays out what `make run` has before it serves examples/sandgate.yaml (the CA,
-// the placeholder model-API key under var/ and bin/mcp-upstream) in a temporary copy, and returns the config's path.
+// exampleTree lays out what `make run` has before it serves examples/sandgate.yaml (the CA, the
+// audit keys, the placeholder model-API key under var/ and bin/mcp-upstream) in a temporary
+// copy, and returns the config's path.
 func exampleTree(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -155,6 +156,8 @@ func exampleTree(t *testing.T) string {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "bin"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "bin", "mcp-upstream"), []byte("#!/bin/sh\n"), 0o755))
 	code, _, errOut := runCLI(t, nil, "ca", "init", "--dir", filepath.Join(root, "var", "ca"))
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = runCLI(t, nil, "audit", "keygen", "--dir", filepath.Join(root, "var", "audit-keys"))
 	require.Equal(t, 0, code, errOut)
 	return cfg
 }

@@ -90,6 +90,7 @@ const (
 	CodeBadPath                 = "bad_path"
 	CodeBadScheme               = "bad_scheme"
 	CodeBadModelRequest         = "bad_model_request"
+	CodeBadParams               = "bad_params" // JSON-RPC params readers read differently (gateway/params.go)
 	CodeBodyReadFailed          = "body_read_failed"
 	CodeHostMismatch            = "host_mismatch"
 	CodeHostNotConfigured       = "host_not_configured"
@@ -136,6 +137,7 @@ var codes = map[string]Class{
 	CodeBadPath:                         ClassBadRequest,
 	CodeBadScheme:                       ClassBadRequest,
 	CodeBadModelRequest:                 ClassBadRequest,
+	CodeBadParams:                       ClassBadRequest,
 	CodeBodyReadFailed:                  ClassBadRequest,
 	CodeHostMismatch:                    ClassMisdirected,
 	CodeHostNotConfigured:               ClassPolicy,

@@ -3,7 +3,7 @@
 // elements they ask for. The proxy reads model requests and usage with it; the gateway reads
 // the top level of upstream results. Keys are handed over raw: a caller that matches them must
 // leave what encoding/json would match differently (escapes, other letter case) to
-// encoding/json.
+// encoding/json, or refuse, with Unambiguous, what readers read differently.
 package jsonscan
 
 import (
@@ -143,7 +143,7 @@ func (s *Scanner) Object(depth int, member func(key []byte, escaped bool, val []
 			return err
 		}
 		start := s.i
-		if err := s.value(depth); err != nil {
+		if err := s.value(depth, nil); err != nil {
 			return err
 		}
 		if err := member(key, escaped, s.b[start:s.i]); err != nil {
@@ -178,7 +178,7 @@ func (s *Scanner) Array(depth int, elem func(val []byte) error) error {
 	for {
 		s.Space()
 		start := s.i
-		if err := s.value(depth); err != nil {
+		if err := s.value(depth, nil); err != nil {
 			return err
 		}
 		if err := elem(s.b[start:s.i]); err != nil {
@@ -294,8 +294,9 @@ func isHex(c byte) bool {
 }
 
 // value scans one value (with the whitespace before it) nested depth levels deep, iteratively:
-// a hostile body's nesting costs a byte of stack per level, not a goroutine stack frame.
-func (s *Scanner) value(depth int) error {
+// a hostile body's nesting costs a byte of stack per level, not a goroutine stack frame. With
+// kt set it also hands every key and every string with escapes to kt (Unambiguous).
+func (s *Scanner) value(depth int, kt *keyTracker) error {
 	var buf [64]byte
 	open := buf[:0] // the containers around the cursor, '{' or '['
 	for {
@@ -313,14 +314,21 @@ func (s *Scanner) value(depth int) error {
 			}
 			open = append(open, c)
 			if c == '{' {
-				if _, _, err := s.key(); err != nil {
+				if err := s.memberKey(kt, true); err != nil {
 					return err
 				}
 			}
 			continue
 		case c == '"':
-			if _, err := s.str(); err != nil {
+			start := s.i
+			escaped, err := s.str()
+			if err != nil {
 				return err
+			}
+			if escaped && kt != nil {
+				if err := kt.value(s.b[start:s.i]); err != nil {
+					return err
+				}
 			}
 		case c == 't':
 			if err := s.literal("true"); err != nil {
@@ -351,6 +359,9 @@ func (s *Scanner) value(depth int) error {
 			if c == top+2 {
 				s.i++
 				open = open[:len(open)-1]
+				if top == '{' && kt != nil {
+					kt.close()
+				}
 				continue
 			}
 			if c != ',' {
@@ -358,7 +369,7 @@ func (s *Scanner) value(depth int) error {
 			}
 			s.i++
 			if top == '{' {
-				if _, _, err := s.key(); err != nil {
+				if err := s.memberKey(kt, false); err != nil {
 					return err
 				}
 			}

@@ -216,10 +216,15 @@ func materialize(t testing.TB, objs []*unstructured.Unstructured) materialized {
 	for name, content := range policies {
 		writeFile(t, filepath.Join(m.policyDir, name), content)
 	}
+	keys := auditKeys(t, objs)
 	for _, c := range cfg.Credentials {
 		if c.File != "" {
 			mkdir(t, filepath.Dir(c.File))
-			writeFile(t, c.File, "fake-"+c.Name+"-value")
+			content, ok := keys[filepath.Base(c.File)]
+			if !ok || !strings.Contains(c.File, "/audit-keys/") {
+				content = "fake-" + c.Name + "-value"
+			}
+			writeFile(t, c.File, content)
 		}
 	}
 	mkdir(t, cfg.Audit.File.Dir)
