@@ -54,7 +54,7 @@ type Parser struct {
 	bom      int  // bytes of a leading byte order mark matched so far
 	afterCR  bool // the last byte was a CR: an LF next is part of that terminator
 	line     []byte
-	lineN    int // bytes of the current line, kept in line unless over
+	lineN    int  // bytes of the current line, kept in line unless over
 	size     int  // bytes of the current event so far
 	over     bool // the current event went over Max (skipping)
 	pending  bool // a line (even a comment) was read since the last blank line

@@ -143,4 +143,3 @@ func equalEvents(a, b []refEvent) bool {
 	}
 	return true
 }
-
