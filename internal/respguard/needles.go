@@ -32,7 +32,7 @@ type Needles struct {
 	values  []string // sorted: the set's key
 	header  []string
 	body    [][]byte
-	maxBody int    // the longest body needle
+	maxBody int       // the longest body needle
 	first   [256]bool // the first bytes of body needles
 	// escapable: a short JSON escape (\n, \", \\, \/ …) stands for a byte some needle holds,
 	// so a text with it must be read decoded.
