@@ -31,6 +31,7 @@ import (
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/httpconn"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )
 
@@ -121,7 +122,7 @@ type Proxy struct {
 	gp     *goproxy.ProxyHttpServer
 	m      *metrics
 	tracer trace.Tracer
-	scrub  *scrubber
+	scrub  *respguard.Source
 
 	mu      sync.Mutex
 	tunnels map[string]int

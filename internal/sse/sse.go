@@ -225,6 +225,22 @@ func (ps *Parser) dispatch() (Event, bool) {
 	return ev, true
 }
 
+// End is the stream's end for a lenient reader: the event the stream ended inside, if it has
+// data, is dispatched as if a blank line had followed (the standard discards it; a reader of an
+// upstream that omits the last blank line may prefer not to).
+func (ps *Parser) End(emit func(Event) bool) {
+	if ps.err != nil || ps.over {
+		return
+	}
+	if ps.lineN > 0 {
+		ps.field(ps.line)
+		ps.line, ps.lineN = ps.line[:0], 0
+	}
+	if ev, ok := ps.dispatch(); ok {
+		emit(ev)
+	}
+}
+
 // Pending reports whether the stream is inside an event: some line (a comment included) was
 // read, or begun, since the last blank line. A stream that ends here ends inside an event.
 func (ps *Parser) Pending() bool { return ps.pending || ps.lineN > 0 }
