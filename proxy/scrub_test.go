@@ -24,7 +24,7 @@ import (
 
 // standInPaths are the stand-in's careless endpoints: each sends the injected key back on one
 // channel, as debug endpoints and error pages do.
-var standInPaths = map[string]http.HandlerFunc{
+var standInPaths = withPaths(map[string]http.HandlerFunc{
 	"/echo/header": func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Debug-Auth", "seen "+r.Header.Get("X-Api-Key"))
 		_, _ = io.WriteString(w, "ok")
@@ -81,7 +81,7 @@ var standInPaths = map[string]http.HandlerFunc{
 		w.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler)
 	},
-}
+}, codingPaths)
 
 const alpha = "127.0.0.2"
 
