@@ -182,7 +182,9 @@ func (g *Gateway) onError(ctx context.Context, _ any, method mcp.MCPMethod, msg 
 		cl.Event.Decision.Allow, cl.Event.Decision.Reason = false, "not found or not visible to the caller"
 		cl.Event.Outcome.Status, cl.Event.Outcome.Error = http.StatusNotFound, call.CodeNotFound
 	default:
-		cl.Event.Outcome.Error = string(method) + ": " + truncate(err.Error(), 200)
+		// An upstream's error text may echo its credential: the event never holds it.
+		text, _ := g.guard.Current().ScrubString(err.Error())
+		cl.Event.Outcome.Error = string(method) + ": " + truncate(text, 200)
 	}
 }
 

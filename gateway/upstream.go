@@ -285,8 +285,13 @@ func (u *upstream) listen(ctx context.Context, cli *client.Client) {
 func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*client.Client, error) {
 	var tr transport.Interface
 	if u.cfg.IsStdio() {
-		tr = transport.NewStdioWithOptions(u.cfg.Command, nil, u.cfg.Args,
-			transport.WithCommandFunc(u.command), transport.WithCommandLogger(u.log))
+		s, err := newBoundedStdio(func(ctx context.Context) (*exec.Cmd, error) {
+			return u.command(ctx, u.cfg.Command, nil, u.cfg.Args)
+		}, u.cfg.MaxMessageBytes)
+		if err != nil {
+			return nil, err
+		}
+		tr = s
 	} else {
 		t, err := transport.NewStreamableHTTP(u.cfg.URL,
 			transport.WithHTTPBasicClient(u.http),

@@ -49,6 +49,9 @@ type Parser struct {
 	SkipOversized bool
 	// Skipped counts the events dropped for their size.
 	Skipped int
+	// CountOnly keeps no data: events are dispatched empty (for a reader that bounds a stream
+	// another reader parses).
+	CountOnly bool
 
 	started  bool // past the byte order mark check
 	bom      int  // bytes of a leading byte order mark matched so far
@@ -177,7 +180,9 @@ func (ps *Parser) field(line []byte) {
 	case "event":
 		ps.typ = append(ps.typ[:0], value...)
 	case "data":
-		ps.data = append(append(ps.data, value...), '\n')
+		if !ps.CountOnly {
+			ps.data = append(append(ps.data, value...), '\n')
+		}
 		ps.hasData = true
 	case "id":
 		if bytes.IndexByte(value, 0) < 0 {
@@ -217,7 +222,10 @@ func (ps *Parser) dispatch() (Event, bool) {
 		ps.typ = ps.typ[:0]
 		return Event{}, false
 	}
-	ev := Event{Type: string(ps.typ), Data: ps.data[:len(ps.data)-1], ID: ps.lastID, Retry: -1}
+	ev := Event{Type: string(ps.typ), ID: ps.lastID, Retry: -1}
+	if len(ps.data) > 0 {
+		ev.Data = ps.data[:len(ps.data)-1]
+	}
 	if ps.retrySet {
 		ev.Retry = ps.retry
 	}
@@ -247,12 +255,15 @@ func (ps *Parser) Pending() bool { return ps.pending || ps.lineN > 0 }
 
 // Reader reads events from an io.Reader.
 type Reader struct {
-	r     io.Reader
-	ps    Parser
-	buf   []byte
-	start int // unparsed bytes are buf[start:end]
-	end   int
-	err   error
+	// Lenient returns, at the end of the stream, the event the stream ended inside (Parser.End).
+	Lenient bool
+	ended   bool
+	r       io.Reader
+	ps      Parser
+	buf     []byte
+	start   int // unparsed bytes are buf[start:end]
+	end     int
+	err     error
 }
 
 // NewReader reads events from r, each at most max bytes (0: no bound; an event over it is
@@ -279,6 +290,15 @@ func (rd *Reader) Next() (Event, error) {
 			}
 			if got {
 				ev.End = 0
+				return ev, nil
+			}
+		}
+		if rd.err == io.EOF && rd.Lenient && !rd.ended {
+			rd.ended = true
+			var ev Event
+			got := false
+			rd.ps.End(func(e Event) bool { ev, got = e, true; return false })
+			if got {
 				return ev, nil
 			}
 		}
