@@ -273,9 +273,9 @@ func (g *Gateway) connHooks(u *upstream, sid string) connHooks {
 			}
 			g.onUpstreamNotification(u, sid, n)
 		},
-		sampling:     bridgeSampling{g, u, sid},
-		elicitation:  bridgeElicitation{g, u, sid},
-		roots:        bridgeRoots{g, u, sid},
+		sampling:    bridgeSampling{g, u, sid},
+		elicitation: bridgeElicitation{g, u, sid},
+		roots:       bridgeRoots{g, u, sid},
 	}
 }
 
