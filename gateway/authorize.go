@@ -234,6 +234,12 @@ func forward[R any](ctx context.Context, cl *call.Call, u *upstream, send func(c
 		return res, fmt.Errorf("upstream %s is unavailable (%s): %w", u.cfg.Name, call.CodeUpstreamUnavailable, err)
 	}
 	if err != nil {
+		if u.guard != nil {
+			// The error's text reaches the sandbox (scrubbed by the guard's writer, after the
+			// event is written): the event says so now.
+			_, echoed := u.guard.Current().ScrubString(err.Error())
+			cl.Event.Outcome.CredentialEchoed = cl.Event.Outcome.CredentialEchoed || echoed
+		}
 		cl.Fail(call.Refuse(failureCode(err), "upstream %s: %v", u.cfg.Name, err))
 		return res, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
 	}

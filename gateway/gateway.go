@@ -120,7 +120,9 @@ func New(opts Options) (*Gateway, error) {
 	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks}
 	for _, uc := range opts.Config.Upstreams {
 		uhc := &http.Client{Transport: newBoundedTransport(hc.Transport, uc)}
-		g.upstreams = append(g.upstreams, newUpstream(uc, opts.Credentials, uhc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log))
+		u := newUpstream(uc, opts.Credentials, uhc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log)
+		u.guard = g.guard
+		g.upstreams = append(g.upstreams, u)
 	}
 	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log)
 	g.sessions.ended = g.endUpstreamSessions

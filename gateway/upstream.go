@@ -20,6 +20,7 @@ import (
 	"github.com/sandgate/sandgate/internal/breaker"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/respguard"
 )
 
 // Backoff bounds for reconnecting to an upstream that is down.
@@ -73,6 +74,8 @@ type upstream struct {
 	hooks upstreamHooks
 	log   *slog.Logger
 	idle  time.Duration // a per-sandbox session unused this long is closed
+
+	guard *respguard.Source // what the errors a sandbox reads are scrubbed of
 
 	pool sandboxSessions
 	brk  *breaker.Breaker // calls' transport failures and timeouts (isolation.go)
