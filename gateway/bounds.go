@@ -267,7 +267,8 @@ func (l *lineBound) failure() error {
 	return nil
 }
 
-// notificationLimiter is one upstream session's budget of notifications.
+// notificationLimiter is one upstream session's budget of notifications: x/time/rate's token
+// bucket (kept by the Go team, already in the module graph) rather than one of our own.
 func notificationLimiter(cfg config.Upstream) *rate.Limiter {
 	cfg.ApplyBounds()
 	return rate.NewLimiter(rate.Limit(cfg.MaxNotificationRate), max(1, int(cfg.MaxNotificationRate)))
