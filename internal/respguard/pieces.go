@@ -94,13 +94,8 @@ func (p *pieces) lex(s *Scanner, w []byte, carried int) {
 		case '\\':
 			p.esc, p.escAt = append(p.esc[:0], c), at
 		default:
-			j := i + 1
-			for j < len(w) && w[j] != '"' && w[j] != '\\' && w[j] != '\n' {
-				j++
-			}
-			for k := i; k < j; k++ {
-				p.add(piece{w[k], base + int64(k), base + int64(k) + 1})
-			}
+			j := i + plainRun(w[i:])
+			p.addRun(w[i:j], base+int64(i))
 			i = j
 			continue
 		}
@@ -131,6 +126,38 @@ func (p *pieces) escape() {
 		p.add(piece{b, p.escAt, p.escAt + 6})
 	}
 	p.esc = nil
+}
+
+// plainRun is the length of the run of b before the first quote, backslash or line feed.
+func plainRun(b []byte) int {
+	end := len(b)
+	for _, c := range []byte{'"', '\\', '\n'} {
+		if k := bytes.IndexByte(b[:end], c); k >= 0 {
+			end = k
+		}
+	}
+	return end
+}
+
+// addRun appends the bytes b, at stream offset at, to the current string. Of a long run only
+// what add would keep is added: the string's first and last span bytes.
+func (p *pieces) addRun(b []byte, at int64) {
+	n := p.span()
+	if len(b) > 3*n {
+		head := max(0, n-len(p.cur))
+		for k := range head {
+			p.add(piece{b[k], at + int64(k), at + int64(k) + 1})
+		}
+		if len(p.cur) > n {
+			p.cur = p.cur[:n]
+		}
+		p.cut = true
+		from := len(b) - n
+		b, at = b[from:], at+int64(from)
+	}
+	for k := range b {
+		p.add(piece{b[k], at + int64(k), at + int64(k) + 1})
+	}
 }
 
 // add appends a decoded byte to the current string, keeping its first and last span bytes.

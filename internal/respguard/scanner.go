@@ -38,10 +38,6 @@ func (s *Scanner) Reset(n *Needles, sse bool, onHit func()) {
 // Hits is the number of credentials found so far.
 func (s *Scanner) Hits() int { return s.hits }
 
-// MaxHeld is the most a Scanner holds back outside pieces: what the caller's window needs
-// room for besides new bytes.
-func (n *Needles) MaxHeld() int { return 6*n.maxBody + 12 }
-
 // Scan scrubs the window w in place. w[:carried] are the bytes the last Scan held back, the
 // rest are new. It returns how many bytes of w may go on; the caller keeps the others as the
 // start of the next window. final (the stream ended) lets everything go.
