@@ -206,3 +206,22 @@ func TestScrubHeaderAndString(t *testing.T) {
 	assert.True(t, hit)
 	assert.NotContains(t, s, secret)
 }
+
+// FuzzReader: read in any pieces, a body keeps its length and no form the scanner reads (raw
+// or decoded) survives it.
+func FuzzReader(f *testing.F) {
+	for _, form := range forms() {
+		f.Add([]byte(`{"a":"`+form+`"}`), uint8(5))
+	}
+	f.Add([]byte(`\\u0073`+jsonU(secret)+`%`), uint8(1))
+	needles := Build([]string{secret}, nil)
+	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
+		r := NewReader(&chunked{s: string(body), n: int(piece%32) + 1}, needles, false, nil)
+		out, err := io.ReadAll(r)
+		require.NoError(t, err)
+		require.Len(t, out, len(body))
+		if _, hit := needles.ScrubString(string(out)); hit {
+			t.Fatalf("%q read in pieces of %d left a credential: %q", body, piece%32+1, out)
+		}
+	})
+}
