@@ -90,7 +90,9 @@ func TestCodedEchoNeverReachesTheSandbox(t *testing.T) {
 				assertNoKey(t, body)
 				assert.Empty(t, f.final.Header.Get("Content-Encoding"), "passed on without the coding")
 				assert.Contains(t, string(body), `"x-api-key":"`+respguard.Marker[:8])
-				ev := h.rec.waitFor(t, func(e audit.Event) bool { return e.Target.Path == "/coded" && e.Target.Route == route && e.Outcome.CredentialEchoed })
+				ev := h.rec.waitFor(t, func(e audit.Event) bool {
+					return e.Target.Path == "/coded" && e.Target.Route == route && e.Outcome.CredentialEchoed
+				})
 				assert.Equal(t, 200, ev.Outcome.Status)
 			})
 		}
