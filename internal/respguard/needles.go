@@ -212,8 +212,8 @@ func (n *Needles) ScrubString(s string) (string, bool) {
 	b := []byte(s)
 	var sc Scanner
 	sc.Reset(n, false, nil)
-	hit := sc.scan(b, true) > 0 || sc.hits > 0
-	if !hit {
+	sc.scan(b, true)
+	if sc.hits == 0 {
 		return s, false
 	}
 	return string(b), true

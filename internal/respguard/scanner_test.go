@@ -205,6 +205,9 @@ func TestScrubHeaderAndString(t *testing.T) {
 	s, hit := n.ScrubString("upstream said: Authorization: Bearer " + secret)
 	assert.True(t, hit)
 	assert.NotContains(t, s, secret)
+	s, hit = n.ScrubString("upstream said: no such tool, nothing else")
+	assert.False(t, hit, "a text without a credential is no hit")
+	assert.Equal(t, "upstream said: no such tool, nothing else", s)
 }
 
 // FuzzReader: read in any pieces, a body keeps its length and no form the scanner reads (raw
