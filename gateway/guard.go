@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -133,22 +134,26 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut}
+	var echoed atomic.Bool
+	sw := newScrubWriter(rec, gd.g.guard.Current(), func() { echoed.Store(true) })
 	defer func() {
+		sw.end()
 		if cl.Event.Outcome.Status == 0 {
 			cl.Event.Outcome.Status = rec.status()
 		}
+		cl.Event.Outcome.CredentialEchoed = echoed.Load()
 		cl.Finish()
 	}()
 	if msg.Method == string(mcp.MethodResourcesRead) && !gd.g.readable(ctx, cl, msg.Params.URI) {
 		// A resource the caller may not read answers exactly like one that does not exist.
-		writeRPCResult(rec, msg.ID, resourceNotFound(r, msg.Params.URI))
+		writeRPCResult(sw, msg.ID, resourceNotFound(r, msg.Params.URI))
 		return
 	}
 	if k, ok := listKinds[msg.Method]; ok {
-		gd.g.serveVerbatim(rec, r.WithContext(ctx), gd.next, k)
+		gd.g.serveVerbatim(sw, r.WithContext(ctx), gd.next, k)
 		return
 	}
-	ctx, out := withExtras(ctx, rec, msg.Method, msg.ID)
+	ctx, out := withExtras(ctx, sw, msg.Method, msg.ID)
 	gd.next.ServeHTTP(gd.g.events.resumed(out, r), r.WithContext(ctx))
 }
 
