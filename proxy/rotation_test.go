@@ -62,8 +62,8 @@ func rotateKubeSecret(t *testing.T, dir, gen, value string) {
 // operator revokes it), reaches the sandbox with that key redacted.
 func TestRotationWithARequestInFlight(t *testing.T) {
 	const oldKey, newKey = "sk-ant-rotation-old-0001", "sk-ant-rotation-new-0002"
-	sandboxReads.secret(oldKey)
-	sandboxReads.secret(newKey)
+	sandboxReads.Secret(oldKey)
+	sandboxReads.Secret(newKey)
 	dir := t.TempDir()
 	rotateKubeSecret(t, dir, "..2026_12_01_21_00_01", oldKey)
 	require.NoError(t, os.Symlink(filepath.Join("..data", "api-key"), filepath.Join(dir, "api-key")))
