@@ -57,4 +57,4 @@ const (
 )
 
 // TemplateRefHash is the value of LabelTemplateRefHash for a template name.
-func TemplateRefHash(template string) string { return identity.TemplateRefHash(template) }
+func TemplateRefHash(template string) string { return identity.NameHash(template) }
