@@ -107,14 +107,22 @@ func TestVerifyChain(t *testing.T) {
 		{"a pod whose ownerReference names a Sandbox that does not exist is refused",
 			chainPod(chainSandbox("gone", "", "", "", "", "10.0.0.3"), "", "10.0.0.3"), base, want{link: LinkSandbox}},
 		{"a pod whose ownerReference has another UID than the Sandbox's is refused",
-			func() *corev1.Pod { p := chainPod(plain, "", "10.0.0.2"); p.OwnerReferences[0].UID = "u-other"; return p }(), base,
+			func() *corev1.Pod {
+				p := chainPod(plain, "", "10.0.0.2")
+				p.OwnerReferences[0].UID = "u-other"
+				return p
+			}(), base,
 			want{link: LinkSandbox}},
 		{"a hand-made pod owned by a claimed Sandbox that names another pod's address is refused",
 			chainPod(claimed, coding, "10.0.0.66"), base, want{link: LinkPod}},
 		{"a pod with one of the Sandbox's addresses but not all is refused",
 			chainPod(plain, "", "10.0.0.2", "fd00::9"), base, want{link: LinkPod}},
 		{"a pod whose name-hash label is not its Sandbox's is refused",
-			func() *corev1.Pod { p := chainPod(plain, "", "10.0.0.2"); p.Labels[LabelSandboxNameHash] = "x"; return p }(), base,
+			func() *corev1.Pod {
+				p := chainPod(plain, "", "10.0.0.2")
+				p.Labels[LabelSandboxNameHash] = "x"
+				return p
+			}(), base,
 			want{link: LinkPod}},
 		{"a pod the Sandbox names no address of yet waits (the controller clears them for two pods)",
 			chainPod(plain, "", "10.0.0.2"), base.with("sandbox/plain", chainSandbox("plain", "", "", "", "")),
