@@ -112,7 +112,7 @@ func TestNetpolAgainstAPIServer(t *testing.T) {
 		assert.Contains(t, out, "applied 3 NetworkPolicies, 1 SandboxTemplate rules and 1 ConfigMaps")
 		np, err := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(context.Background(), "sandgate-template-cilium", metav1.GetOptions{})
 		require.NoError(t, err)
-		assert.Equal(t, "sandgate", np.ManagedFields[0].Manager)
+		assert.Equal(t, "sandgate-netpol", np.ManagedFields[0].Manager)
 		cm, err := cs.CoreV1().ConfigMaps("sandgate").Get(context.Background(), kube.RulesConfigMapName, metav1.GetOptions{})
 		require.NoError(t, err, "the admission policy's parameter, for installs without the controller")
 		assert.Contains(t, cm.Data[kube.RulesConfigMapKey], "egress=ports:TCP:")
