@@ -402,3 +402,20 @@ func callTool(t *testing.T, c *client.Client, name string, args map[string]any) 
 	}
 	return !res.IsError, text
 }
+
+// The Managed Agents worker template carries exactly what `sandgate netpol` prints for the
+// chart installed with the example's values (else the admission policy refuses it).
+func TestManagedAgentsWorkerTemplateRulesAreGenerated(t *testing.T) {
+	example := filepath.Join(repoRoot, "examples", "claude-managed-agents")
+	objs := render(t, chartCase{name: "managed-agents", values: filepath.Join(example, "values.yaml")}, "sandgate", "sandgate")
+	m := materialize(t, objs)
+	gen := parseObjects(t, run(t, sandgateBin(t), "netpol", "--config", m.config, "--template", "sandboxes/coding-agent", "--management", kube.Managed))
+	require.Len(t, gen, 1)
+	tmpl := parseObjects(t, readFile(t, filepath.Join(example, "worker-template.yaml")))
+	require.Len(t, tmpl, 1)
+	want, _, _ := unstructured.NestedMap(gen[0].Object, "spec", "networkPolicy")
+	got, _, _ := unstructured.NestedMap(tmpl[0].Object, "spec", "networkPolicy")
+	assert.Equal(t, want, got, "worker-template.yaml spec.networkPolicy is the netpol output for values.yaml")
+	assert.Equal(t, gen[0].GetName(), tmpl[0].GetName())
+	assert.Equal(t, gen[0].GetNamespace(), tmpl[0].GetNamespace())
+}
