@@ -70,7 +70,7 @@ func ownedTopFields(t *testing.T, obj *unstructured.Unstructured, manager string
 			continue
 		}
 		var fields map[string]any
-		require.NoError(t, json.Unmarshal(mf.FieldsV1.Raw, &fields))
+		require.NoError(t, json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields))
 		out := map[string]any{}
 		for k, v := range fields {
 			sub, ok := v.(map[string]any)

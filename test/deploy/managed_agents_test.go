@@ -108,7 +108,9 @@ func TestManagedAgentsExample(t *testing.T) {
 			require.NoError(ct, err)
 			owned := map[string]string{}
 			for _, mf := range got.GetManagedFields() {
-				owned[mf.Manager] = string(mf.FieldsV1.Raw)
+				if mf.FieldsV1 != nil {
+					owned[mf.Manager] = mf.FieldsV1.GetRawString()
+				}
 			}
 			assert.Contains(ct, owned[kube.FieldManager], `"f:networkPolicy"`)
 			assert.NotContains(ct, owned[kube.FieldManager], `"f:podTemplate"`)
