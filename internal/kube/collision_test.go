@@ -104,8 +104,12 @@ func TestControllerNeverTakesTurnsAtOneName(t *testing.T) {
 	})
 
 	t.Run("a template whose policy name another template holds is refused, once, and nothing flaps", func(t *testing.T) {
+		// A policy of that name already there for template "holder". Without Sandgate's
+		// managed-by label: the controller would otherwise delete it, no rule asking for it,
+		// before "late" exists.
 		held := TemplatePolicy("sandboxes", "holder", rules, true)
 		held.Name = TemplatePolicyName("late")
+		delete(held.Labels, LabelManagedBy)
 		_, err := admin.NetworkingV1().NetworkPolicies("sandboxes").Create(context.Background(), held, metav1.CreateOptions{})
 		require.NoError(t, err)
 		kubetest.Template(t, adminDyn, "sandboxes", "late", Unmanaged)
