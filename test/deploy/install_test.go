@@ -119,11 +119,11 @@ func (a access) String() string {
 	if a.group != "" {
 		res += "." + a.group
 	}
-	if a.subresource != "" {
-		res += "/" + a.subresource
-	}
 	if a.name != "" {
 		res += "/" + a.name
+	}
+	if a.subresource != "" {
+		res += "/" + a.subresource
 	}
 	where := a.namespace
 	if where == "" {
