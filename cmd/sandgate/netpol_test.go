@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	networkingv1 "k8s.io/api/networking/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -53,14 +54,18 @@ func TestNetpolOffline(t *testing.T) {
 		assert.Contains(t, out, "kind: SandboxTemplate")
 		assert.Contains(t, out, "networkPolicy:")
 	})
-	t.Run("--rbac prints a Role and RoleBinding per namespace", func(t *testing.T) {
+	t.Run("--rbac prints a Role and RoleBinding per namespace, and the ConfigMap the controller fills", func(t *testing.T) {
 		out, err := run("--rbac", "--service-account", "sandgate/sg")
 		require.NoError(t, err)
 		docs := bytes.Split([]byte(out), []byte("---\n"))
-		require.Len(t, docs, 4, "sandboxes and sandgate namespaces")
+		require.Len(t, docs, 5, "sandboxes and sandgate namespaces, then the ConfigMap")
 		var rb rbacv1.RoleBinding
 		require.NoError(t, yaml.Unmarshal(docs[1], &rb))
 		assert.Equal(t, "sg", rb.Subjects[0].Name)
+		var cm corev1.ConfigMap
+		require.NoError(t, yaml.Unmarshal(docs[4], &cm))
+		assert.Equal(t, "sandgate-template-rules", cm.Name)
+		assert.Empty(t, cm.Data, "Sandgate fills it; it may not create it")
 	})
 	t.Run("a template outside kubernetes.namespaces is refused", func(t *testing.T) {
 		_, err := run("--template", "other/x", "--management", "Managed")
