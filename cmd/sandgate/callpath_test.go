@@ -95,14 +95,20 @@ identity:
 log: {level: warn, format: text}
 `, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), modelAPI(t), cpCoder, cpTriage, cpMarker))
 	startServe(t, cfg, func(string) string { return "" })
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", cp.proxy)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond)
+	cp.waitReady(t)
 	return cp
+}
+
+// waitReady waits for /readyz: every listener is up (the proxy's alone can be up before the
+// MCP one) and every upstream was tried.
+func (cp *callPath) waitReady(t *testing.T) {
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + cp.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "readyz")
 }
 
 // post sends one JSON-RPC body to /mcp from src.

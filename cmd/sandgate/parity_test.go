@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -48,13 +47,7 @@ identity:
 log: {level: warn, format: text}
 `, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), modelAPI(t), cpCoder, cpTriage, cpMarker))
 	startServe(t, cfg, func(string) string { return "" })
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + cp.admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil && resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "readyz")
+	cp.waitReady(t)
 	return cp
 }
 
