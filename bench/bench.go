@@ -25,8 +25,10 @@ type Options struct {
 	// "sandgate" are issue #21's cost targets (ratioSpecs).
 	PolicyVariants bool
 	RelayBin       string // bench/cmd/relay
+	SmokescreenBin string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
 	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
 	OutDir         string // bench/results
+	RawDir         string // the raw dump's folder, git-ignored (RawDir)
 	Label          string // file name stem, e.g. 2026-11-29-34b6d5e
 
 	Sandboxes      int           // sandboxes of the main fixed-rate runs
@@ -96,7 +98,7 @@ func supports(target, w string) bool {
 	case "goproxy":
 		// goproxy's own interception with nothing added: the floor of the intercept workload.
 		return w == WIntercept
-	case "squid", "tinyproxy":
+	case "squid", "tinyproxy", "smokescreen":
 		return w == WTunnel || w == WTunnelNew || w == WForward
 	}
 	return false
@@ -177,7 +179,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.Policy, err = benchPolicy(ctx, o.PolicyDir); err != nil {
 		return nil, err
 	}
-	if err := rep.Write(o.OutDir, o.Label); err != nil {
+	if err := rep.Write(o.OutDir, o.RawDir, o.Label); err != nil {
 		return nil, err
 	}
 	return rep, nil
@@ -195,6 +197,7 @@ func startPeers(ctx context.Context, o Options, root string, up *Upstreams) ([]*
 		},
 		func() (*Target, error) { return startSquid(ctx, root) },
 		func() (*Target, error) { return startTinyproxy(ctx, root) },
+		func() (*Target, error) { return startSmokescreen(ctx, o.SmokescreenBin, root) },
 	} {
 		t, err := retryBind(start)
 		if err != nil {
@@ -330,7 +333,7 @@ func sameSlot(a, b Cell) bool {
 }
 
 // planCells lists one repetition's cells, interleaved: for each workload and shape, every
-// target in turn (direct, sandgate, relay, squid, tinyproxy), so slow drifts of the machine's
+// target in turn (direct, sandgate, relay, squid, tinyproxy, smokescreen), so slow drifts of the machine's
 // load hit every target alike.
 func planCells(o Options, targets []*Target) []Cell {
 	workloads := o.Workloads

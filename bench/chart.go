@@ -86,31 +86,36 @@ func sign(v int) int {
 	return 0
 }
 
-// writeChart plots Sandgate's added latency (p50 and p99 over direct, fixed rate) against the
-// number of sandboxes, one line per workload and percentile, log-scaled sandbox axis.
-// chartPoint is one measurement of a chart series: sandboxes and added milliseconds.
+// chartPoint is one measured point of a chart series: sandboxes and added milliseconds.
 type chartPoint struct{ n, v float64 }
 
+// chartLine is one series: a workload's added p50 or p99 for Sandgate, or for the workload's
+// floor (relay, goproxy) beside it. Points holds only measured cells: a sandbox count with no
+// point is a gap in the line, never a zero.
+type chartLine struct {
+	name   string
+	floor  bool // the floor's line, drawn thin and dashed in its workload's colour
+	color  int  // palette index, shared by a workload's Sandgate and floor lines
+	points []chartPoint
+}
+
+// writeChart plots added latency (p50 and p99 over direct, fixed rate) against the number of
+// sandboxes: for each swept workload Sandgate's lines and, beside them, its floor's, on a
+// log-scaled sandbox axis.
 func writeChart(path string, r *Report) error {
-	series, names, ns := chartSeries(r)
-	const W, H, left, right, top, bottom = 960, 540, 80, 220, 50, 60
+	lines, ns := chartLines(r)
+	const W, H, left, right, top, bottom = 960, 540, 80, 260, 50, 60
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
 	c := canvas{img}
 	c.rect(0, 0, W, H, color.White)
 	black := color.RGBA{40, 40, 40, 255}
 	grey := color.RGBA{220, 220, 220, 255}
-	c.text(left, 16, 3, "SANDGATE ADDED LATENCY VS SANDBOXES (FIXED RATE, MS)", black)
+	c.text(left, 16, 3, "ADDED LATENCY VS SANDBOXES (FIXED RATE, MS)", black)
 	if len(ns) == 0 {
-		c.text(left, H/2, 3, "NO FIXED-RATE SANDGATE DATA", black)
+		c.text(left, H/2, 3, "NO MEASURED FIXED-RATE DATA", black)
 		return savePNG(path, img)
 	}
-	ymax := 0.0
-	for _, s := range series {
-		for _, p := range s {
-			ymax = math.Max(ymax, p.v)
-		}
-	}
-	ymax = niceCeil(ymax)
+	ymin, ymax := chartRange(lines)
 	lx0, lx1 := math.Log10(ns[0]), math.Log10(ns[len(ns)-1])
 	if lx1-lx0 < 1e-9 {
 		lx0, lx1 = lx0-0.5, lx1+0.5
@@ -118,9 +123,9 @@ func writeChart(path string, r *Report) error {
 	px := func(n float64) int {
 		return left + int((math.Log10(n)-lx0)/(lx1-lx0)*float64(W-left-right-40)) + 20
 	}
-	py := func(v float64) int { return H - bottom - int(v/ymax*float64(H-top-bottom)) }
+	py := func(v float64) int { return H - bottom - int((v-ymin)/(ymax-ymin)*float64(H-top-bottom)) }
 	for i := 0; i <= 5; i++ {
-		v := ymax * float64(i) / 5
+		v := ymin + (ymax-ymin)*float64(i)/5
 		y := py(v)
 		c.rect(left, y, W-right, y+1, grey)
 		lbl := fmt.Sprintf("%.2f", v)
@@ -135,52 +140,136 @@ func writeChart(path string, r *Report) error {
 	c.text(left+(W-left-right)/2-textWidth("SANDBOXES", 2)/2, H-bottom+34, 2, "SANDBOXES", black)
 	c.rect(left, top, left+2, H-bottom, black)
 	c.rect(left, H-bottom, W-right, H-bottom+2, black)
-	palette := []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
-		{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255}}
-	for i, name := range names {
-		col := palette[i%len(palette)]
-		s := series[name]
-		for j := range s {
-			x, y := px(s[j].n), py(s[j].v)
-			c.rect(x-4, y-4, x+4, y+4, col)
-			if j > 0 {
-				c.line(px(s[j-1].n), py(s[j-1].v), x, y, 3, col)
+	for i, l := range lines {
+		col := chartPalette[l.color%len(chartPalette)]
+		drawLine(c, l, ns, px, py, col)
+		ly := top + 10 + i*20
+		if l.floor {
+			for x := W - right + 20; x < W-right+44; x += 6 {
+				c.rect(x, ly+4, x+3, ly+6, col)
 			}
+		} else {
+			c.rect(W-right+20, ly, W-right+44, ly+10, col)
 		}
-		ly := top + 10 + i*22
-		c.rect(W-right+20, ly, W-right+44, ly+10, col)
-		c.text(W-right+52, ly, 2, name, black)
+		c.text(W-right+52, ly, 2, l.name, black)
 	}
 	return savePNG(path, img)
 }
 
-// chartSeries is the added p50 and p99 of each swept workload by sandbox count (each series
-// sorted by count), the series' names in order, and the sorted distinct counts.
-func chartSeries(r *Report) (map[string][]chartPoint, []string, []float64) {
-	series := map[string][]chartPoint{}
-	var names []string
-	var ns []float64
-	for _, row := range r.Rows {
-		if row.Target != "sandgate" || row.Shape != ShapeRate || !row.HasDirect || !slices.Contains(sweepWorkloads, row.Workload) {
+var chartPalette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
+	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255}}
+
+// drawLine draws l's points and joins two of them only when they are neighbours on the sandbox
+// axis: a count l has no point at breaks the line. A floor's line is thin and dashed, its
+// points hollow.
+func drawLine(c canvas, l chartLine, ns []float64, px func(float64) int, py func(float64) int, col color.RGBA) {
+	at := map[float64]float64{}
+	for _, p := range l.points {
+		at[p.n] = p.v
+	}
+	for j, n := range ns {
+		v, ok := at[n]
+		if !ok {
 			continue
 		}
-		for _, p := range []struct {
-			q string
-			v float64
-		}{{"P50", row.AddedP50MS}, {"P99", row.AddedP99MS}} {
-			k := row.Workload + " " + p.q
-			if _, ok := series[k]; !ok {
-				names = append(names, k)
-			}
-			series[k] = append(series[k], chartPoint{float64(row.Sandboxes), math.Max(p.v, 0)})
+		x, y := px(n), py(v)
+		if l.floor {
+			c.rect(x-4, y-4, x+4, y+4, col)
+			c.rect(x-2, y-2, x+2, y+2, color.White)
+		} else {
+			c.rect(x-4, y-4, x+4, y+4, col)
 		}
-		ns = append(ns, float64(row.Sandboxes))
+		prev, ok := at[ns[max(j-1, 0)]]
+		if j == 0 || !ok {
+			continue
+		}
+		x0, y0 := px(ns[j-1]), py(prev)
+		if !l.floor {
+			c.line(x0, y0, x, y, 3, col)
+			continue
+		}
+		const dashes = 12
+		for k := 0; k < dashes; k += 2 {
+			c.line(x0+(x-x0)*k/dashes, y0+(y-y0)*k/dashes, x0+(x-x0)*(k+1)/dashes, y0+(y-y0)*(k+1)/dashes, 1, col)
+		}
 	}
-	for _, s := range series {
-		slices.SortFunc(s, func(a, b chartPoint) int { return int(a.n - b.n) })
+}
+
+// chartRange is the y axis: from 0 (or below, when a measured point is negative: the target
+// answered faster than direct at that percentile) to a round value above the highest point.
+func chartRange(lines []chartLine) (ymin, ymax float64) {
+	for _, l := range lines {
+		for _, p := range l.points {
+			ymin, ymax = math.Min(ymin, p.v), math.Max(ymax, p.v)
+		}
+	}
+	if ymin < 0 {
+		ymin = -niceCeil(-ymin)
+	}
+	return ymin, niceCeil(ymax)
+}
+
+// chartFloor is the floor a workload's latency target reads (ratioSpecs): relay or goproxy.
+func chartFloor(w string) string {
+	for _, sp := range ratioSpecs {
+		if sp.workload == w && sp.target == "" {
+			if shape, _ := sp.cell(0, 0); shape == ShapeRate {
+				return sp.floor
+			}
+		}
+	}
+	return ""
+}
+
+// measured reports a fixed-rate row that completed requests: a cell whose sandboxes all failed
+// has no latency, and its zeros are no measurement.
+func measured(row Row) bool { return row.Requests > row.Errors && row.P50MS > 0 }
+
+// chartLines is Sandgate's added p50 and p99 of each swept workload by sandbox count, each
+// followed by its floor's, with only measured points; and the sorted distinct counts at which
+// anything was measured.
+func chartLines(r *Report) ([]chartLine, []float64) {
+	direct := map[Cell]Row{}
+	for _, row := range r.Rows {
+		if row.Target == "direct" {
+			direct[row.Cell] = row
+		}
+	}
+	var lines []chartLine
+	var ns []float64
+	for wi, w := range sweepWorkloads {
+		for qi, q := range []string{"P50", "P99"} {
+			for _, target := range []string{"sandgate", chartFloor(w)} {
+				l := chartLine{name: strings.ToUpper(w) + " " + q, floor: target != "sandgate", color: 2*wi + qi}
+				if l.floor {
+					l.name += " " + strings.ToUpper(target)
+				}
+				for _, row := range r.Rows {
+					if row.Target != target || row.Workload != w || row.Shape != ShapeRate {
+						continue
+					}
+					dc := row.Cell
+					dc.Target = "direct"
+					d, ok := direct[dc]
+					if !ok || !measured(row) || !measured(d) {
+						continue
+					}
+					v := row.P50MS - d.P50MS
+					if q == "P99" {
+						v = row.P99MS - d.P99MS
+					}
+					l.points = append(l.points, chartPoint{float64(row.Sandboxes), v})
+					ns = append(ns, float64(row.Sandboxes))
+				}
+				if target != "" && len(l.points) > 0 {
+					slices.SortFunc(l.points, func(a, b chartPoint) int { return int(a.n - b.n) })
+					lines = append(lines, l)
+				}
+			}
+		}
 	}
 	slices.Sort(ns)
-	return series, names, slices.Compact(ns)
+	return lines, slices.Compact(ns)
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten (at least 0.1).

@@ -1,6 +1,6 @@
 // Package bench measures Sandgate as a separate process under the load of many simulated
 // sandboxes, against peers measured in the same run: direct to the upstream (no proxy), a bare
-// Go CONNECT relay (bench/cmd/relay), Squid and tinyproxy.
+// Go CONNECT relay (bench/cmd/relay), Squid, tinyproxy and Smokescreen.
 //
 // Every sandbox is its own loopback source address (127.10.x.y), so identity, policy and audit
 // run as in production. Cells (workload × target) are run interleaved, several repetitions,

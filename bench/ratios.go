@@ -279,30 +279,50 @@ func (r *Report) ratioTable() string {
 	return b.String()
 }
 
-// ABRatios set the sandgate target against the baseline binary (Options.BaselineBin) on CPU
-// per request at every closed-loop concurrency, per repetition: below 1 the change is cheaper.
+// ABRatios set the sandgate target against the baseline binary (Options.BaselineBin), per
+// repetition: CPU per request at every closed-loop concurrency, and the process's RSS at the
+// end of each fixed-rate cell (the memory a change to per-connection state moves). Below 1 the
+// change is cheaper.
 func (r *Report) ABRatios() []Ratio {
 	var out []Ratio
 	conc, _ := r.Options["concurrency"].([]int)
+	counts, _ := r.Options["sweep"].([]int)
+	if mainN, _ := r.Options["sandboxes"].(int); !slices.Contains(counts, mainN) {
+		counts = append(counts, mainN)
+	}
+	cpu := func(x Result) float64 { return x.CPUPerReqUS }
+	rss := func(x Result) float64 { return float64(x.RSSBytes) / (1 << 20) }
 	for _, w := range AllWorkloads {
 		for _, c := range conc {
-			x := Ratio{Workload: w, Measure: fmt.Sprintf("CPU µs/request (c=%d)", c), Floor: "baseline"}
-			var a, b []float64
-			for _, rep := range r.reps() {
-				sg, ok1 := r.result(w, "sandgate", ShapeClosed, c, rep)
-				bl, ok2 := r.result(w, "baseline", ShapeClosed, c, rep)
-				if ok1 && ok2 && sg.CPUPerReqUS > 0 && bl.CPUPerReqUS > 0 {
-					a, b = append(a, sg.CPUPerReqUS), append(b, bl.CPUPerReqUS)
-					x.PerRep = append(x.PerRep, sg.CPUPerReqUS/bl.CPUPerReqUS)
-				}
+			if x, ok := r.abRatio(w, ShapeClosed, c, fmt.Sprintf("CPU µs/request (c=%d)", c), cpu); ok {
+				out = append(out, x)
 			}
-			if len(x.PerRep) == 0 {
-				continue
+		}
+		for _, n := range counts {
+			if x, ok := r.abRatio(w, ShapeRate, n, fmt.Sprintf("RSS MB at the end of the fixed-rate cell, %d sandboxes", n), rss); ok {
+				out = append(out, x)
 			}
-			x.Measured, x.Sandgate, x.FloorVal, x.Ratio = true, median(a), median(b), median(x.PerRep)
-			x.Min, x.Max = slices.Min(x.PerRep), slices.Max(x.PerRep)
-			out = append(out, x)
 		}
 	}
 	return out
+}
+
+// abRatio is sandgate over baseline for one cell's value f, median and range over repetitions.
+func (r *Report) abRatio(w, shape string, n int, measure string, f func(Result) float64) (Ratio, bool) {
+	x := Ratio{Workload: w, Measure: measure, Floor: "baseline"}
+	var a, b []float64
+	for _, rep := range r.reps() {
+		sg, ok1 := r.result(w, "sandgate", shape, n, rep)
+		bl, ok2 := r.result(w, "baseline", shape, n, rep)
+		if ok1 && ok2 && f(sg) > 0 && f(bl) > 0 {
+			a, b = append(a, f(sg)), append(b, f(bl))
+			x.PerRep = append(x.PerRep, f(sg)/f(bl))
+		}
+	}
+	if len(x.PerRep) == 0 {
+		return x, false
+	}
+	x.Measured, x.Sandgate, x.FloorVal, x.Ratio = true, median(a), median(b), median(x.PerRep)
+	x.Min, x.Max = slices.Min(x.PerRep), slices.Max(x.PerRep)
+	return x, true
 }

@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 )
@@ -128,105 +125,6 @@ func peerVersions() map[string]string {
 	if out, err := exec.Command("tinyproxy", "-v").CombinedOutput(); err == nil {
 		v["tinyproxy"] = strings.TrimSpace(string(out))
 	}
+	v["smokescreen"] = "smokescreen " + smokescreenVersion
 	return v
-}
-
-// Write saves LABEL.md, LABEL.json and LABEL-latency-vs-sandboxes.png under dir and points
-// dir/README.md at them.
-func (r *Report) Write(dir, label string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("results dir: %w", err)
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode results: %w", err)
-	}
-	png := label + "-latency-vs-sandboxes.png"
-	if err := writeChart(filepath.Join(dir, png), r); err != nil {
-		return err
-	}
-	md := r.Markdown(png)
-	for name, b := range map[string][]byte{label + ".json": js, label + ".md": []byte(md)} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-	}
-	latest, err := json.MarshalIndent(struct {
-		Label   string            `json:"label"`
-		Time    time.Time         `json:"time"`
-		Report  string            `json:"report"`
-		Machine map[string]string `json:"machine"`
-		Ratios  []Ratio           `json:"ratios"`
-	}{label, r.Time, label + ".md", r.Machine, r.ratiosOf()}, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode latest.json: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "latest.json"), latest, 0o644); err != nil {
-		return fmt.Errorf("write latest.json: %w", err)
-	}
-	return writeResultsIndex(dir, label)
-}
-
-// reportTime is when the run of report label started: the time in LABEL.json, else the date
-// its label starts with (a -replicas report has no JSON), else the zero time.
-func reportTime(dir, label string) time.Time {
-	if raw, err := os.ReadFile(filepath.Join(dir, label+".json")); err == nil {
-		var r struct {
-			Time time.Time `json:"time"`
-		}
-		if json.Unmarshal(raw, &r) == nil && !r.Time.IsZero() {
-			return r.Time
-		}
-	}
-	if len(label) >= len(time.DateOnly) {
-		if t, err := time.Parse(time.DateOnly, label[:len(time.DateOnly)]); err == nil {
-			return t
-		}
-	}
-	return time.Time{}
-}
-
-// writeResultsIndex lists the reports kept in dir, newest first, in dir/README.md. What is kept
-// is a choice made at commit time (bench/README.md "Reports"): the newest report, and one per
-// landed change that moved a ratio; older runs live in git history, and dir/HISTORY.md (written
-// by hand, when there is one) says where to find those the docs cite.
-func writeResultsIndex(dir, latest string) error {
-	const historyFile = "HISTORY"
-	mds, err := filepath.Glob(filepath.Join(dir, "*.md"))
-	if err != nil {
-		return err
-	}
-	var labels []string
-	when := map[string]time.Time{}
-	for _, m := range mds {
-		if l := strings.TrimSuffix(filepath.Base(m), ".md"); l != "README" && l != historyFile {
-			labels = append(labels, l)
-			when[l] = reportTime(dir, l)
-		}
-	}
-	// A label's commit hash says nothing of order: two reports of one day sort by the time
-	// their run started.
-	slices.SortFunc(labels, func(a, b string) int {
-		if c := when[b].Compare(when[a]); c != 0 {
-			return c
-		}
-		return strings.Compare(b, a)
-	})
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Bench results\n\n`make bench` writes one report per run here: LABEL.md, LABEL.json (every cell and "+
-		"repetition), LABEL-latency-vs-sandboxes.png, and latest.json (the ratio targets of the newest run, machine-readable). "+
-		"Keep the newest report and one per landed change that moved a ratio; delete the rest before committing (git keeps them).\n\n"+
-		"Latest: [%s.md](%s.md) ([targets](latest.json))\n\n", latest, latest)
-	if _, err := os.Stat(filepath.Join(dir, historyFile+".md")); err == nil {
-		fmt.Fprintf(&b, "Earlier reports the docs cite, kept in git: [%s.md](%s.md).\n\n", historyFile, historyFile)
-	}
-	b.WriteString("| report | JSON | chart |\n| --- | --- | --- |\n")
-	for _, l := range labels {
-		if strings.HasSuffix(l, "-replicas") { // sandbench -replicas: Markdown only
-			fmt.Fprintf(&b, "| [%s](%s.md) | — | — |\n", l, l)
-			continue
-		}
-		fmt.Fprintf(&b, "| [%s](%s.md) | [json](%s.json) | [png](%s-latency-vs-sandboxes.png) |\n", l, l, l, l)
-	}
-	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(b.String()), 0o644)
 }

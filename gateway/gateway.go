@@ -52,6 +52,9 @@ type Options struct {
 	Sessions mcpsessions.Store
 	// Tracer starts a span per call whose traceparent reaches HTTP upstreams; nil makes none.
 	Tracer trace.TracerProvider
+
+	// now is the sessions' clock (idle timeouts, shared refreshes); nil is time.Now. Tests set it.
+	now func() time.Time
 }
 
 // Gateway is the MCP side of Sandgate: one Streamable HTTP endpoint for every sandbox in front
@@ -124,7 +127,7 @@ func New(opts Options) (*Gateway, error) {
 		u.guard = g.guard
 		g.upstreams = append(g.upstreams, u)
 	}
-	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log)
+	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log, opts.now)
 	g.sessions.ended = g.endUpstreamSessions
 	meter := opts.Meters.Meter("github.com/sandgate/sandgate/gateway")
 	if err := g.registerBreakerMetric(meter); err != nil {

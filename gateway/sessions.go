@@ -36,6 +36,7 @@ const sharedRefresh = time.Second
 // protocol version are restored onto it from the record (restore). A shared store that cannot be
 // reached leaves sessions local: new ones still work on their replica, unknown ones get 404.
 type sessionStore struct {
+	now    func() time.Time // time.Now; tests advance their own
 	idle   time.Duration
 	shared mcpsessions.Store // nil: sessions stay on this replica
 	log    *slog.Logger
@@ -55,8 +56,11 @@ type sessionEntry struct {
 	adopted bool
 }
 
-func newSessionStore(idle time.Duration, shared mcpsessions.Store, log *slog.Logger) *sessionStore {
-	return &sessionStore{idle: idle, shared: shared, log: log, byID: map[string]*sessionEntry{}}
+func newSessionStore(idle time.Duration, shared mcpsessions.Store, log *slog.Logger, now func() time.Time) *sessionStore {
+	if now == nil {
+		now = time.Now
+	}
+	return &sessionStore{now: now, idle: idle, shared: shared, log: log, byID: map[string]*sessionEntry{}}
 }
 
 // ResolveSessionIdManager implements server.SessionIdManagerResolver. r is nil for mcp-go's
@@ -83,7 +87,7 @@ const (
 func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) sessionState {
 	s.mu.Lock()
 	e, ok := s.byID[id]
-	if ok && time.Since(e.lastSeen) > s.idle {
+	if ok && s.now().Sub(e.lastSeen) > s.idle {
 		delete(s.byID, id)
 		ok = false
 	}
@@ -92,7 +96,7 @@ func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) se
 			s.mu.Unlock()
 			return sessionNotOwned
 		}
-		now := time.Now()
+		now := s.now()
 		e.lastSeen = now
 		refresh := s.shared != nil && now.Sub(e.refreshed) >= sharedRefresh
 		if refresh {
@@ -133,7 +137,7 @@ func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) se
 	if rec.Peer != peer.String() {
 		return sessionNotOwned
 	}
-	now := time.Now()
+	now := s.now()
 	s.mu.Lock()
 	s.byID[id] = &sessionEntry{peer: peer, lastSeen: now, refreshed: now, record: &rec, adopted: true}
 	s.mu.Unlock()
@@ -154,7 +158,7 @@ func (s *sessionStore) countPeer(peer netip.Addr) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	now := time.Now()
+	now := s.now()
 	for _, e := range s.byID {
 		if e.peer == peer && now.Sub(e.lastSeen) <= s.idle {
 			n++
@@ -233,7 +237,7 @@ func (s *sessionStore) sweep(ctx context.Context, ended func(id string)) {
 		var expired []string
 		s.mu.Lock()
 		for id, e := range s.byID {
-			if time.Since(e.lastSeen) > s.idle {
+			if s.now().Sub(e.lastSeen) > s.idle {
 				delete(s.byID, id)
 				expired = append(expired, id)
 			}
@@ -254,7 +258,7 @@ func (v sessionView) Generate() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
-	now := time.Now()
+	now := v.s.now()
 	v.s.mu.Lock()
 	rec := mcpsessions.Record{Peer: v.peer.String()}
 	v.s.byID[id] = &sessionEntry{peer: v.peer, lastSeen: now, refreshed: now, record: &rec}

@@ -20,7 +20,8 @@ func TestSharedSessions(t *testing.T) {
 	srv := redistest.Start(t)
 	store := mcpsessions.NewRedis(srv.Client(t), "sg:", time.Second)
 	up := startHTTPUpstream(t, "127.0.0.1:0")
-	shared := func(o *Options) { o.Sessions = store }
+	clock := &testClock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)} // advanced by the test: a refresh is due when it says a second passed
+	shared := func(o *Options) { o.Sessions, o.now = store, clock.now }
 	a := startGatewayWith(t, "testdata/policy", shared, config.Upstream{Name: "http", URL: up.URL()})
 	b := startGatewayWith(t, "testdata/policy", shared, config.Upstream{Name: "http", URL: up.URL()})
 	a.waitReady(t)
@@ -54,13 +55,13 @@ func TestSharedSessions(t *testing.T) {
 		{"a redis that lost its data does not end the session", a, "127.0.0.2", func() {
 			srv.Stop()
 			srv.Restart()
-			time.Sleep(sharedRefresh) // the next request refreshes the record and shares it again
+			clock.advance(sharedRefresh) // the next request refreshes the record and shares it again
 			require.Equal(t, http.StatusOK, post(a, "127.0.0.2", sid))
 		}, http.StatusOK},
-		{"after that the other gateway still continues it", b, "127.0.0.2", func() { time.Sleep(sharedRefresh) }, http.StatusOK},
+		{"after that the other gateway still continues it", b, "127.0.0.2", func() { clock.advance(sharedRefresh) }, http.StatusOK},
 		{"a session terminated on one gateway ends on the other within a second", b, "127.0.0.2", func() {
 			require.NoError(t, c.Close()) // DELETE on a
-			time.Sleep(sharedRefresh + 100*time.Millisecond)
+			clock.advance(sharedRefresh)
 		}, http.StatusNotFound},
 	}
 	for _, tt := range tests {

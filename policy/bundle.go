@@ -103,7 +103,6 @@ func NewBundleEngine(ctx context.Context, cfg BundleConfig, opts ...Option) (*En
 		return nil, nil, err
 	}
 	e.bundle = src
-	e.pool = newStackPool(ctx)
 	err := src.Poll(ctx)
 	if err != nil && cfg.File != "" {
 		src.stop()

@@ -25,6 +25,12 @@ import (
 // keys and most decisions are a map lookup. Only decisions the policy made are cached; engine
 // denials (evaluation errors, a cancelled context) are not, and a context that is already done
 // is denied before the cache is consulted (engine.go, abandoned).
+//
+// Why it stays, though its correctness rests on Sandgate's own reading of the modules
+// (docs/architecture.md, "Hand-written code on the boundary"): in an interleaved A/B, the cache
+// on over off, CPU per request was 0.60x on the route, 0.52x on intercept and 0.64x on mcp.
+// differential_internal_test.go holds it to OPA's rego API, and fails when the key misses a part
+// of input a policy reads.
 
 // DefaultCacheEntries bounds the decisions remembered per revision. When full the cache
 // starts over: a sandbox that sends ever-new inputs costs itself evaluations, not memory.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/metrics"
+	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
@@ -59,7 +59,6 @@ type Engine struct {
 	cacheMax int
 
 	metrics *engineMetrics
-	pool    *stackPool // evaluations run here; it lives as long as New's context
 
 	clock Clock
 	poll  time.Duration // Watch's periodic content check; 0: off
@@ -105,8 +104,7 @@ func WithPollInterval(d time.Duration) Option { return func(e *Engine) { e.poll 
 // Watch's periodic check; tests drive it by hand.
 func WithClock(c Clock) Option { return func(e *Engine) { e.clock = c } }
 
-// New loads the policies in dir. Evaluation workers run until ctx ends; decisions made after
-// that run on the caller's goroutine. A folder that does not compile is an error; a folder with no
+// New loads the policies in dir. A folder that does not compile is an error; a folder with no
 // policy files yields an engine that denies everything with reason "no policy is loaded" until
 // a reload finds some.
 func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
@@ -114,7 +112,6 @@ func New(ctx context.Context, dir string, opts ...Option) (*Engine, error) {
 	if err := e.Reload(ctx); err != nil && !errors.Is(err, ErrNoPolicy) {
 		return nil, err
 	}
-	e.pool = newStackPool(ctx)
 	return e, nil
 }
 
@@ -177,7 +174,7 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	if err != nil {
 		return Decision{Reason: "policy input: " + err.Error(), Code: CodeInputError, Revision: rev.id, Err: err}
 	}
-	d := e.pool.decide(ctx, rev, val)
+	d := rev.decide(ctx, val)
 	if cached && cacheable(d) {
 		c.put(string(key), d)
 	}
@@ -202,38 +199,24 @@ func (rev *revision) decide(ctx context.Context, val ast.Value) Decision {
 	return rev.decideTraced(ctx, val, nil)
 }
 
-// decideTraced is decide with a tracer (nil: none), for explanations.
+// decideTraced is decide with a tracer (nil: none), for explanations. It evaluates through
+// OPA's rego API, the query prepared once per revision (load.go).
 func (rev *revision) decideTraced(ctx context.Context, val ast.Value, tracer topdown.QueryTracer) Decision {
 	if d, done := abandoned(ctx, rev); done {
 		return d
 	}
-	txn, err := rev.store.NewTransaction(ctx)
-	if err != nil {
-		return Decision{Reason: "policy store: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}
+	opts := []rego.EvalOption{rego.EvalParsedInput(val)}
+	if tracer != nil {
+		opts = append(opts, rego.EvalQueryTracer(tracer))
 	}
-	defer rev.store.Abort(ctx, txn)
-	rev.data.load(rev.store)
-	var result *ast.Term
-	err = topdown.NewQuery(rev.query).
-		WithCompiler(rev.compiler).
-		WithStore(rev.store).
-		WithTransaction(txn).
-		WithBaseCache(&rev.data).
-		WithMetrics(metrics.NoOp()).
-		WithInput(ast.NewTerm(val)).
-		WithStrictBuiltinErrors(true).
-		WithQueryTracer(tracer).
-		Iter(ctx, func(qr topdown.QueryResult) error {
-			result = qr[resultVar]
-			return nil
-		})
+	rs, err := rev.prepared.Eval(ctx, opts...)
 	if err != nil {
 		return Decision{Reason: "policy evaluation failed: " + truncate(err.Error(), maxReasonBytes), Code: CodeEvalError, Revision: rev.id, Err: err}
 	}
-	if result == nil {
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
 		return Decision{Reason: fmt.Sprintf(reasonUndefinedFmt, Query), Code: CodeUndefined, Revision: rev.id}
 	}
-	d := decisionFromTerm(result)
+	d := decisionFromResult(rs[0].Expressions[0].Value)
 	d.Revision = rev.id
 	return d
 }
@@ -250,34 +233,25 @@ func abandoned(ctx context.Context, rev *revision) (Decision, bool) {
 	return Decision{Reason: "policy evaluation abandoned: " + err.Error(), Code: CodeEvalError, Revision: rev.id, Err: err}, true
 }
 
-var (
-	kAllow      = ast.StringTerm("allow")
-	kReason     = ast.StringTerm("reason")
-	kCode       = ast.StringTerm("code")
-	kCredential = ast.StringTerm("credential")
-)
-
-// decisionFromTerm reads the policy's result straight from the AST (no generic JSON
-// conversion runs per call). Anything but {"allow": true, …} is a deny.
-func decisionFromTerm(t *ast.Term) Decision {
-	obj, ok := t.Value.(ast.Object)
+// decisionFromResult reads the policy's result as the rego API returns it (decoded JSON).
+// Anything but {"allow": true, …} is a deny.
+func decisionFromResult(v any) Decision {
+	obj, ok := v.(map[string]any)
 	if !ok {
-		return Decision{Reason: fmt.Sprintf("%s is not an object (got %s)", Query, ast.ValueName(t.Value)), Code: CodeBadResult}
+		return Decision{Reason: fmt.Sprintf("%s is not an object (got %s)", Query, jsonTypeName(v)), Code: CodeBadResult}
 	}
 	var d Decision
-	allow, ok := termValue[ast.Boolean](obj, kAllow)
+	allow, ok := obj["allow"].(bool)
 	if !ok {
 		d.Reason = fmt.Sprintf("%s.allow is not a boolean", Query)
 		d.Code = CodeBadResult
 		return d
 	}
-	d.Allow = bool(allow)
-	reason, _ := termValue[ast.String](obj, kReason)
-	d.Reason = truncate(string(reason), maxReasonBytes)
-	cred, _ := termValue[ast.String](obj, kCredential)
-	d.Credential = string(cred)
-	code, _ := termValue[ast.String](obj, kCode)
-	d.Code = string(code)
+	d.Allow = allow
+	reason, _ := obj["reason"].(string)
+	d.Reason = truncate(reason, maxReasonBytes)
+	d.Credential, _ = obj["credential"].(string)
+	d.Code, _ = obj["code"].(string)
 	if d.Code == "" || len(d.Code) > maxCodeBytes {
 		d.Code = CodePolicyDeny
 		if allow {
@@ -293,14 +267,21 @@ func decisionFromTerm(t *ast.Term) Decision {
 	return d
 }
 
-func termValue[V ast.Value](obj ast.Object, key *ast.Term) (V, bool) {
-	var zero V
-	t := obj.Get(key)
-	if t == nil {
-		return zero, false
+// jsonTypeName names a decoded JSON value's type as OPA names it in errors.
+func jsonTypeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
 	}
-	v, ok := t.Value.(V)
-	return v, ok
+	return "number"
 }
 
 func truncate(s string, n int) string {

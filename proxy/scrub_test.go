@@ -236,18 +236,56 @@ func TestEchoedCredentialNeverReachesTheSandbox(t *testing.T) {
 	}
 }
 
+// sseHeld is the stand-in's /echo/sse-held: an SSE echo of the key whose second event waits
+// until the test releases it (or the request ends).
+var sseHeld = make(chan struct{}, 1)
+
+func init() {
+	standInPaths["/echo/sse-held"] = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "event: content_block_delta\ndata: {\"text\":\"key "+r.Header.Get("X-Api-Key")+"\"}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-sseHeld:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	}
+}
+
 // The scrubber holds back only what could begin a credential: an SSE event reaches the sandbox
-// when the upstream sends it, not with the next one.
+// when the upstream sends it, not with the next one. The upstream sends the second event only
+// once the sandbox has read the first, so a scrubber that waited for it would never deliver.
 func TestScrubbedSSEFlowsEventByEvent(t *testing.T) {
 	h, _ := scrubHarness(t)
 	c, br := h.rawClient(t, alpha)
-	_, err := io.WriteString(c, "GET /routes/anthropic/echo/sse HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	_, err := io.WriteString(c, "GET /routes/anthropic/echo/sse-held HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 	require.NoError(t, err)
-	start := time.Now()
-	resp, err := http.ReadResponse(br, nil)
-	require.NoError(t, err)
-	event, err := bufio.NewReader(resp.Body).ReadString('}')
-	require.NoError(t, err)
-	assert.Less(t, time.Since(start), 300*time.Millisecond, "the first event came without waiting for the second")
-	assert.Contains(t, event, respguard.Marker)
+	type read struct {
+		event string
+		err   error
+	}
+	first := make(chan read, 1)
+	var body io.ReadCloser
+	go func() {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			first <- read{err: err}
+			return
+		}
+		body = resp.Body
+		event, err := bufio.NewReader(resp.Body).ReadString('}')
+		first <- read{event, err}
+	}()
+	select {
+	case got := <-first:
+		require.NoError(t, got.err)
+		assert.Contains(t, got.event, respguard.Marker)
+		sseHeld <- struct{}{}
+		_, err = io.ReadAll(body)
+		require.NoError(t, err, "the stream ends cleanly once the second event is sent")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first event did not reach the sandbox before the upstream sent the second")
+	}
 }

@@ -111,7 +111,8 @@ func TestScrubBody(t *testing.T) {
 	})
 }
 
-// A rotated value applies to the next response.
+// A rotated value applies to the next response; the value it replaced stays scrubbed for two
+// more rotations (a request in flight may still carry it: credential.Store's retainRetired).
 func TestScrubberFollowsRotation(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "key")
 	require.NoError(t, os.WriteFile(file, []byte("first-value-1234"), 0o600))
@@ -123,7 +124,13 @@ func TestScrubberFollowsRotation(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte("second-value-5678"), 0o600))
 	store.Refresh()
 	assert.True(t, s.Current().Betrays([]byte("second-value-5678")))
-	assert.False(t, s.Current().Betrays([]byte("first-value-1234")))
+	assert.True(t, s.Current().Betrays([]byte("first-value-1234")), "the retired value is still scrubbed")
+	for _, v := range []string{"third-value-9012", "fourth-value-3456"} {
+		require.NoError(t, os.WriteFile(file, []byte(v), 0o600))
+		store.Refresh()
+	}
+	assert.True(t, s.Current().Betrays([]byte("fourth-value-3456")))
+	assert.False(t, s.Current().Betrays([]byte("first-value-1234")), "three rotations later it is forgotten")
 }
 
 // BenchmarkScrub is the scrubber's cost for one response: the needles for the store's values,

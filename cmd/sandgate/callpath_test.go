@@ -206,7 +206,6 @@ func (cp *callPath) marker(t *testing.T) string {
 // kind and code, with the revision that decided it, and that a refusal code answers with the
 // same status on both halves.
 func TestEveryRequestIsOneEvent(t *testing.T) {
-	waitForMinuteStart(t) // the triage agent's two requests a minute must fall in one minute
 	cp := startCallPath(t)
 	var sid, triageSID string
 	sessionRPC := func(src *string, s *string, body string, hdr ...string) func() {

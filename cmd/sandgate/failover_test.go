@@ -94,7 +94,6 @@ func runFailover(t *testing.T, top topology) {
 	}
 	checkSharedGrantAndSession(t, rs)
 
-	waitForMinuteStart(t) // the load then stays in one limit window (counted by send time)
 	l := &failoverLoad{replicas: rs}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -30,6 +30,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -60,6 +61,9 @@ type cliEnv struct {
 	stdin          io.Reader // nil reads nothing
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// now is serve's clock for budget windows (requests per minute, tokens per day); nil is
+	// time.Now. Tests pin it so that a window cannot roll over in the middle of a case.
+	now func() time.Time
 }
 
 func commands() []*command {

@@ -266,12 +266,17 @@ func TestServeProfilerOnlyWhenAsked(t *testing.T) {
 }
 
 // startServe runs serve in process with cfg and getenv until the test ends.
+// pinnedClock is the budgets' clock of the servers tests start: 30 s into a minute, for ever,
+// so that a requests-per-minute window never rolls over in the middle of a case (the tests
+// waited for a fresh minute on the real clock before, up to 15 s).
+func pinnedClock() time.Time { return time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC) }
+
 func startServe(t *testing.T, cfg string, getenv func(string) string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: getenv}, []string{"serve", "--config", cfg})
+		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: getenv, now: pinnedClock}, []string{"serve", "--config", cfg})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 }

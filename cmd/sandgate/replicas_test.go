@@ -85,7 +85,7 @@ log: {level: warn, format: text}
 	ctx, cancel := context.WithCancel(context.Background())
 	var errOut syncBuffer
 	done := make(chan int, 1)
-	env := &cliEnv{stdout: io.Discard, stderr: &errOut, getenv: func(k string) string {
+	env := &cliEnv{stdout: io.Discard, stderr: &errOut, now: pinnedClock, getenv: func(k string) string {
 		if k == "SANDGATE_REPLICA" {
 			return name
 		}
@@ -265,13 +265,6 @@ func newBalancer(t *testing.T, src string) *balancer {
 
 func (b *balancer) to(r *replica) { b.target.Store(&r.mcp) }
 
-// waitForMinuteStart avoids a requests-per-minute window rolling over in the middle of a case.
-func waitForMinuteStart(t *testing.T) {
-	if s := time.Now().UTC().Second(); s > 45 {
-		time.Sleep(time.Duration(61-s) * time.Second)
-	}
-}
-
 // TestReplicasShareState runs two replicas of "sandgate serve" on one real redis-server and
 // checks that what they share behaves as one gateway would.
 func TestReplicasShareState(t *testing.T) {
@@ -282,7 +275,6 @@ func TestReplicasShareState(t *testing.T) {
 	rdb := srv.Client(t)
 
 	t.Run("requests per minute of a template are counted across both replicas", func(t *testing.T) {
-		waitForMinuteStart(t)
 		onA, onB := a.mcpSession(t, triageAddr), b.mcpSession(t, triageAddr)
 		for i, c := range []*client.Client{onA, onB, onA} {
 			ok, text := callTool(t, c, "get_issue", nil)

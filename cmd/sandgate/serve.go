@@ -118,13 +118,13 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	// go-redis logs through a package-level logger; this is the one place it is set.
 	redis.SetLogger(redisLogger{log.With("component", "redis"), telemetry.NewThrottle(warnPeriod, nil)})
-	return serve(ctx, cfg, creds, log, env.getenv)
+	return serve(ctx, cfg, creds, log, env.getenv, env.now)
 }
 
 // serve builds the request path and runs every component until ctx ends. getenv gives
 // $SANDGATE_REPLICA (else $POD_NAME, else the host name), which names this process in the shared
 // audit stream, and the OTEL_* variables that decide whether spans are exported.
-func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log *slog.Logger, getenv func(string) string) error {
+func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log *slog.Logger, getenv func(string) string, now func() time.Time) error {
 	replica := getenv("SANDGATE_REPLICA")
 	if replica == "" {
 		replica = getenv("POD_NAME")
@@ -146,7 +146,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	shared, err := newSharedState(cfg, creds, replica, log, tel.MeterProvider(), ready)
+	shared, err := newSharedState(cfg, creds, replica, log, tel.MeterProvider(), ready, now)
 	if err != nil {
 		return err
 	}

@@ -44,10 +44,16 @@ type sharedState struct {
 // included, behind a breaker (redisconn.Guard) that skips Redis for redis.breaker.open_for once
 // it failed. Readiness and the audit stream mirror bypass the breaker: an answered readiness
 // ping closes it.
-func newSharedState(cfg *config.Config, creds *credential.Store, replica string, log *slog.Logger, mp metric.MeterProvider, ready *readiness) (*sharedState, error) {
+//
+// now, when set, is the budgets' clock (tests pin it).
+func newSharedState(cfg *config.Config, creds *credential.Store, replica string, log *slog.Logger, mp metric.MeterProvider, ready *readiness, now func() time.Time) (*sharedState, error) {
 	rc := cfg.Redis
+	var clock []limits.Option
+	if now != nil {
+		clock = append(clock, limits.WithClock(now))
+	}
 	if !rc.Enabled() {
-		return &sharedState{limits: limits.NewMemory(cfg.Limits), grants: grants.NewMemory()}, nil
+		return &sharedState{limits: limits.NewMemory(cfg.Limits, clock...), grants: grants.NewMemory()}, nil
 	}
 	client, err := redisClient(rc, creds)
 	if err != nil {
@@ -59,7 +65,7 @@ func newSharedState(cfg *config.Config, creds *credential.Store, replica string,
 	}
 	s := &sharedState{
 		client:   client,
-		limits:   limits.NewRedis(client, rc.KeyPrefix, cfg.Limits, limits.WithTimeout(rc.OpTimeout.D())),
+		limits:   limits.NewRedis(client, rc.KeyPrefix, cfg.Limits, append(clock, limits.WithTimeout(rc.OpTimeout.D()))...),
 		grants:   grants.NewRedis(client, rc.KeyPrefix, grants.WithTimeout(rc.OpTimeout.D())),
 		sessions: mcpsessions.NewRedis(client, rc.KeyPrefix, rc.OpTimeout.D()),
 	}

@@ -13,16 +13,24 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/config"
 )
 
+// retainRetired is how many earlier values of each credential Values still lists after a
+// rotation. A request sent with the old key may be answered after the file changed, and the
+// provider accepts the old key until the operator revokes it (docs/install.md, "Rotate a
+// credential"): an upstream that echoes it must be scrubbed as if it were current.
+const retainRetired = 2
+
 // Store is the set of named credentials. It is safe for concurrent use.
 type Store struct {
 	mu      sync.RWMutex
 	values  map[string]string
+	retired map[string][]string // earlier values by name, oldest first, at most retainRetired
 	sources []config.Credential
 	getenv  func(string) string
 	log     *slog.Logger
@@ -34,7 +42,7 @@ func NewStore(sources []config.Credential, getenv func(string) string, log *slog
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{values: map[string]string{}, sources: sources, getenv: getenv, log: log}
+	s := &Store{values: map[string]string{}, retired: map[string][]string{}, sources: sources, getenv: getenv, log: log}
 	for i, src := range sources {
 		v, err := s.read(src)
 		if err != nil {
@@ -47,7 +55,7 @@ func NewStore(sources []config.Credential, getenv func(string) string, log *slog
 
 // FromValues builds a store from literal values, for tests and embedded use.
 func FromValues(values map[string]string) *Store {
-	s := &Store{values: map[string]string{}, log: slog.New(slog.DiscardHandler)}
+	s := &Store{values: map[string]string{}, retired: map[string][]string{}, log: slog.New(slog.DiscardHandler)}
 	for k, v := range values {
 		s.values[k] = v
 	}
@@ -81,14 +89,22 @@ func (s *Store) Get(name string) (string, bool) {
 	return v, ok
 }
 
-// Values returns every current value, for code that must make sure none leaves towards a
-// sandbox (response header scrubbing, leak tests).
+// Values returns every current value and the last retainRetired values of each rotated
+// credential, once each, for code that must make sure none leaves towards a sandbox (response
+// scrubbing, leak tests).
 func (s *Store) Values() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]string, 0, len(s.values))
 	for _, v := range s.values {
 		out = append(out, v)
+	}
+	for _, vs := range s.retired {
+		for _, v := range vs {
+			if !slices.Contains(out, v) {
+				out = append(out, v)
+			}
+		}
 	}
 	return out
 }
@@ -106,7 +122,8 @@ func (s *Store) Refresh() (changed []string) {
 			continue
 		}
 		s.mu.Lock()
-		if s.values[src.Name] != v {
+		if old := s.values[src.Name]; old != v {
+			s.retire(src.Name, old)
 			s.values[src.Name] = v
 			changed = append(changed, src.Name)
 		}
@@ -118,16 +135,31 @@ func (s *Store) Refresh() (changed []string) {
 	return changed
 }
 
+// retire remembers old as an earlier value of name, forgetting the oldest beyond
+// retainRetired. The caller holds s.mu.
+func (s *Store) retire(name, old string) {
+	r := append(s.retired[name], old)
+	if len(r) > retainRetired {
+		r = r[len(r)-retainRetired:]
+	}
+	s.retired[name] = r
+}
+
 // Watch refreshes the file-backed credentials every interval until ctx ends. Polling, rather
 // than file events, copes with every way a Secret volume swaps its files.
 func (s *Store) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	s.watch(ctx, t.C)
+}
+
+// watch refreshes on every tick until ctx ends (tests send the ticks).
+func (s *Store) watch(ctx context.Context, ticks <-chan time.Time) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
 			s.Refresh()
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,8 +31,11 @@ func main() {
 	flag.StringVar(&o.SandgateBin, "sandgate", "bin/sandgate", "sandgate binary (make build)")
 	flag.StringVar(&o.BaselineBin, "baseline", "", "a second sandgate binary (e.g. main's build) measured beside -sandgate, interleaved: the A/B of a change")
 	flag.StringVar(&o.RelayBin, "relay", "bin/bench-relay", "bare CONNECT relay binary (bench/cmd/relay)")
+	flag.StringVar(&o.SmokescreenBin, "smokescreen", ".tools/bin/smokescreen", "Stripe's Smokescreen (bench/setup.sh installs it), a peer on tunnel, tunnel-new and forward")
 	flag.StringVar(&o.PolicyDir, "policies", "policies", "the shipped policies (their rules; the bench brings its own data)")
-	flag.StringVar(&o.OutDir, "out", "bench/results", "results folder")
+	flag.StringVar(&o.OutDir, "out", "bench/results", "results folder: the report, its ratio JSON and chart")
+	flag.StringVar(&o.RawDir, "raw-out", bench.RawDir, "folder of the raw dump of every cell (not committed)")
+	fromRaw := flag.String("from-raw", "", "write LABEL.json (the ratios) and the chart of a raw dump (RAW/LABEL.json) into -out, and stop")
 	flag.IntVar(&o.Sandboxes, "sandboxes", 1000, "sandboxes of the main fixed-rate runs (10000: the 10k-sandbox run)")
 	sweep := flag.String("sweep", "100,1000", "sandbox counts of the latency-vs-sandboxes chart (route, intercept, mcp); -sandboxes is added")
 	flag.Float64Var(&o.Rate, "rate", 500, "offered requests/s of the fixed-rate shape, spread over the sandboxes (2000 saturates Sandgate on a loaded 2-core box)")
@@ -47,6 +51,9 @@ func main() {
 	flag.BoolVar(&o.PolicyVariants, "policy-variants", false, `also run Sandgate with the decision log on ("declog") and with a shadow policy ("shadow"), interleaved, on route and mcp`)
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
 	flag.Parse()
+	if *fromRaw != "" {
+		os.Exit(renderFromRaw(*fromRaw, o.OutDir))
+	}
 	if *quick {
 		quickRun(&o, sweep)
 	}
@@ -89,6 +96,21 @@ func main() {
 	for _, c := range rep.Checks(o.Sandboxes) {
 		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
 	}
+}
+
+// renderFromRaw writes the ratio JSON and the chart of a raw dump (RAW/LABEL.json, or a
+// report's JSON from before issue 38) as OUT/LABEL.json and OUT/LABEL-latency-vs-sandboxes.png:
+// a kept report's summary, drawn by this code, without its dump.
+func renderFromRaw(raw, out string) int {
+	rep, err := bench.ReadRaw(raw)
+	if err == nil {
+		err = rep.WriteSummary(out, strings.TrimSuffix(filepath.Base(raw), ".json"))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbench -from-raw:", err)
+		return 1
+	}
+	return 0
 }
 
 // printTargets prints the ratio targets and, with -baseline, the A/B of this run.
