@@ -81,7 +81,7 @@ func percentEncoded(s string) string {
 func startLeakyHTTPUpstream(t *testing.T) string {
 	s := leakyServer(func(ctx context.Context) string { v, _ := ctx.Value(authKey{}).(string); return v })
 	srv := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true),
-		server.WithEventStore(server.NewInMemoryEventStore()),
+		server.WithEventStore(server.NewInMemoryEventStore()), server.WithDisableStreaming(true), // noGETStream
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			return context.WithValue(ctx, authKey{}, r.Header.Get("Authorization"))
 		})))

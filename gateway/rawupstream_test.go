@@ -80,6 +80,10 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		u.mu.Unlock()
 		return
 	}
+	if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") == "" {
+		w.WriteHeader(http.StatusMethodNotAllowed) // no listening stream
+		return
+	}
 	if r.Method == http.MethodGet {
 		u.resume(w, r)
 		return
