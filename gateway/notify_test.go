@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -174,4 +175,18 @@ func TestConcurrentCallsEachGetTheirOwnLogMessages(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// lastEventData is the data of the last event of body, an SSE stream (internal/sse).
+func lastEventData(body []byte) []byte {
+	var last []byte
+	rd := sse.NewReader(bytes.NewReader(body), len(body)+1)
+	rd.Lenient = true
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return last
+		}
+		last = ev.Data
+	}
 }
