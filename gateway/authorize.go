@@ -73,8 +73,8 @@ func (g *Gateway) newMCPServer() *server.MCPServer {
 		server.WithPromptCapabilities(true),
 		server.WithLogging(),
 		server.WithCompletions(),
-		server.WithElicitation(),
-		server.WithRoots(),
+		// No WithElicitation or WithRoots: those are client capabilities; an upstream's requests
+		// for them are passed on by the gateway itself (route.go), not through mcp-go.
 		server.WithToolFilter(g.visibleTools),
 		server.WithPromptFilter(g.visiblePrompts),
 		server.WithPromptCompletionProvider(completions{g}),
