@@ -147,6 +147,10 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		result = json.RawMessage(richResult)
+		if modern { // a 2026-07-28 server names itself in each result's _meta
+			result = json.RawMessage(strings.Replace(richResult, `"_meta":{"com.example/trace":"t-1"}`,
+				`"_meta":{"com.example/trace":"t-1","io.modelcontextprotocol/serverInfo":{"name":"raw","version":"1"}}`, 1))
+		}
 	case "resources/read":
 		result = json.RawMessage(richRead)
 	case "prompts/get":
