@@ -98,10 +98,10 @@ func (g *Gateway) visible(ctx context.Context, kind audit.Kind, upstream, name s
 // not shown either (capabilities.go).
 func (g *Gateway) visibleTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	out := tools[:0:0]
-	class, known := g.sandboxClass(ctx)
+	capable := g.capabilityOf(ctx)
 	for _, t := range tools {
 		n, ok := g.tool(t.Name)
-		if ok && g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) && g.capable(ctx, class, known, n.upstream, n.name) {
+		if ok && g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) && capable.allows(n.upstream, n.name) {
 			out = append(out, t)
 		}
 	}

@@ -210,12 +210,40 @@ func (g *Gateway) sandboxClass(ctx context.Context) (capabilityClass, bool) {
 	return classOf(caps), known
 }
 
-// capable reports whether the sandbox of ctx (of class k, when known) may be shown tool name
-// of u for the capabilities it declared.
-func (g *Gateway) capable(ctx context.Context, k capabilityClass, known bool, u *upstream, name string) bool {
-	if !known || k == classAll {
+// capability tells which tools the sandbox of one request may be shown for the capabilities it
+// declared. It asks each upstream once (toolsFor leases the sandbox's upstream session), however
+// many tools are checked: mcp-go filters every tools/call through the whole list.
+type capability struct {
+	g     *Gateway
+	ctx   context.Context
+	class capabilityClass
+	known bool
+	lists map[*upstream]capabilityList
+}
+
+type capabilityList struct {
+	tools map[string]bool
+	ok    bool
+}
+
+// capabilityOf is the capability check of the sandbox whose request ctx is.
+func (g *Gateway) capabilityOf(ctx context.Context) *capability {
+	class, known := g.sandboxClass(ctx)
+	return &capability{g: g, ctx: ctx, class: class, known: known}
+}
+
+// allows reports whether the sandbox may be shown tool name of u.
+func (c *capability) allows(u *upstream, name string) bool {
+	if !c.known || c.class == classAll {
 		return true
 	}
-	tools, ok := u.toolsFor(ctx, k)
-	return !ok || tools[name]
+	l, seen := c.lists[u]
+	if !seen {
+		l.tools, l.ok = u.toolsFor(c.ctx, c.class)
+		if c.lists == nil {
+			c.lists = map[*upstream]capabilityList{}
+		}
+		c.lists[u] = l
+	}
+	return !l.ok || l.tools[name]
 }

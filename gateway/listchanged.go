@@ -90,9 +90,9 @@ func (g *Gateway) visibleNames(ctx context.Context, method mcp.MCPMethod) map[st
 	g.mu.RUnlock()
 	switch method {
 	case mcp.MethodToolsList:
-		class, known := g.sandboxClass(ctx)
+		capable := g.capabilityOf(ctx)
 		for name, n := range tools {
-			if g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) && g.capable(ctx, class, known, n.upstream, n.name) {
+			if g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) && capable.allows(n.upstream, n.name) {
 				out[name] = true
 			}
 		}
