@@ -36,6 +36,9 @@ const (
 	KindNotification  Kind = "mcp.notification"
 	KindResponse      Kind = "mcp.response" // a sandbox's answer to a server request (sampling, elicitation, roots)
 	KindStream        Kind = "mcp.stream"   // GET: the session's server-to-client stream
+	// An upstream's request to a sandbox (roots/list, sampling/createMessage, elicitation/create,
+	// ping), asked of the sandbox session its upstream session or call belongs to.
+	KindServerRequest Kind = "mcp.server_request"
 	KindSessionEnd    Kind = "mcp.session_end"
 	KindOtherMethod   Kind = "mcp.other" // a method Sandgate does not serve; answered by mcp-go's method-not-found
 )

@@ -25,7 +25,11 @@ type identityKey struct{}
 // the request's context. No header is read. A session continued from another replica gets its
 // client's info back here.
 func (g *Gateway) requestContext(ctx context.Context, r *http.Request) context.Context {
-	g.sessions.restore(ctx)
+	if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" {
+		if ss := g.sandboxes.get(s.SessionID()); ss != nil {
+			ss.restore(s)
+		}
+	}
 	if cl := call.From(ctx); cl != nil {
 		return context.WithValue(ctx, identityKey{}, cl.Event.Identity)
 	}
@@ -48,8 +52,19 @@ func (g *Gateway) newMCPServer() *server.MCPServer {
 	hooks.AddAfterSubscribe(g.afterSubscribe)
 	hooks.AddAfterUnsubscribe(g.afterUnsubscribe)
 	hooks.AddAfterInitialize(func(ctx context.Context, _ any, req *mcp.InitializeRequest, res *mcp.InitializeResult) {
-		if s := server.ClientSessionFromContext(ctx); s != nil {
+		if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" {
+			// Registered with mcp-go before it registers a session of its own (sandboxes.go).
+			ss := g.sandboxes.open(ctx, s.SessionID())
+			ss.initialized(req.Params.ClientInfo, req.Params.Capabilities, res.ProtocolVersion)
+			ss.seen(identityFrom(ctx))
 			g.sessions.initialized(ctx, s.SessionID(), req, res)
+		}
+	})
+	hooks.AddAfterSetLevel(func(ctx context.Context, _ any, req *mcp.SetLevelRequest, _ *mcp.EmptyResult) {
+		if s := server.ClientSessionFromContext(ctx); s != nil {
+			if ss := g.sandboxes.get(s.SessionID()); ss != nil {
+				ss.setLevel(req.Params.Level)
+			}
 		}
 	})
 	return server.NewMCPServer("sandgate", "1",
@@ -58,8 +73,8 @@ func (g *Gateway) newMCPServer() *server.MCPServer {
 		server.WithPromptCapabilities(true),
 		server.WithLogging(),
 		server.WithCompletions(),
-		server.WithElicitation(),
-		server.WithRoots(),
+		// No WithElicitation or WithRoots: those are client capabilities; an upstream's requests
+		// for them are passed on by the gateway itself (route.go), not through mcp-go.
 		server.WithToolFilter(g.visibleTools),
 		server.WithPromptFilter(g.visiblePrompts),
 		server.WithPromptCompletionProvider(completions{g}),
@@ -78,11 +93,15 @@ func (g *Gateway) visible(ctx context.Context, kind audit.Kind, upstream, name s
 
 // visibleTools keeps the tools policy lets the caller see (mcp.tools_list). mcp-go applies it
 // to tools/list and to tools/call, so a hidden tool answers exactly like an unknown one.
+//
+// A tool the upstream lists only to clients with a capability the sandbox did not declare is
+// not shown either (capabilities.go).
 func (g *Gateway) visibleTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	out := tools[:0:0]
+	capable := g.capabilityOf(ctx)
 	for _, t := range tools {
 		n, ok := g.tool(t.Name)
-		if ok && g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) {
+		if ok && g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) && capable.allows(n.upstream, n.name) {
 			out = append(out, t)
 		}
 	}
@@ -129,11 +148,21 @@ func counted(ctx context.Context, shown, total int) {
 func (g *Gateway) afterListTools(ctx context.Context, _ any, _ *mcp.ListToolsRequest, res *mcp.ListToolsResult) {
 	total, _ := g.counts()
 	counted(ctx, len(res.Tools), total)
+	names := make([]string, 0, len(res.Tools))
+	for _, t := range res.Tools {
+		names = append(names, t.Name)
+	}
+	g.listed(ctx, mcp.MethodToolsList, names)
 }
 
 func (g *Gateway) afterListPrompts(ctx context.Context, _ any, _ *mcp.ListPromptsRequest, res *mcp.ListPromptsResult) {
 	_, total := g.counts()
 	counted(ctx, len(res.Prompts), total)
+	names := make([]string, 0, len(res.Prompts))
+	for _, p := range res.Prompts {
+		names = append(names, p.Name)
+	}
+	g.listed(ctx, mcp.MethodPromptsList, names)
 }
 
 func (g *Gateway) afterListResources(ctx context.Context, _ any, _ *mcp.ListResourcesRequest, res *mcp.ListResourcesResult) {
@@ -146,6 +175,11 @@ func (g *Gateway) afterListResources(ctx context.Context, _ any, _ *mcp.ListReso
 	}
 	res.Resources = kept
 	counted(ctx, len(kept), total)
+	names := make([]string, 0, len(kept))
+	for _, r := range kept {
+		names = append(names, r.URI)
+	}
+	g.listed(ctx, mcp.MethodResourcesList, names)
 }
 
 func (g *Gateway) afterListTemplates(ctx context.Context, _ any, _ *mcp.ListResourceTemplatesRequest, res *mcp.ListResourceTemplatesResult) {
@@ -162,6 +196,13 @@ func (g *Gateway) afterListTemplates(ctx context.Context, _ any, _ *mcp.ListReso
 	}
 	res.ResourceTemplates = kept
 	counted(ctx, len(kept), total)
+	names := make([]string, 0, len(kept))
+	for _, t := range kept {
+		if t.URITemplate != nil {
+			names = append(names, t.URITemplate.Raw())
+		}
+	}
+	g.listed(ctx, mcp.MethodResourcesTemplatesList, names)
 }
 
 // onError records on the request's call what mcp-go refused before a handler ran: an unknown
@@ -291,9 +332,9 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	// The arguments as the sandbox wrote them (RawArguments): decoded, numbers past 2^53 would
 	// lose digits and keys their order.
 	out.Params.Arguments, out.Params.RawArguments = req.Params.Arguments, req.Params.RawArguments
-	var key string
-	out.Params.Meta, key = g.inflight.begin(ctx, n.upstream, req.Params.Meta)
-	defer g.inflight.end(n.upstream, key)
+	ctx, c, meta := g.inflight.begin(ctx, n.upstream, req.Params.Meta)
+	out.Params.Meta = meta
+	defer g.inflight.end(n.upstream, c)
 	res, err := forward(ctx, cl, n.upstream, func(ctx context.Context, c *client.Client) (*mcp.CallToolResult, error) {
 		return request(ctx, c, mcp.MethodToolsCall, out.Params, toolResultFor(ctx))
 	})

@@ -41,11 +41,7 @@ func post(t *testing.T, c *http.Client, url, body string, hdr map[string]string)
 	require.NoError(t, err)
 	var r rpcReply
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		for _, line := range strings.Split(string(b), "\n") {
-			if d, ok := strings.CutPrefix(line, "data: "); ok {
-				b = []byte(d)
-			}
-		}
+		b = lastEventData(b)
 	}
 	if len(b) > 0 {
 		require.NoError(t, json.Unmarshal(b, &r), "body is JSON-RPC: %s", b)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,11 +11,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/time/rate"
 
 	"github.com/sandgate/sandgate/internal/call"
@@ -146,13 +150,14 @@ func boundCode(err error) string {
 }
 
 // boundedStdio is mcp-go's stdio transport on pipes Sandgate made, so that the server's output
-// is read through a bound on its lines: mcp-go's own command transport reads lines of any
-// length. The process is started, and stopped, here as mcp-go would.
+// is read through stdioLines: mcp-go's own command transport reads lines of any length, and
+// hands a notification over decoded (its parameters' key order lost), with nothing that says
+// which call it came with. The process is started, and stopped, here as mcp-go would.
 type boundedStdio struct {
 	*transport.Stdio
 	cmd   func(ctx context.Context) (*exec.Cmd, error)
 	proc  *exec.Cmd
-	out   *lineBound
+	out   *stdioLines
 	outR  *os.File // Sandgate's end of the server's stdout
 	outW  *os.File // the server's end
 	inR   *os.File
@@ -171,7 +176,7 @@ func newBoundedStdio(cmd func(ctx context.Context) (*exec.Cmd, error), maxLine i
 		outW.Close()
 		return nil, fmt.Errorf("stdio pipe: %w", err)
 	}
-	s := &boundedStdio{cmd: cmd, out: &lineBound{r: outR, max: maxLine}, outR: outR, outW: outW, inR: inR, inW: inW}
+	s := &boundedStdio{cmd: cmd, out: newStdioLines(outR, maxLine), outR: outR, outW: outW, inR: inR, inW: inW}
 	s.Stdio = transport.NewIO(s.out, inW, nil)
 	return s, nil
 }
@@ -227,40 +232,149 @@ func (s *boundedStdio) Close() error {
 
 func (s *boundedStdio) failure() error { return s.out.failure() }
 
-// lineBound passes a stdio server's output through and fails at a line over max bytes.
-type lineBound struct {
+// route hands the server's notifications to h, each with the call it belongs to.
+func (s *boundedStdio) route(cli *client.Client, h connHooks) {
+	f := func(raw []byte) {
+		if in, ok := parseInbound(raw); ok {
+			in.call = h.attribute(cli)
+			h.notify(in)
+		}
+	}
+	s.out.notify.Store(&f)
+}
+
+// answer answers the server's requests to the client with h, from the request as the server
+// wrote it.
+func (s *boundedStdio) answer(cli *client.Client, h connHooks) {
+	s.Stdio.SetRequestHandler(func(ctx context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+		raw, ok := s.out.request(req.ID)
+		if !ok {
+			var err error
+			if raw, err = json.Marshal(req); err != nil {
+				return nil, err
+			}
+		}
+		in, ok := parseInbound(raw)
+		if !ok {
+			return nil, fmt.Errorf("request %s: not a JSON-RPC request", req.Method)
+		}
+		in.call = h.attribute(cli)
+		return rpcResponse(req.ID, h.request(ctx, in)), nil
+	})
+}
+
+// rpcResponse is r as mcp-go's response type.
+func rpcResponse(id mcp.RequestId, r clientReply) *transport.JSONRPCResponse {
+	resp := &transport.JSONRPCResponse{JSONRPC: mcp.JSONRPC_VERSION, ID: id, Result: r.result}
+	if r.err != nil {
+		resp.Result = nil
+		resp.Error = &mcp.JSONRPCErrorDetails{}
+		if err := json.Unmarshal(r.err, resp.Error); err != nil {
+			resp.Error.Code, resp.Error.Message = codeInternalError, "malformed error"
+		}
+	}
+	return resp
+}
+
+// stdioLines passes a stdio server's output to mcp-go line by line, and fails at a line over
+// max bytes. A notification is taken out and handed to notify, in the order of the output: one
+// the server wrote before a response is handled before mcp-go reads that response. A request
+// to the client is passed on (mcp-go answers it with the handler the gateway set) and kept as
+// written (request) for that handler.
+type stdioLines struct {
 	r    io.Reader
 	max  int64
-	line int64 // bytes since the last line feed
-	err  atomic.Pointer[error]
+	buf  []byte
+	line []byte // the line read so far
+	out  []byte // lines mcp-go has yet to read
+	rerr error  // the read error after out
+
+	notify atomic.Pointer[func(raw []byte)]
+
+	mu       sync.Mutex
+	requests map[string][]byte // requests to the client as written, by their ID's JSON
+
+	err atomic.Pointer[error]
 }
 
-func (l *lineBound) Read(p []byte) (int, error) {
-	if e := l.err.Load(); e != nil {
-		return 0, *e
+func newStdioLines(r io.Reader, max int64) *stdioLines {
+	return &stdioLines{r: r, max: max, buf: make([]byte, 32<<10), requests: map[string][]byte{}}
+}
+
+func (l *stdioLines) Read(p []byte) (int, error) {
+	for len(l.out) == 0 {
+		if e := l.err.Load(); e != nil {
+			return 0, *e
+		}
+		if l.rerr != nil {
+			return 0, l.rerr
+		}
+		n, err := l.r.Read(l.buf)
+		if ferr := l.feed(l.buf[:n]); ferr != nil {
+			l.err.Store(&ferr)
+			return 0, ferr
+		}
+		l.rerr = err
 	}
-	n, err := l.r.Read(p)
-	for b := p[:n]; len(b) > 0; {
+	n := copy(p, l.out)
+	l.out = l.out[:copy(l.out, l.out[n:])]
+	return n, nil
+}
+
+// feed splits b into lines and handles each complete one.
+func (l *stdioLines) feed(b []byte) error {
+	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
+		chunk := b
+		if i >= 0 {
+			chunk = b[:i]
+		}
+		if int64(len(l.line)+len(chunk)) > l.max {
+			return fmt.Errorf("%w: a stdio message over %d bytes", respguard.ErrTooLarge, l.max)
+		}
+		l.line = append(l.line, chunk...)
 		if i < 0 {
-			l.line += int64(len(b))
-			break
+			return nil
 		}
-		l.line += int64(i)
-		if l.line > l.max {
-			break
-		}
-		l.line, b = 0, b[i+1:]
+		l.handle(bytes.TrimRight(l.line, "\r"))
+		l.line = l.line[:0]
+		b = b[i+1:]
 	}
-	if l.line > l.max {
-		e := fmt.Errorf("%w: a stdio message over %d bytes", respguard.ErrTooLarge, l.max)
-		l.err.Store(&e)
-		return 0, e
-	}
-	return n, err
+	return nil
 }
 
-func (l *lineBound) failure() error {
+// handle takes a notification out of the stream and keeps a request as written.
+func (l *stdioLines) handle(line []byte) {
+	if m, err := decodeMessage(line); err == nil && m.Method != "" {
+		if m.ID.IsNil() {
+			if h := l.notify.Load(); h != nil {
+				(*h)(bytes.Clone(line))
+			}
+			return
+		}
+		if id, err := json.Marshal(m.ID); err == nil {
+			l.mu.Lock()
+			l.requests[string(id)] = bytes.Clone(line)
+			l.mu.Unlock()
+		}
+	}
+	l.out = append(append(l.out, line...), '\n')
+}
+
+// request is the request to the client with ID id as the server wrote it, once.
+func (l *stdioLines) request(id mcp.RequestId) ([]byte, bool) {
+	key, err := json.Marshal(id)
+	if err != nil {
+		return nil, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	raw, ok := l.requests[string(key)]
+	delete(l.requests, string(key))
+	return raw, ok
+}
+
+func (l *stdioLines) failure() error {
 	if e := l.err.Load(); e != nil {
 		return *e
 	}

@@ -98,6 +98,9 @@ func (s *eventStore) share(op sharedEvent) {
 var _ server.EventStore = (*eventStore)(nil)
 
 func (s *eventStore) StoreEvent(ctx context.Context, sessionID, streamID string, msg json.RawMessage) (string, error) {
+	if m, ok := unrelayed(msg); ok {
+		msg = m
+	}
 	msg = storedWithExtras(ctx, msg)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -140,6 +143,24 @@ func (s *eventStore) ReplayEventsAfter(ctx context.Context, sessionID, lastEvent
 		}
 	}
 	return stream, nil
+}
+
+// streamOf is the stream event id of a session belongs to, if this replica or the shared log
+// has it.
+func (s *eventStore) streamOf(ctx context.Context, sessionID, id string) (string, bool) {
+	s.mu.Lock()
+	for _, e := range s.sessions[sessionID] {
+		if e.id == id {
+			s.mu.Unlock()
+			return e.stream, true
+		}
+	}
+	s.mu.Unlock()
+	if s.shared == nil {
+		return "", false
+	}
+	stream, _, found, err := s.shared.EventsAfter(ctx, sessionID, id)
+	return stream, err == nil && found
 }
 
 // replayShared replays from the shared log an event another replica wrote.

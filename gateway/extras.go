@@ -4,17 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandgate/sandgate/internal/sse"
 )
 
 // A result's top-level fields that mcp-go's typed results have no place for (a field a later
 // revision adds, an upstream's own extension, a resources/read result's _meta) reach the sandbox
 // too: the handler that forwarded the request keeps them (keepExtras) and the guard's writer adds
-// them to the response to that request as mcp-go writes it (extrasWriter). A field the typed
+// them to the response to that request as mcp-go writes it (responseWriter). A field the typed
 // result already wrote is never replaced. The event store records an SSE response with them
 // (storedWithExtras), so that a replay after a Last-Event-ID sends the bytes the live stream sent.
 
@@ -75,41 +76,25 @@ func keepExtras(ctx context.Context, method string, raw json.RawMessage) {
 	e.mu.Unlock()
 }
 
-// extrasWriter adds the extras kept for request id to its response.
-type extrasWriter struct {
-	http.ResponseWriter
-	id     json.RawMessage
-	extras *resultExtras
-}
-
 // withExtras prepares the response to a request of method with ID id to carry its result's
-// extra fields; w unchanged for a method whose results have none to keep.
-func withExtras(ctx context.Context, w http.ResponseWriter, method string, id json.RawMessage) (context.Context, http.ResponseWriter) {
+// extra fields (nil for a method whose results have none to keep), which the response's writer
+// adds (responseWriter).
+func withExtras(ctx context.Context, method string, id json.RawMessage) (context.Context, *resultExtras) {
 	if _, ok := typedFields[method]; !ok || len(id) == 0 {
-		return ctx, w
+		return ctx, nil
 	}
 	e := &resultExtras{id: id}
-	return context.WithValue(ctx, extrasKey{}, e), &extrasWriter{ResponseWriter: w, id: id, extras: e}
+	return context.WithValue(ctx, extrasKey{}, e), e
 }
 
-func (w *extrasWriter) Write(p []byte) (int, error) {
-	if fields, result := w.extras.get(); len(fields) == 0 && result == nil {
-		return w.ResponseWriter.Write(p)
+// kept reports whether the handler kept anything of the result.
+func (e *resultExtras) kept() bool {
+	if e == nil {
+		return false
 	}
-	out := rewriteMessages(p, w.Header().Get("Content-Type"), w.extras.complete)
-	if _, err := w.ResponseWriter.Write(out); err != nil {
-		return 0, err
-	}
-	return len(p), nil
+	fields, result := e.get()
+	return len(fields) > 0 || result != nil
 }
-
-func (w *extrasWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (w *extrasWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // addExtras adds fields to the result of msg when msg is the response to request id.
 func addExtras(msg []byte, id json.RawMessage, fields map[string]json.RawMessage) ([]byte, error) {
@@ -133,19 +118,14 @@ func addExtras(msg []byte, id json.RawMessage, fields map[string]json.RawMessage
 	return json.Marshal(m)
 }
 
-// rewriteMessages applies f to each JSON-RPC message of body: a JSON response, or the data lines
-// of an SSE stream. A message f fails on is left as it is.
+// rewriteMessages applies f to each JSON-RPC message of body: a JSON response, or the data of
+// each event of an SSE stream. A message f fails on is left as it is.
 func rewriteMessages(body []byte, contentType string, f func([]byte) ([]byte, error)) []byte {
 	if strings.HasPrefix(contentType, "text/event-stream") {
-		lines := bytes.Split(body, []byte("\n"))
-		for i, l := range lines {
-			if d, ok := bytes.CutPrefix(l, []byte("data:")); ok {
-				if out, err := f(bytes.TrimSpace(d)); err == nil {
-					lines[i] = append([]byte("data: "), out...)
-				}
-			}
-		}
-		return bytes.Join(lines, []byte("\n"))
+		return rewriteEvents(body, func(ev sse.Event) ([]byte, bool) {
+			out, err := f(ev.Data)
+			return out, err == nil
+		})
 	}
 	out, err := f(bytes.TrimSpace(body))
 	if err != nil {

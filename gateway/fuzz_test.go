@@ -59,11 +59,7 @@ func FuzzHandler(f *testing.F) {
 			return
 		}
 		if strings.HasPrefix(rec.Header().Get("Content-Type"), "text/event-stream") {
-			for _, line := range strings.Split(out, "\n") {
-				if d, ok := strings.CutPrefix(line, "data: "); ok {
-					out = d
-				}
-			}
+			out = string(lastEventData([]byte(out)))
 		}
 		var msg map[string]any
 		if err := json.Unmarshal([]byte(out), &msg); err != nil || msg["jsonrpc"] != "2.0" {

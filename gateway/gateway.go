@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"go.opentelemetry.io/otel/attribute"
@@ -69,6 +70,8 @@ type Gateway struct {
 	upstreams []*upstream
 	core      *call.Core
 	inflight  *inflight
+	sandboxes *sandboxRegistry
+	asks      *pendingAsks
 	subs      *subscriptions
 	events    *eventStore
 	guard     *respguard.Source // the credentials no byte to a sandbox may hold
@@ -110,7 +113,8 @@ func New(opts Options) (*Gateway, error) {
 	}
 	events, _ := opts.Sessions.(mcpsessions.EventLog) // Redis keeps both
 	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
-		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
+		asks: newPendingAsks(), tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
+	g.sandboxes = newSandboxRegistry(g)
 	hc := &http.Client{Transport: replyTransport{tracingTransport{opts.Transport}}}
 	var refs []*config.CredentialRef
 	for _, uc := range opts.Config.Upstreams {
@@ -120,15 +124,16 @@ func New(opts Options) (*Gateway, error) {
 	// as much as the ones Sandgate sends.
 	g.guard = respguard.NewSource(opts.Credentials, refs...)
 	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
-	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks}
+	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks, capabilities: g.upstreamCapabilities}
 	for _, uc := range opts.Config.Upstreams {
 		uhc := &http.Client{Transport: newBoundedTransport(hc.Transport, uc)}
 		u := newUpstream(uc, opts.Credentials, uhc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log)
-		u.guard = g.guard
+		u.guard, u.inflight = g.guard, g.inflight
+		u.subscribed = func() []string { return g.subs.uris(u) }
 		g.upstreams = append(g.upstreams, u)
 	}
 	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log, opts.now)
-	g.sessions.ended = g.endUpstreamSessions
+	g.sessions.ended = g.endSession
 	meter := opts.Meters.Meter("github.com/sandgate/sandgate/gateway")
 	if err := g.registerBreakerMetric(meter); err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
@@ -236,6 +241,7 @@ func (g *Gateway) Start(ctx context.Context) {
 	}
 	g.wg.Go(func() { g.sessions.sweep(ctx, g.endSession) })
 	g.wg.Go(func() { g.events.run(ctx) })
+	g.wg.Go(func() { g.sandboxes.discard(ctx) })
 }
 
 // Close stops the upstreams (stdio servers are terminated) and ends every session.
@@ -264,24 +270,40 @@ func (g *Gateway) Ready() error {
 	return errors.Join(errs...)
 }
 
-// connHooks bridges what one upstream connection sends to the sandbox side. Server-to-client
-// requests are bridged per connection, so that one arriving without a call's context (stdio)
-// can be matched to the call in flight there.
+// connHooks routes what one upstream connection sends (route.go): the shared connection (sid
+// "") or the upstream session of sandbox session sid. Its notifications and requests share the
+// connection's budget (max_notification_rate): the excess is dropped (a request: refused).
 func (g *Gateway) connHooks(u *upstream, sid string) connHooks {
 	lim := notificationLimiter(u.cfg)
 	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("upstream", u.cfg.Name)))
 	return connHooks{
-		notification: func(n mcp.JSONRPCNotification) {
+		notify: func(in inbound) {
 			if !lim.Allow() {
 				g.dropped.Add(context.Background(), 1, attrs)
 				return
 			}
-			g.onUpstreamNotification(u, sid, n)
+			g.upstreamMessage(u, sid, in)
 		},
-		sampling:    bridgeSampling{g, u, sid},
-		elicitation: bridgeElicitation{g, u, sid},
-		roots:       bridgeRoots{g, u, sid},
+		request: func(ctx context.Context, in inbound) clientReply {
+			if !lim.Allow() {
+				g.dropped.Add(context.Background(), 1, attrs)
+				return errorReply(codeInternalError, "too many messages from this upstream session")
+			}
+			return g.upstreamRequest(ctx, u, sid, in)
+		},
+		attribute: func(cli *client.Client) *inflightCall { return g.inflight.on(u, cli, sid) },
 	}
+}
+
+// upstreamCapabilities are the client capabilities the upstream session of sandbox session sid
+// declares: the sandbox's own (those of every client Sandgate serves, while unknown).
+func (g *Gateway) upstreamCapabilities(sid string) mcp.ClientCapabilities {
+	if s := g.sandboxes.get(sid); s != nil {
+		if caps, ok := s.capabilities(); ok {
+			return caps
+		}
+	}
+	return sharedCapabilities
 }
 
 // endUpstreamSessions closes the upstream sessions of sandbox session id.
@@ -291,16 +313,18 @@ func (g *Gateway) endUpstreamSessions(id string) {
 	}
 }
 
-// endSession drops what the gateway keeps for an expired session.
+// endSession drops what the gateway keeps for a session that ended (DELETE, here or on another
+// replica) or expired: its calls are cancelled, its upstream sessions closed.
 func (g *Gateway) endSession(id string) {
+	g.sandboxes.close(id)
 	g.endUpstreamSessions(id)
 	g.subs.drop(id)
 	_ = g.events.PurgeSession(context.Background(), id)
 	g.mcp.UnregisterSession(context.Background(), id)
 }
 
-// rebuild recomputes the aggregated catalog from every connected upstream and installs it;
-// mcp-go tells the sandboxes' sessions that the lists changed.
+// rebuild recomputes the aggregated catalog from every connected upstream and installs it, then
+// tells each sandbox whose visible lists changed (listchanged.go).
 func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
@@ -368,6 +392,7 @@ func (g *Gateway) rebuild() {
 	g.mcp.SetPrompts(serverPrompts...)
 	g.mcp.SetResources(resList...)
 	g.mcp.SetResourceTemplates(tmplList...)
+	g.tellListChanges()
 }
 
 func (g *Gateway) tool(name string) (named, bool) {

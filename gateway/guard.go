@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -149,12 +150,57 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRPCResult(sw, msg.ID, resourceNotFound(r, msg.Params.URI))
 		return
 	}
+	gd.serve(ctx, sw, r, cl.Event.Kind, msg, id)
+}
+
+// serve hands a request that passed the guard's checks (of kind, from caller id) to what
+// answers it: the gateway itself (a sandbox's answer to a request of the gateway's, its
+// session's GET stream, a list) or mcp-go.
+func (gd *guard) serve(ctx context.Context, sw http.ResponseWriter, r *http.Request, kind audit.Kind, msg rpcMessage, id identity.Identity) {
+	sid, sess := gd.session(ctx, r, id)
+	if kind == audit.KindResponse && gd.g.sandboxAnswered(sid, msg) {
+		sw.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if r.Method == http.MethodGet && sess != nil && gd.g.ownsStream(ctx, sid, r.Header.Get("Last-Event-ID")) {
+		sess.stream.serve(sw, r.WithContext(ctx), r.Header.Get("Last-Event-ID"))
+		return
+	}
 	if k, ok := listKinds[msg.Method]; ok {
 		gd.g.serveVerbatim(sw, r.WithContext(ctx), gd.next, k)
 		return
 	}
-	ctx, out := withExtras(ctx, sw, msg.Method, msg.ID)
-	gd.next.ServeHTTP(gd.g.events.resumed(out, r), r.WithContext(ctx))
+	if r.Method == http.MethodPost && sess != nil && msg.Method != "" && len(msg.ID) > 0 {
+		// A dropped connection is not a cancellation (the sandbox resumes the call's stream with
+		// Last-Event-ID): the request runs on, bounded by the upstream's call_timeout, until it
+		// is answered, cancelled (notifications/cancelled) or its session ends.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stop := context.AfterFunc(sess.ctx, cancel)
+		defer stop()
+	}
+	ctx, extras := withExtras(ctx, msg.Method, msg.ID)
+	out := newResponseWriter(sw, gd.g.events, sid, extras)
+	defer out.end()
+	gd.next.ServeHTTP(out, r.WithContext(ctx))
+}
+
+// session is the sandbox session a request of a legacy revision names, as the gateway keeps it
+// (nil for a request without one).
+func (gd *guard) session(ctx context.Context, r *http.Request, who identity.Identity) (string, *sandboxSession) {
+	sid := r.Header.Get(server.HeaderKeySessionID)
+	if sid == "" || modernRequest(r) {
+		return "", nil
+	}
+	s := gd.g.sandboxes.open(ctx, sid)
+	s.seen(who)
+	if _, known := s.capabilities(); !known {
+		if rec := gd.g.sessions.record(sid); rec != nil && rec.Initialized {
+			s.initialized(rec.ClientInfo, rec.Capabilities, rec.ProtocolVersion) // adopted from another replica
+		}
+	}
+	return sid, s
 }
 
 // readMessage reads and checks a POST body: its media type, size and JSON-RPC shape.

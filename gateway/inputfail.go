@@ -65,6 +65,7 @@ func decodeInputRequired(method string, raw json.RawMessage) (inputRequired, err
 		return ir, nil
 	}
 	ir.InputRequests = make(mcp.InputRequests, len(head.InputRequests))
+	ir.raw = head.InputRequests
 	for id, r := range head.InputRequests {
 		var m struct {
 			Method mcp.MCPMethod `json:"method"`

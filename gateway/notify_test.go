@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -43,10 +44,17 @@ func startChattyUpstream(t testing.TB, n int) string {
 		return mcp.NewToolResultText("done"), nil
 	})
 	srv := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true),
-		server.WithEventStore(server.NewInMemoryEventStore()))) // mcp-go orders notifications before the result only with one
+		server.WithEventStore(server.NewInMemoryEventStore()), // mcp-go orders notifications before the result only with one
+		server.WithDisableStreaming(true)))                    // see noGETStream
 	t.Cleanup(srv.Close)
 	return srv.URL + "/mcp"
 }
+
+// noGETStream is why the mcp-go upstreams of tests about a call's notifications offer no GET
+// stream (405): mcp-go v1.2.1's server feeds a session's GET stream and each of its calls'
+// streams from one channel, so with a GET stream open (Sandgate opens one on every upstream
+// session) a call's notifications land on either, as they would for a client connected
+// directly, and Sandgate passes each on where it arrived (docs/mcp-gateway.md).
 
 // TestNotificationsKeepTheSandboxTokenAndPrecedeTheResult: what an upstream sends about a
 // call before its result reaches the sandbox before that result, in order, and progress comes
@@ -117,20 +125,20 @@ func TestSandboxResumesAStreamWithLastEventID(t *testing.T) {
 	assert.NotContains(t, replayed[0].data, `"log 0"`, "nothing before Last-Event-ID is sent again")
 }
 
-type sseEvent struct{ id, data string }
+type streamEvent struct{ id, data string }
 
 // sseEvents reads an SSE response (internal/sse) until it ends or carries a JSON-RPC response.
-func sseEvents(t *testing.T, resp *http.Response) []sseEvent {
+func sseEvents(t *testing.T, resp *http.Response) []streamEvent {
 	t.Helper()
 	defer resp.Body.Close()
-	var out []sseEvent
+	var out []streamEvent
 	rd := sse.NewReader(resp.Body, 1<<20)
 	for {
 		ev, err := rd.Next()
 		if err != nil {
 			return out
 		}
-		out = append(out, sseEvent{id: ev.ID, data: string(ev.Data)})
+		out = append(out, streamEvent{id: ev.ID, data: string(ev.Data)})
 		if strings.Contains(string(ev.Data), `"result"`) {
 			return out
 		}
@@ -167,4 +175,18 @@ func TestConcurrentCallsEachGetTheirOwnLogMessages(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// lastEventData is the data of the last event of body, an SSE stream (internal/sse).
+func lastEventData(body []byte) []byte {
+	var last []byte
+	rd := sse.NewReader(bytes.NewReader(body), len(body)+1)
+	rd.Lenient = true
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return last
+		}
+		last = ev.Data
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -68,6 +69,11 @@ func verbatimOf(raw []byte) (*verbatimResult, error) {
 		if slices.Contains(hopFields, name) {
 			return nil
 		}
+		if name == "_meta" && len(val) > 0 && val[0] == '{' {
+			if val, err = withoutProtocolMeta(val); err != nil || val == nil {
+				return err
+			}
+		}
 		if len(vr.keys) > 0 {
 			vr.members = append(vr.members, ',')
 		}
@@ -76,6 +82,41 @@ func verbatimOf(raw []byte) (*verbatimResult, error) {
 		return nil
 	})
 	return vr, err
+}
+
+// withoutProtocolMeta is meta, a result's _meta, without the protocol's own
+// "io.modelcontextprotocol/" keys, which describe the upstream's hop (a 2026-07-28 server's
+// serverInfo), as they are stripped from requests (upstreamMeta); nil when nothing is left of a
+// _meta that held only those.
+func withoutProtocolMeta(meta []byte) ([]byte, error) {
+	out := make([]byte, 0, len(meta))
+	out = append(out, '{')
+	kept, dropped := 0, 0
+	err := jsonscan.Members(meta, func(key []byte, escaped bool, val []byte) error {
+		name, err := keyName(key, escaped)
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(name, protocolMetaPrefix) {
+			dropped++
+			return nil
+		}
+		if kept > 0 {
+			out = append(out, ',')
+		}
+		kept++
+		out = append(append(append(out, key...), ':'), val...)
+		return nil
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case dropped == 0:
+		return meta, nil
+	case kept == 0:
+		return nil, nil
+	}
+	return append(out, '}'), nil
 }
 
 // keyName is the name a raw key (quotes included) stands for.

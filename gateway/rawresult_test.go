@@ -43,7 +43,8 @@ func TestVerbatimResultReplacesTheTypedOne(t *testing.T) {
 
 func TestToolResultForKeepsTheResultForTheWriter(t *testing.T) {
 	rec := httptest.NewRecorder()
-	ctx, w := withExtras(context.Background(), rec, "tools/call", json.RawMessage(`1`))
+	ctx, extras := withExtras(context.Background(), "tools/call", json.RawMessage(`1`))
+	w := newResponseWriter(rec, nil, "", extras)
 	raw := json.RawMessage(`{"content":[{"type":"text","text":"ok"}],"isError":true}`)
 	res, err := toolResultFor(ctx)(&raw)
 	require.NoError(t, err)

@@ -80,6 +80,10 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		u.mu.Unlock()
 		return
 	}
+	if r.Method == http.MethodGet && r.Header.Get("Last-Event-ID") == "" {
+		w.WriteHeader(http.StatusMethodNotAllowed) // no listening stream
+		return
+	}
 	if r.Method == http.MethodGet {
 		u.resume(w, r)
 		return
@@ -143,6 +147,10 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		result = json.RawMessage(richResult)
+		if modern { // a 2026-07-28 server names itself in each result's _meta
+			result = json.RawMessage(strings.Replace(richResult, `"_meta":{"com.example/trace":"t-1"}`,
+				`"_meta":{"com.example/trace":"t-1","io.modelcontextprotocol/serverInfo":{"name":"raw","version":"1"}}`, 1))
+		}
 	case "resources/read":
 		result = json.RawMessage(richRead)
 	case "prompts/get":

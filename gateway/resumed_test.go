@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -19,40 +18,52 @@ import (
 
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
+	"github.com/sandgate/sandgate/internal/sse"
 	"github.com/sandgate/sandgate/test/redistest"
 )
 
-// rawEvent is one SSE event as the sandbox read it: its lines, and its ID and data.
+// rawEvent is one SSE event as the sandbox read it: its bytes on the wire (from its first field
+// to its blank line, found with internal/sse), and its ID and data.
 type rawEvent struct{ raw, id, data string }
 
 // eventReader reads the SSE events of a response one at a time.
-type eventReader struct{ sc *bufio.Scanner }
+type eventReader struct {
+	body io.Reader
+	ps   sse.Parser
+	buf  []byte // bytes read and not parsed yet
+	seen []byte // bytes of the event being read
+}
 
 func newEventReader(resp *http.Response) *eventReader {
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	return &eventReader{sc: sc}
+	return &eventReader{body: resp.Body, ps: sse.Parser{Max: 1 << 20}}
 }
 
 // next is the next event; ok false when the stream ended first.
 func (r *eventReader) next() (ev rawEvent, ok bool) {
-	for r.sc.Scan() {
-		line := r.sc.Text()
-		if line == "" {
-			if ev.raw != "" {
+	for {
+		if len(r.buf) > 0 {
+			n, err := r.ps.Feed(r.buf, func(e sse.Event) bool {
+				ev, ok = rawEvent{id: e.ID, data: string(e.Data)}, true
+				return false
+			})
+			if err != nil {
+				return rawEvent{}, false
+			}
+			r.seen = append(r.seen, r.buf[:n]...)
+			r.buf = r.buf[n:]
+			if ok {
+				ev.raw = strings.TrimLeft(string(r.seen), "\n")
+				r.seen = r.seen[:0]
 				return ev, true
 			}
-			continue
 		}
-		ev.raw += line + "\n"
-		if v, ok := strings.CutPrefix(line, "id:"); ok {
-			ev.id = strings.TrimSpace(v)
-		}
-		if v, ok := strings.CutPrefix(line, "data:"); ok {
-			ev.data += strings.TrimSpace(v)
+		chunk := make([]byte, 4096)
+		n, err := r.body.Read(chunk)
+		r.buf = append(r.buf, chunk[:n]...)
+		if n == 0 && err != nil {
+			return rawEvent{}, false
 		}
 	}
-	return ev, false
 }
 
 // untilResult reads events up to and including the first JSON-RPC response.
@@ -231,12 +242,12 @@ func TestResultOnAResumedStreamIsTheRecordedOne(t *testing.T) {
 	assert.Equal(t, got[0].raw, replayed[0].raw, "the replay sends the same bytes")
 }
 
-// TestResumedWriterWritesEventsAsRecorded: an event mcp-go hands a resumed stream is written
+// TestResponseWriterWritesEventsAsRecorded: an event mcp-go hands a sandbox's stream is written
 // with the data the store recorded for its ID (the response with its extra fields); an event
 // without an ID (a keepalive ping) or one the store does not have passes unchanged.
-func TestResumedWriterWritesEventsAsRecorded(t *testing.T) {
+func TestResponseWriterWritesEventsAsRecorded(t *testing.T) {
 	store := newEventStore(nil, time.Minute, slog.New(slog.DiscardHandler))
-	ctx, _ := withExtras(context.Background(), httptest.NewRecorder(), "tools/call", json.RawMessage(`7`))
+	ctx, _ := withExtras(context.Background(), "tools/call", json.RawMessage(`7`))
 	raw := json.RawMessage(richResult)
 	_, err := toolResultFor(ctx)(&raw)
 	require.NoError(t, err)
@@ -249,7 +260,8 @@ func TestResumedWriterWritesEventsAsRecorded(t *testing.T) {
 		"the store records the response with the upstream's result")
 
 	rec := httptest.NewRecorder()
-	w := &resumedWriter{ResponseWriter: rec, store: store, session: "s-1"}
+	rec.Header().Set("Content-Type", "text/event-stream")
+	w := newResponseWriter(rec, store, "s-1", nil)
 	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 	for _, p := range []string{
 		"event: message\ndata: " + ping + "\n\n",
@@ -260,6 +272,7 @@ func TestResumedWriterWritesEventsAsRecorded(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, len(p), n)
 	}
+	w.end()
 	assert.Equal(t, "event: message\ndata: "+ping+"\n\n"+
 		"id: "+id+"\nevent: message\ndata: "+string(recorded)+"\n\n"+
 		"id: other-9\nevent: message\ndata: "+typed+"\n\n", rec.Body.String())

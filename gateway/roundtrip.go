@@ -36,11 +36,13 @@ func withConnHooks(ctx context.Context, h connHooks) context.Context {
 	return context.WithValue(ctx, connHooksKey{}, h)
 }
 
-// inputRequired is the part of a result that asks for input.
+// inputRequired is the part of a result that asks for input; raw holds each input request
+// as the upstream wrote it.
 type inputRequired struct {
 	ResultType    mcp.ResultType    `json:"resultType"`
 	InputRequests mcp.InputRequests `json:"inputRequests"`
 	RequestState  string            `json:"requestState"`
+	raw           map[string]json.RawMessage
 }
 
 // roundTrip sends method with params on a 2026-07-28 connection and returns the final result
@@ -69,7 +71,7 @@ func roundTrip(ctx context.Context, cli *client.Client, method string, params an
 		if attempt >= maxInputRoundTrips || shed >= maxLoadSheddingRuns {
 			return nil, inputFailed(call.CodeUpstreamInputExhausted, "%s: the upstream still asks for input after %d round trips", method, attempt)
 		}
-		answers, err := answerInput(ctx, ir.InputRequests)
+		answers, err := answerInput(ctx, ir)
 		if err != nil {
 			return nil, inputFailed(call.CodeUpstreamInputUnanswered, "%s: %w", method, err)
 		}
@@ -79,58 +81,51 @@ func roundTrip(ctx context.Context, cli *client.Client, method string, params an
 	}
 }
 
-// answerInput answers each input request with the hooks of the request's connection.
-func answerInput(ctx context.Context, reqs mcp.InputRequests) (mcp.InputResponses, error) {
+// answerInput asks the sandbox of the call (route.go) each input request, as the upstream wrote
+// it, and returns the answers as the sandbox wrote them.
+func answerInput(ctx context.Context, ir inputRequired) (map[string]json.RawMessage, error) {
 	h, ok := ctx.Value(connHooksKey{}).(connHooks)
 	if !ok {
 		return nil, errors.New("the upstream asks for input outside a sandbox's call")
 	}
-	out := make(mcp.InputResponses, len(reqs))
-	for id, r := range reqs {
-		var resp mcp.InputResponse
-		var err error
-		switch {
-		case r.Method == mcp.MethodElicitationCreate && r.Elicitation != nil:
-			resp, err = answered(mcp.NewElicitationInputResponse)(h.elicitation.Elicit(ctx,
-				mcp.ElicitationRequest{Request: mcp.Request{Method: string(r.Method)}, Params: *r.Elicitation}))
-		case r.Method == mcp.MethodSamplingCreateMessage && r.Sampling != nil:
-			resp, err = answered(mcp.NewSamplingInputResponse)(h.sampling.CreateMessage(ctx,
-				mcp.CreateMessageRequest{Request: mcp.Request{Method: string(r.Method)}, CreateMessageParams: *r.Sampling}))
-		case r.Method == mcp.MethodListRoots:
-			resp, err = answered(rootsResponse)(h.roots.ListRoots(ctx, mcp.ListRootsRequest{Request: mcp.Request{Method: string(r.Method)}}))
-		default:
-			err = fmt.Errorf("unsupported input request %q", r.Method)
+	out := make(map[string]json.RawMessage, len(ir.raw))
+	for id, raw := range ir.raw {
+		in, ok := parseInbound(raw)
+		if !ok {
+			return nil, fmt.Errorf("input request %q is not a request", id)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("input request %q: %w", id, err)
+		in.call = callOf(ctx)
+		r := h.request(ctx, in)
+		if r.err != nil {
+			var e rpcError
+			_ = json.Unmarshal(r.err, &e)
+			return nil, fmt.Errorf("input request %q: %s", id, e.Message)
 		}
-		out[id] = resp
+		if in.method == string(mcp.MethodListRoots) {
+			r.result = withRoots(r.result)
+		}
+		out[id] = r.result
 	}
 	return out, nil
 }
 
-// answered turns a handler's answer into an input response.
-func answered[T any](response func(T) mcp.InputResponse) func(*T, error) (mcp.InputResponse, error) {
-	return func(res *T, err error) (mcp.InputResponse, error) {
-		if err != nil {
-			return mcp.InputResponse{}, err
-		}
-		if res == nil {
-			return mcp.InputResponse{}, errors.New("no answer")
-		}
-		return response(*res), nil
+// withRoots is a roots/list result with its roots field, which the upstream requires, [] when
+// the sandbox's client left it out or null.
+func withRoots(res json.RawMessage) json.RawMessage {
+	var f struct {
+		Roots json.RawMessage `json:"roots"`
 	}
-}
-
-func rootsResponse(res mcp.ListRootsResult) mcp.InputResponse {
-	if res.Roots == nil { // the field is required
-		res.Roots = []mcp.Root{}
+	if json.Unmarshal(res, &f) == nil && len(f.Roots) > 0 && string(f.Roots) != "null" {
+		return res
 	}
-	return mcp.NewRootsInputResponse(res)
+	if out, err := withMember(res, "roots", []byte("[]")); err == nil {
+		return out
+	}
+	return json.RawMessage(`{"roots":[]}`)
 }
 
 // withInputResponses is params with the answers and the upstream's request state added.
-func withInputResponses(params any, answers mcp.InputResponses, state string) (map[string]json.RawMessage, error) {
+func withInputResponses(params any, answers map[string]json.RawMessage, state string) (map[string]json.RawMessage, error) {
 	fields := map[string]json.RawMessage{}
 	if params != nil {
 		b, err := json.Marshal(params)

@@ -195,33 +195,14 @@ func (s *sessionStore) initialized(ctx context.Context, id string, req *mcp.Init
 	}
 }
 
-// restore gives a session object mcp-go made for an adopted session the client's info,
-// capabilities and protocol version from its shared record.
-func (s *sessionStore) restore(ctx context.Context) {
-	sess := server.ClientSessionFromContext(ctx)
-	if sess == nil {
-		return
-	}
+// record is session id's shared record, nil if there is none.
+func (s *sessionStore) record(id string) *mcpsessions.Record {
 	s.mu.Lock()
-	e, ok := s.byID[sess.SessionID()]
-	var rec *mcpsessions.Record
-	if ok && e.adopted {
-		rec = e.record
+	defer s.mu.Unlock()
+	if e, ok := s.byID[id]; ok {
+		return e.record
 	}
-	s.mu.Unlock()
-	if rec == nil {
-		return
-	}
-	if ci, ok := sess.(server.SessionWithClientInfo); ok && ci.GetClientInfo().Name == "" {
-		ci.SetClientInfo(rec.ClientInfo)
-		ci.SetClientCapabilities(rec.Capabilities)
-	}
-	if v, ok := sess.(interface {
-		ProtocolVersion() string
-		SetProtocolVersion(string)
-	}); ok && v.ProtocolVersion() == "" && rec.ProtocolVersion != "" {
-		v.SetProtocolVersion(rec.ProtocolVersion)
-	}
+	return nil
 }
 
 // sweep ends idle sessions until ctx ends.

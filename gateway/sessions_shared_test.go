@@ -94,7 +94,7 @@ func TestStreamResumesOnAnotherReplica(t *testing.T) {
 		"params": map[string]any{"name": "chatty", "arguments": map[string]any{}}})
 	first := sseEvents(t, resp)[0]
 
-	var replayed []sseEvent
+	var replayed []streamEvent
 	require.Eventually(t, func() bool {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.URL(), nil)
 		require.NoError(t, err)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -58,6 +59,20 @@ func (s *subscriptions) sessions(u *upstream, uri string) []string {
 	return out
 }
 
+// uris are the URIs of u some sandbox subscribed to on the shared connection.
+func (s *subscriptions) uris(u *upstream) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for uri, sids := range s.subs[u] {
+		if len(sids) > 0 {
+			out = append(out, uri)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (s *subscriptions) drop(sid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,11 +85,13 @@ func (s *subscriptions) drop(sid string) {
 
 // afterSubscribe forwards resources/subscribe for a readable resource to its upstream: on the
 // sandbox's own upstream session where it has one; on the shared session once per URI, however
-// many sandboxes subscribe.
+// many sandboxes subscribe. A 2026-07-28 upstream has no resources/subscribe: the URIs
+// subscribed to are the filter of its subscriptions/listen stream, opened again when they
+// change (upstream.subscribe).
 func (g *Gateway) afterSubscribe(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
 	s := server.ClientSessionFromContext(ctx)
 	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || !ok || !g.visible(ctx, audit.KindResourcesRead, u.cfg.Name, req.Params.URI) {
+	if s == nil || s.SessionID() == "" || !ok || !g.visible(ctx, audit.KindResourcesRead, u.cfg.Name, req.Params.URI) {
 		return
 	}
 	l, err := u.lease(ctx)
@@ -88,15 +105,20 @@ func (g *Gateway) afterSubscribe(ctx context.Context, _ any, req *mcp.SubscribeR
 		}
 		return
 	}
-	if g.subs.add(u, req.Params.URI, s.SessionID()) {
-		g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesSubscribe, req.Params.URI)
+	if !g.subs.add(u, req.Params.URI, s.SessionID()) {
+		return
 	}
+	if mcp.IsModernProtocol(l.cli.ProtocolVersion()) {
+		u.resubscribe()
+		return
+	}
+	g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesSubscribe, req.Params.URI)
 }
 
 func (g *Gateway) afterUnsubscribe(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
 	s := server.ClientSessionFromContext(ctx)
 	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || !ok {
+	if s == nil || s.SessionID() == "" || !ok {
 		return
 	}
 	l, err := u.lease(ctx)
@@ -110,19 +132,18 @@ func (g *Gateway) afterUnsubscribe(ctx context.Context, _ any, req *mcp.Unsubscr
 		}
 		return
 	}
-	if g.subs.remove(u, req.Params.URI, s.SessionID()) {
-		g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesUnsubscribe, req.Params.URI)
+	if !g.subs.remove(u, req.Params.URI, s.SessionID()) {
+		return
 	}
+	if mcp.IsModernProtocol(l.cli.ProtocolVersion()) {
+		u.resubscribe()
+		return
+	}
+	g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesUnsubscribe, req.Params.URI)
 }
 
-// forwardSubscription sends resources/subscribe or resources/unsubscribe on the legacy protocol.
-// 2026-07-28 replaced them with a subscriptions/listen stream, which Sandgate does not open
-// yet: a modern upstream's resource updates do not reach sandboxes.
+// forwardSubscription sends resources/subscribe or resources/unsubscribe (legacy revisions).
 func (g *Gateway) forwardSubscription(ctx context.Context, u *upstream, cli *client.Client, method mcp.MCPMethod, uri string) bool {
-	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
-		g.log.Debug("resource subscriptions are not forwarded to 2026-07-28 upstreams", "upstream", u.cfg.Name, "uri", uri)
-		return false
-	}
 	if _, err := rpc(context.WithoutCancel(ctx), cli, string(method), map[string]any{"uri": uri}); err != nil {
 		g.log.Warn("forward "+string(method)+" failed", "upstream", u.cfg.Name, "err", err)
 		return false

@@ -47,15 +47,20 @@ type upstreamHooks struct {
 	// conn is what one connection to u reports to: the shared connection (sid "") or the
 	// upstream session of sandbox session sid.
 	conn func(u *upstream, sid string) connHooks
+	// capabilities are the client capabilities the upstream session of sandbox session sid
+	// declares.
+	capabilities func(sid string) mcp.ClientCapabilities
 }
 
-// connHooks receive what one upstream connection sends: notifications, and requests to the
-// client (sampling, elicitation, roots).
+// connHooks receive what one upstream connection sends that is not a response (route.go).
 type connHooks struct {
-	notification func(n mcp.JSONRPCNotification)
-	sampling     client.SamplingHandler
-	elicitation  client.ElicitationHandler
-	roots        client.RootsHandler
+	// notify handles a notification, in the order the connection received it.
+	notify func(in inbound)
+	// request answers a request to the client.
+	request func(ctx context.Context, in inbound) clientReply
+	// attribute is the call a stdio connection's message belongs to (its one pipe cannot say),
+	// nil when none can be told.
+	attribute func(cli *client.Client) *inflightCall
 }
 
 // upstream is one supervised MCP server connection, which lists the catalog and checks health,
@@ -75,10 +80,12 @@ type upstream struct {
 	log   *slog.Logger
 	idle  time.Duration // a per-sandbox session unused this long is closed
 
-	guard *respguard.Source // what the errors a sandbox reads are scrubbed of
+	guard    *respguard.Source // what the errors a sandbox reads are scrubbed of
+	inflight *inflight         // the gateway's calls in flight
 
-	pool sandboxSessions
-	brk  *breaker.Breaker // calls' transport failures and timeouts (isolation.go)
+	pool    sandboxSessions
+	brk     *breaker.Breaker // calls' transport failures and timeouts (isolation.go)
+	classes classLists       // the tools listed to clients without some capabilities
 
 	mu        sync.RWMutex
 	cli       *client.Client
@@ -93,6 +100,11 @@ type upstream struct {
 
 	kick    chan struct{} // reconnect now
 	refresh chan struct{} // re-list the catalog
+
+	// stopListen ends the current subscriptions/listen stream (2026-07-28), which is opened
+	// again; subscribed is the resources sandboxes subscribed to on the shared connection.
+	stopListen context.CancelFunc
+	subscribed func() []string
 }
 
 func newUpstream(cfg config.Upstream, creds *credential.Store, hc *http.Client, hooks upstreamHooks, idle time.Duration, log *slog.Logger) *upstream {
@@ -241,7 +253,7 @@ func (u *upstream) connect(ctx context.Context) error {
 		version = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	}
 	u.mu.RUnlock()
-	cli, err := u.dial(ctx, version, u.hooks.conn(u, ""))
+	cli, err := u.dial(ctx, version, u.hooks.conn(u, ""), sharedCapabilities, true)
 	if err != nil {
 		return err
 	}
@@ -262,31 +274,96 @@ func (u *upstream) connect(ctx context.Context) error {
 		return fmt.Errorf("list catalog: %w", err)
 	}
 	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
-		u.listen(context.WithoutCancel(ctx), cli)
+		go u.subscribe(cli)
 	}
 	u.log.Info("upstream connected", "tools", len(u.catalog().tools), "protocol_version", cli.ProtocolVersion())
 	return nil
 }
 
-// listen opens the subscriptions/listen stream of a 2026-07-28 connection for the list changes
-// the upstream declares, which that revision sends nowhere else. It ends with the connection.
-func (u *upstream) listen(ctx context.Context, cli *client.Client) {
+// sharedCapabilities are the client capabilities of the shared connection: every one a
+// sandbox may have, so that the catalog holds every tool; a sandbox sees the ones its own
+// capabilities let it (capabilities.go).
+var sharedCapabilities = mcp.ClientCapabilities{
+	Sampling:    &mcp.SamplingCapability{},
+	Elicitation: &mcp.ElicitationCapability{},
+	Roots: &struct {
+		ListChanged bool `json:"listChanged,omitempty"`
+	}{ListChanged: true},
+}
+
+// subscribe keeps the subscriptions/listen stream of a 2026-07-28 connection open for the list
+// changes the upstream declares (which that revision sends nowhere else) and the resource
+// updates sandboxes subscribed to, until the connection closes: a stream that ends is opened
+// again after a backoff that grows while it keeps failing, and a change of the resources
+// subscribed to opens it again with the new filter (resubscribe).
+func (u *upstream) subscribe(cli *client.Client) {
+	backoff := backoffMin
+	for {
+		f := u.listenFilter(cli)
+		if f.IsEmpty() {
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		u.mu.Lock()
+		if u.cli != cli {
+			u.mu.Unlock()
+			cancel()
+			return
+		}
+		u.stopListen = cancel
+		u.mu.Unlock()
+		start := time.Now()
+		err := cli.Listen(ctx, f)
+		resubscribed := ctx.Err() != nil
+		cancel()
+		u.mu.RLock()
+		current := u.cli == cli
+		u.mu.RUnlock()
+		if !current {
+			return
+		}
+		if resubscribed {
+			continue
+		}
+		if time.Since(start) > backoffMax {
+			backoff = backoffMin
+		}
+		wait := jittered(backoff)
+		u.log.Debug("upstream subscriptions/listen ended; opening it again", "err", err, "retry_in", wait)
+		time.Sleep(wait)
+		backoff = min(backoff*2, backoffMax)
+	}
+}
+
+// listenFilter is what the subscriptions/listen stream of cli asks for.
+func (u *upstream) listenFilter(cli *client.Client) mcp.SubscriptionFilter {
 	caps := cli.GetServerCapabilities()
 	var f mcp.SubscriptionFilter
 	f.ToolsListChanged = caps.Tools != nil && caps.Tools.ListChanged
 	f.PromptsListChanged = caps.Prompts != nil && caps.Prompts.ListChanged
 	f.ResourcesListChanged = caps.Resources != nil && caps.Resources.ListChanged
-	if f.IsEmpty() {
-		return
+	if caps.Resources != nil && caps.Resources.Subscribe && u.subscribed != nil {
+		f.ResourceSubscriptions = u.subscribed()
 	}
-	if _, err := cli.ListenAsync(ctx, f, func(err error) { u.log.Debug("upstream subscriptions/listen ended", "err", err) }); err != nil {
-		u.log.Warn("upstream subscriptions/listen not opened; list changes are noticed on reconnect", "err", err)
+	return f
+}
+
+// resubscribe opens the subscriptions/listen stream again, with the resources subscribed to now.
+func (u *upstream) resubscribe() {
+	u.mu.RLock()
+	stop := u.stopListen
+	u.mu.RUnlock()
+	if stop != nil {
+		stop()
 	}
 }
 
-// dial starts a transport and initializes a session on it.
-func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*client.Client, error) {
+// dial starts a transport and initializes a session on it, declaring caps; with listen, the
+// session's listening stream is opened (legacy HTTP revisions) before it returns.
+func (u *upstream) dial(ctx context.Context, version string, h connHooks, caps mcp.ClientCapabilities, listen bool) (*client.Client, error) {
 	var tr transport.Interface
+	var uh *upstreamHTTP
+	var stdio *boundedStdio
 	if u.cfg.IsStdio() {
 		s, err := newBoundedStdio(func(ctx context.Context) (*exec.Cmd, error) {
 			return u.command(ctx, u.cfg.Command, nil, u.cfg.Args)
@@ -294,7 +371,7 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*clie
 		if err != nil {
 			return nil, err
 		}
-		tr = s
+		tr, stdio = s, s
 	} else {
 		t, err := transport.NewStreamableHTTP(u.cfg.URL,
 			transport.WithHTTPBasicClient(u.http),
@@ -303,18 +380,28 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*clie
 		if err != nil {
 			return nil, fmt.Errorf("streamable HTTP transport for %s: %w", u.cfg.URL, err)
 		}
-		tr = newUpstreamHTTP(t, u)
+		uh = newUpstreamHTTP(t, u, h)
+		tr = uh
 	}
-	cli := client.NewClient(tr,
-		client.WithProtocolVersion(version),
-		client.WithSamplingHandler(h.sampling),
-		client.WithElicitationHandler(h.elicitation),
-		client.WithRootsHandler(h.roots))
+	cli := client.NewClient(tr, client.WithProtocolVersion(version), client.WithClientCapabilities(caps))
+	if stdio != nil {
+		stdio.route(cli, h)
+	}
 	// The transport outlives the caller's timeout: start it with a context that lasts.
 	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("start transport: %w", err)
 	}
-	cli.OnNotification(h.notification)
+	if stdio != nil {
+		stdio.answer(cli, h) // after Start, which sets mcp-go's own handler
+	}
+	// What mcp-go reads itself (the 2026-07-28 subscriptions/listen stream) is not part of a call.
+	cli.OnNotification(func(n mcp.JSONRPCNotification) {
+		if raw, err := json.Marshal(n); err == nil {
+			if in, ok := parseInbound(raw); ok {
+				h.notify(in)
+			}
+		}
+	})
 	init := mcp.InitializeRequest{}
 	init.Params.ProtocolVersion = version
 	init.Params.ClientInfo = clientInfo
@@ -322,12 +409,16 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*clie
 		cli.Close()
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
+	legacy := !mcp.IsModernProtocol(cli.ProtocolVersion())
 	// The upstream sends every log message; each sandbox session's own level filters them. On
 	// 2026-07-28 and later the level travels in every request's _meta instead (rpc).
-	if !mcp.IsModernProtocol(cli.ProtocolVersion()) && cli.GetServerCapabilities().Logging != nil {
+	if legacy && cli.GetServerCapabilities().Logging != nil {
 		if _, err := rpc(ctx, cli, string(mcp.MethodSetLogLevel), mcp.SetLevelParams{Level: mcp.LoggingLevelDebug}); err != nil {
 			u.log.Debug("upstream refused logging/setLevel", "err", err)
 		}
+	}
+	if listen && legacy && uh != nil {
+		uh.listen(ctx, cli.ProtocolVersion())
 	}
 	return cli, nil
 }
@@ -362,6 +453,7 @@ func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) err
 	}
 	u.cat = cat
 	u.mu.Unlock()
+	u.classes.reset()
 	u.hooks.catalogChanged()
 	// Ready only once the catalog is served: a sandbox sent here by readiness finds its tools.
 	u.mu.Lock()

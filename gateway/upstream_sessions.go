@@ -39,6 +39,7 @@ type sandboxConn struct {
 	inUse    int
 	subs     int
 	lastUsed time.Time
+	tools    *classList // the tools it lists (capabilities.go), guarded by the pool's mu
 }
 
 // lease is one request's use of an upstream connection.
@@ -101,7 +102,9 @@ func (u *upstream) sandboxConn(ctx context.Context, sid, version string) (*sandb
 	p.mu.Unlock()
 	if !ok {
 		dctx, cancel := context.WithTimeout(ctx, u.cfg.ConnectTimeout.D())
-		cli, err := u.dial(dctx, version, u.hooks.conn(u, sid))
+		// Declaring the sandbox's own capabilities, so that the upstream treats the sandbox as it
+		// would treat it directly (the tools it lists, the requests it makes).
+		cli, err := u.dial(dctx, version, u.hooks.conn(u, sid), u.hooks.capabilities(sid), true)
 		cancel()
 		p.mu.Lock()
 		c.cli, c.err = cli, err
@@ -234,6 +237,11 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 	}
 	o := outcomeNeutral
 	defer func() { u.breakerDone(o) }()
+	c := callOf(ctx)
+	if c == nil && u.inflight != nil {
+		ctx, c, _ = u.inflight.begin(ctx, u, nil)
+		defer u.inflight.end(u, c)
+	}
 	for attempt := 0; ; attempt++ {
 		l, err := u.lease(ctx)
 		if err != nil {
@@ -241,6 +249,9 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 				o = outcomeTransport // the sandbox's upstream session could not be opened
 			}
 			return zero, err
+		}
+		if c != nil {
+			u.inflight.bind(c, l.cli) // before the upstream can send anything about it
 		}
 		cctx, cancel := context.WithTimeout(withConnHooks(ctx, u.hooks.conn(u, l.sid)), u.cfg.CallTimeout.D())
 		cctx, rp := withReply(cctx)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/sse"
 )
 
 // sandgateBin is the binary TestMain builds once for every scenario.
@@ -302,16 +303,22 @@ func (s *sandbox) post(method string, params any) (map[string]any, http.Header, 
 	return out, resp.Header, nil
 }
 
-// lastData returns the data of the last event of an SSE body that carries a response (an
-// "id" member; the ones before can be notifications such as progress or log messages).
+// lastData returns the data of the last event of an SSE body (internal/sse) that carries a
+// response (an "id" member; the ones before can be notifications such as progress or log
+// messages).
 func lastData(body []byte) []byte {
 	var last []byte
-	for _, line := range bytes.Split(body, []byte("\n")) {
-		if d, ok := bytes.CutPrefix(line, []byte("data:")); ok && bytes.Contains(d, []byte(`"id"`)) {
-			last = bytes.TrimSpace(d)
+	rd := sse.NewReader(bytes.NewReader(body), len(body)+1)
+	rd.Lenient = true // the stream may end without its last blank line
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return last
+		}
+		if bytes.Contains(ev.Data, []byte(`"id"`)) {
+			last = ev.Data
 		}
 	}
-	return last
 }
 
 // logLines returns the lines of sandgate's own log that contain substr.
