@@ -141,7 +141,7 @@ func (s *sequencer) batch(first Event) (ok, open bool) {
 		start, now := len(s.buf), w.clock.Now()
 		s.buf = appendChainLine(s.buf, newID(now), now, s.chain, s.prev)
 		if !s.seal(start) {
-			w.lost.Add(uint64(len(s.events)))
+			s.lose()
 			return false, open
 		}
 		s.marked = true
@@ -157,13 +157,13 @@ func (s *sequencer) batch(first Event) (ok, open bool) {
 		start := len(s.buf)
 		s.buf = appendEvent(s.buf, e)
 		if !s.seal(start) {
-			w.lost.Add(uint64(len(s.events)))
+			s.lose()
 			return false, open
 		}
 		e.Hash = s.prev
 		s.sinceCheckpoint++
 		if every > 0 && s.sinceCheckpoint >= every && !s.appendCheckpoint() {
-			w.lost.Add(uint64(len(s.events)))
+			s.lose()
 			return false, open
 		}
 	}
@@ -172,6 +172,12 @@ func (s *sequencer) batch(first Event) (ok, open bool) {
 	}
 	clear(s.events) // drop references to label maps until the next batch
 	return true, open
+}
+
+// lose counts the batch's events as lost (a line could not be sealed) and tells their Records.
+func (s *sequencer) lose() {
+	s.w.lost.Add(uint64(len(s.events)))
+	acknowledge(s.events, fmt.Errorf("%w: %w", ErrNotDelivered, s.w.Healthy()))
 }
 
 // collect adds to the batch what is queued, then what arrives within the linger, up to maxBatch
