@@ -213,8 +213,8 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 		clock:          systemClock{},
 
 		deliveryTimeout: 10 * time.Second,
-		abort:          make(chan struct{}),
-		done:           make(chan struct{}),
+		abort:           make(chan struct{}),
+		done:            make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(w)
