@@ -51,7 +51,9 @@ func serveHandler(t *testing.T, h http.Handler, grace time.Duration) (addr strin
 	t.Helper()
 	srv := &Server{Handler: h, MaxHeaderBytes: 4096, HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		Flagged: func(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {}, Reject: func(net.Conn, *call.Refusal) {},
-		Refusal: func(rf *call.Refusal) *http.Response { return &http.Response{StatusCode: 400, ProtoMajor: 1, ProtoMinor: 1, Body: http.NoBody} }}
+		Refusal: func(rf *call.Refusal) *http.Response {
+			return &http.Response{StatusCode: 400, ProtoMajor: 1, ProtoMinor: 1, Body: http.NoBody}
+		}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

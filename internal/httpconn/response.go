@@ -44,9 +44,9 @@ type response struct {
 	hijacked bool
 	err      error // the first write error: the client is gone
 
-	rel      call.Release // the call's word on the answer (see call.Release)
-	held     []byte       // the end of the body held back; aliases heldBuf while it fits
-	heldBuf  [8]byte
+	rel     call.Release // the call's word on the answer (see call.Release)
+	held    []byte       // the end of the body held back; aliases heldBuf while it fits
+	heldBuf [8]byte
 }
 
 func (w *response) Header() http.Header { return w.header }
