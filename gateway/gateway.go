@@ -77,6 +77,11 @@ type Gateway struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// streams ends the sandboxes' standalone GET streams when the listener starts draining:
+	// they are no call waiting for an answer, and would hold the drain to its bound.
+	streams    context.Context
+	endStreams context.CancelFunc
 }
 
 type templateEntry struct {
@@ -104,6 +109,7 @@ func New(opts Options) (*Gateway, error) {
 	events, _ := opts.Sessions.(mcpsessions.EventLog) // Redis keeps both
 	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
 		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
+	g.streams, g.endStreams = context.WithCancel(context.Background())
 	hc := &http.Client{Transport: replyTransport{tracingTransport{opts.Transport}}}
 	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
 	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -124,17 +125,24 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, cl.Refuse(rf), msg.ID, codeInternalError, rf.Reason)
 		return
 	}
-	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut}
+	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut, hold: holdFinal(ctx, r)}
 	defer func() {
 		if cl.Event.Outcome.Status == 0 {
 			cl.Event.Outcome.Status = rec.status()
 		}
 		cl.Finish()
+		rec.release(ctx)
 	}()
 	if msg.Method == string(mcp.MethodResourcesRead) && !gd.g.readable(ctx, cl, msg.Params.URI) {
 		// A resource the caller may not read answers exactly like one that does not exist.
 		writeRPCResult(rec, msg.ID, resourceNotFound(r, msg.Params.URI))
 		return
+	}
+	if r.Method == http.MethodGet { // a standalone stream ends when the listener drains
+		var end context.CancelFunc
+		ctx, end = context.WithCancel(ctx)
+		defer end()
+		defer context.AfterFunc(gd.g.streams, end)()
 	}
 	if k, ok := listKinds[msg.Method]; ok {
 		gd.g.serveVerbatim(rec, r.WithContext(ctx), gd.next, k)
@@ -321,12 +329,15 @@ func rpcErrorBody(id json.RawMessage, e rpcError) []byte {
 	return body
 }
 
-// countingWriter counts the response bytes and remembers the status; Unwrap keeps flushing
-// (SSE) working.
+// countingWriter counts the response bytes and remembers the status, and holds the end of a
+// held answer's response in an SSE stream (final.go); Unwrap keeps flushing (SSE) working.
 type countingWriter struct {
 	http.ResponseWriter
 	n    interface{ Add(int64) int64 }
 	code int
+	// hold says the answer waits for its call's event; final is the response's held end.
+	hold  bool
+	final []byte
 }
 
 func (c *countingWriter) WriteHeader(code int) {
@@ -339,6 +350,12 @@ func (c *countingWriter) WriteHeader(code int) {
 func (c *countingWriter) Write(b []byte) (int, error) {
 	if c.code == 0 {
 		c.code = http.StatusOK
+	}
+	if held, err := c.writeHeld(b); held {
+		if err != nil {
+			return 0, err
+		}
+		return len(b), nil
 	}
 	n, err := c.ResponseWriter.Write(b)
 	c.n.Add(int64(n))

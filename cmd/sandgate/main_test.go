@@ -200,6 +200,8 @@ policy:
 audit:
   file:
     dir: %s
+shutdown:
+  delay: 0s
 identity:
   static:
     - addresses: ["127.0.0.2"]

@@ -27,11 +27,11 @@ func newGatewayComponent(d *serveDeps) (component, error) {
 	// upstreams, so it stays ready (docs/shared-state.md, "Readiness").
 	d.ready.AddDegraded("gateway upstreams", g.Ready)
 	listener := listenerComponent("mcp", d.cfg.Listen.MCP, d, func(ctx context.Context, ln net.Listener) error {
-		return g.Serve(ctx, ln, shutdownGrace)
+		return g.Serve(ctx, ln, d.cfg.Shutdown.DrainD())
 	})
 	return componentFunc(func(ctx context.Context) error {
 		// The upstream sessions outlive ctx: on SIGTERM the listener stops accepting and lets the
-		// calls in flight finish (up to shutdownGrace); only then are the upstreams closed.
+		// calls in flight finish (up to shutdown.drain); only then are the upstreams closed.
 		g.Start(context.WithoutCancel(ctx))
 		defer g.Close()
 		return listener.Serve(ctx)

@@ -73,17 +73,6 @@ func serveHandler(t *testing.T, h http.Handler, grace time.Duration) (addr strin
 	return ln.Addr().String(), stop
 }
 
-// absent asserts that nothing more arrives on c for a while: the server holds it back, so no
-// wait makes it arrive (a slow machine cannot make this test fail, only pass too easily).
-func absent(t *testing.T, c net.Conn, br *bufio.Reader, what string) {
-	t.Helper()
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(200*time.Millisecond)))
-	b, err := br.ReadByte()
-	var ne net.Error
-	require.True(t, errors.As(err, &ne) && ne.Timeout(), "%s arrived early (%q, %v)", what, b, err)
-	require.NoError(t, c.SetReadDeadline(time.Time{}))
-}
-
 // TestHeldAnswerCompletesAfterItsEventIsWritten: with blocking delivery, the end of a body (its
 // closing bracket, the last byte of its Content-Length, its last chunk) reaches the client only
 // once the handler has finished its call, that is once its event is in the file. The body is

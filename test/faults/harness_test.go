@@ -84,6 +84,7 @@ func startGateOn(t *testing.T, policy, extra string) *gate {
 	cfg := fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
 policy: %s
 audit: {file: {dir: %q, fsync: never}}
+shutdown: {delay: 0s}
 identity:
   static:
     - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
