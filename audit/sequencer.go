@@ -78,6 +78,9 @@ func (w *Writer) sequence(s *sequencer) {
 		defer t.Stop()
 		replenish = t.C
 	}
+	if r, ok := w.sink.(Recoverer); ok && r.Recovered() != nil && !s.recordRecovery(r.Recovered()) {
+		return
+	}
 	for {
 		select {
 		case <-replenish:
@@ -137,14 +140,9 @@ func (s *sequencer) batch(first Event) (ok, open bool) {
 	open = s.collect()
 
 	s.buf, s.ends = s.buf[:0], s.ends[:0]
-	if s.chain.mac != nil && !s.marked {
-		start, now := len(s.buf), w.clock.Now()
-		s.buf = appendChainLine(s.buf, newID(now), now, s.chain, s.prev)
-		if !s.seal(start) {
-			s.lose()
-			return false, open
-		}
-		s.marked = true
+	if !s.mark() {
+		s.lose()
+		return false, open
 	}
 	every := 0
 	if w.checkpoints != nil {
@@ -220,6 +218,39 @@ func (s *sequencer) startLinger() <-chan time.Time {
 		s.linger.Reset(s.w.linger)
 	}
 	return s.linger.C
+}
+
+// recordRecovery starts the writer's part of the log with the record of the torn tail the sink
+// cut (recover.go), after the chain marker of a keyed writer and followed by a checkpoint when
+// checkpoints are written, so that the record is keyed and signed at once.
+func (s *sequencer) recordRecovery(r *Recovery) bool {
+	s.buf, s.ends = s.buf[:0], s.ends[:0]
+	if !s.mark() {
+		return false
+	}
+	start, now := len(s.buf), s.w.clock.Now()
+	s.buf = appendRecoveredLine(s.buf, newID(now), now, r, s.prev)
+	if !s.seal(start) {
+		return false
+	}
+	if s.w.checkpoints != nil && !s.appendCheckpoint() {
+		return false
+	}
+	return s.flush(nil)
+}
+
+// mark appends the chain marker a keyed writer starts its part of the log with, once.
+func (s *sequencer) mark() bool {
+	if s.chain.mac == nil || s.marked {
+		return true
+	}
+	start, now := len(s.buf), s.w.clock.Now()
+	s.buf = appendChainLine(s.buf, newID(now), now, s.chain, s.prev)
+	if !s.seal(start) {
+		return false
+	}
+	s.marked = true
+	return true
 }
 
 // checkpointOnly writes a batch holding just a checkpoint.

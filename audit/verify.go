@@ -44,6 +44,21 @@ type VerifyReport struct {
 	Unkeyed *Break
 	// Warnings are weaker findings: no checkpoint in a log verified with a public key.
 	Warnings []string
+	// Recoveries are the torn tails cut from the log at start (KindRecovered records, chained
+	// like every line): where each record is and what it says was cut.
+	Recoveries []RecoveryAt
+}
+
+// RecoveryAt is a KindRecovered record of the log and its place.
+type RecoveryAt struct {
+	// Log and Line locate the record.
+	Log  string
+	Line int
+	Recovery
+}
+
+func (r RecoveryAt) String() string {
+	return fmt.Sprintf("%s:%d: torn tail cut at start after a crash: %s", r.Log, r.Line, &r.Recovery)
 }
 
 // Break locates where the chain fails and says why.
@@ -69,7 +84,11 @@ func (r *VerifyReport) Complete() bool { return r.OK() && r.Unkeyed == nil && le
 
 func (r *VerifyReport) String() string {
 	if r.Break != nil {
-		return fmt.Sprintf("chain broken at %s (%d events before it verified)", r.Break, r.Events)
+		s := fmt.Sprintf("chain broken at %s (%d events before it verified)", r.Break, r.Events)
+		for _, rc := range r.Recoveries {
+			s += "\nrecovered: " + rc.String()
+		}
+		return s
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "ok: %d events in %d files", r.Events, r.Files)
@@ -83,6 +102,9 @@ func (r *VerifyReport) String() string {
 	}
 	if r.Unkeyed != nil {
 		fmt.Fprintf(&b, "\nunkeyed: %s", r.Unkeyed)
+	}
+	for _, rc := range r.Recoveries {
+		fmt.Fprintf(&b, "\nrecovered: %s", rc)
 	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(&b, "\nwarning: %s", w)
@@ -134,6 +156,7 @@ func VerifyWith(dir string, o VerifyOptions) (*VerifyReport, error) {
 	}
 	for _, path := range files {
 		err := scanLines(path, func(n int, line []byte, lineErr error) error {
+			v.file, v.n = path, n
 			reason, err := v.line(line, lineErr)
 			if err != nil {
 				return fmt.Errorf("%s:%d: %w", path, n, err)
@@ -173,6 +196,9 @@ type verifier struct {
 	unkeyedFrom *Break
 	// hashAt holds, for each external checkpoint's Count, the hash of the line at that position.
 	hashAt map[uint64]string
+	// file and n are where the line being checked is.
+	file string
+	n    int
 }
 
 // line checks one line and moves on; it returns why the chain breaks there, or "".
@@ -234,12 +260,16 @@ func (v *verifier) line(line []byte, lineErr error) (string, error) {
 		return "prev_hash does not match the previous line's hash: a line before this " +
 			"one is missing (a line or a whole file), or lines were reordered", nil
 	}
-	if kind == KindCheckpoint {
+	switch kind {
+	case KindCheckpoint:
 		if reason := v.checkpoint(rec.Checkpoint, chain); reason != "" {
 			return reason, nil
 		}
 		v.r.Checkpoints++
-	} else if kind != KindChain {
+	case KindRecovered:
+		v.r.Recoveries = append(v.r.Recoveries, RecoveryAt{Log: v.file, Line: v.n, Recovery: *rec.Recovered})
+	case KindChain:
+	default:
 		v.r.Events++
 	}
 	v.chain = chain
@@ -280,13 +310,13 @@ func (v *verifier) finish() {
 		switch got := v.hashAt[c.Count]; {
 		case uint64(v.r.Lines) < c.Count:
 			v.r.Break = &Break{Reason: fmt.Sprintf("the log ends after %d lines, but external checkpoint %d "+
-				"(%s) counts %d: the end of the log was cut off, or the log was replaced",
-				v.r.Lines, i+1, c.Time.UTC().Format("2006-01-02T15:04:05Z"), c.Count)}
+				"(%s) counts %d: the end of the log was cut off, or the log was replaced%s",
+				v.r.Lines, i+1, c.Time.UTC().Format("2006-01-02T15:04:05Z"), c.Count, v.recoveryHint())}
 			return
 		case got != c.LastHash:
 			v.r.Break = &Break{Reason: fmt.Sprintf("line %d of the log hashes to %s, but external checkpoint %d "+
-				"(%s) says %s: the log was rewritten or replaced", c.Count, short(got), i+1,
-				c.Time.UTC().Format("2006-01-02T15:04:05Z"), short(c.LastHash))}
+				"(%s) says %s: the log was rewritten or replaced%s", c.Count, short(got), i+1,
+				c.Time.UTC().Format("2006-01-02T15:04:05Z"), short(c.LastHash), v.recoveryHint())}
 			return
 		}
 	}
@@ -306,6 +336,16 @@ func (v *verifier) finish() {
 		v.r.Warnings = append(v.r.Warnings, "no checkpoint in the log: written without checkpoints, "+
 			"or they were removed with the lines after them")
 	}
+}
+
+// recoveryHint explains a checkpoint the log no longer reaches when a torn tail was cut: lines
+// written but not yet on disk when the host crashed are lost with fsync batch or never.
+func (v *verifier) recoveryHint() string {
+	if len(v.r.Recoveries) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (or lost in a host crash: a torn tail was cut at %s:%d; lines not yet synced to disk "+
+		"are lost unless audit.file.fsync is always)", v.r.Recoveries[0].Log, v.r.Recoveries[0].Line)
 }
 
 func short(h string) string {

@@ -154,6 +154,12 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
+	if r, ok := sink.(audit.Recoverer); ok && r.Recovered() != nil {
+		rc := r.Recovered()
+		log.Warn("the audit log ended with a torn tail (a crash during a write): it was cut and kept aside, "+
+			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
+			"offset", rc.Offset, "reason", rc.Reason)
+	}
 	writer := audit.NewWriter(shared.wrapSink(sink), writerOpts...)
 	ready.Add("audit", writer.Healthy)
 	if err := errors.Join(observeAudit(tel.MeterProvider(), writer), observeReadiness(tel.MeterProvider(), ready)); err != nil {
