@@ -407,11 +407,13 @@ func newLogger(env *cliEnv, lc config.Log) *slog.Logger {
 	if lc.Format == "text" {
 		h = slog.NewTextHandler(w, opts)
 	}
-	// A Redis outage fails every call that touches Redis: one warning per message and period
-	// says so, with the count of those held back, instead of one per call.
+	// A Redis outage fails every call that touches Redis, and an audit log that cannot be
+	// written (a full disk, a reserve that does not fit) every call: one warning per message and
+	// period says so, with the count of those held back, instead of one per call.
 	h = telemetry.ThrottledHandler(h, telemetry.NewThrottle(warnPeriod, nil), func(r slog.Record) bool {
 		return r.Level >= slog.LevelWarn && telemetry.RecordHasError(r, func(err error) bool {
-			return errors.Is(err, redisconn.ErrUnavailable)
+			return errors.Is(err, redisconn.ErrUnavailable) || errors.Is(err, audit.ErrUnhealthy) ||
+				errors.Is(err, audit.ErrReserveExhausted) || errors.Is(err, audit.ErrNotDelivered)
 		})
 	})
 	return slog.New(h)
