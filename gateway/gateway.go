@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -50,6 +51,9 @@ type Options struct {
 	Sessions mcpsessions.Store
 	// Tracer starts a span per call whose traceparent reaches HTTP upstreams; nil makes none.
 	Tracer trace.TracerProvider
+	// Catalogs keeps each upstream's last listed catalog, so that one that is down at start
+	// keeps its tools listed (lastknown.go); nil keeps none.
+	Catalogs CatalogStore
 }
 
 // Gateway is the MCP side of Sandgate: one Streamable HTTP endpoint for every sandbox in front
@@ -82,6 +86,8 @@ type Gateway struct {
 	// they are no call waiting for an answer, and would hold the drain to its bound.
 	streams    context.Context
 	endStreams context.CancelFunc
+	// unseen counts the upstreams of which no catalog is known yet (lastknown.go).
+	unseen atomic.Int64
 }
 
 type templateEntry struct {
@@ -112,7 +118,7 @@ func New(opts Options) (*Gateway, error) {
 	g.streams, g.endStreams = context.WithCancel(context.Background())
 	hc := &http.Client{Transport: replyTransport{tracingTransport{opts.Transport}}}
 	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
-	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks}
+	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks, listed: g.listed}
 	for _, uc := range opts.Config.Upstreams {
 		g.upstreams = append(g.upstreams, newUpstream(uc, opts.Credentials, hc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log))
 	}
@@ -146,7 +152,24 @@ func New(opts Options) (*Gateway, error) {
 		server.WithEventStore(g.events),
 	)
 	g.handler = newGuard(g)
+	g.loadCatalogs()
+	for _, u := range g.upstreams {
+		if !u.seen() {
+			g.unseen.Add(1)
+		}
+	}
+	if int(g.unseen.Load()) < len(g.upstreams) {
+		g.rebuild()
+	}
 	return g, nil
+}
+
+// listed saves what an upstream listed and counts it as seen.
+func (g *Gateway) listed(u *upstream, c catalog, first bool) {
+	if first {
+		g.unseen.Add(-1)
+	}
+	g.saveCatalog(u, c) // on the upstream's supervisor: bounded by catalogTimeout
 }
 
 // setDefaults fills in the options left zero.
@@ -211,7 +234,8 @@ func setDefaults(opts *Options) {
 }
 
 // Start connects to every upstream in the background and keeps reconnecting until Close.
-// Sandgate serves while upstreams are down; their tools are absent meanwhile.
+// Sandgate serves while upstreams are down; their last known tools stay listed meanwhile, and
+// their calls answer upstream_unavailable (lastknown.go).
 func (g *Gateway) Start(ctx context.Context) {
 	ctx, g.cancel = context.WithCancel(ctx)
 	for _, u := range g.upstreams {

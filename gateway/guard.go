@@ -138,6 +138,10 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRPCResult(rec, msg.ID, resourceNotFound(r, msg.Params.URI))
 		return
 	}
+	if msg.Method == string(mcp.MethodToolsCall) && gd.g.unseen.Load() > 0 &&
+		gd.g.answerUnseen(ctx, &callState{call: cl, w: rec, id: msg.ID, body: body}) {
+		return // a tool of an upstream never seen (lastknown.go)
+	}
 	if r.Method == http.MethodGet { // a standalone stream ends when the listener drains
 		var end context.CancelFunc
 		ctx, end = context.WithCancel(ctx)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
@@ -48,7 +49,9 @@ type serveDeps struct {
 	grants    grants.Store
 	admission *admission.Admission
 	sessions  mcpsessions.Store // nil: MCP sessions stay on their replica
-	tracer    trace.TracerProvider
+	// catalogs keeps the upstreams' last known catalogs: in Redis, else beside the audit log.
+	catalogs gateway.CatalogStore
+	tracer   trace.TracerProvider
 	// core is the one request path both halves call (internal/call).
 	core *call.Core
 	// policyLoops keep the policies current (watches, bundle polling) and run the shadow.
@@ -170,7 +173,8 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer,
-		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider()}
+		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider(),
+		catalogs: shared.catalogs(cfg)}
 	if d.admission, err = shared.admission(d); err != nil {
 		return err
 	}
