@@ -94,16 +94,19 @@ func newGate(t *testing.T, policy, extra string) *gate {
 	t.Helper()
 	dir := t.TempDir()
 	g := &gate{t: t, mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit"), logTo: filepath.Join(dir, "sandgate.log")}
+	shutdown := "shutdown: {delay: 0s}\n"
+	if strings.Contains(extra, "shutdown:") {
+		shutdown = ""
+	}
 	cfg := fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
 policy: %s
 audit: {file: {dir: %q, fsync: never}}
-shutdown: {delay: 0s}
-identity:
+%sidentity:
   static:
     - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
     - {addresses: [%q], namespace: agents, sandbox: coder-2, template: coding-agent}
 log: {level: info, format: text}
-%s`, g.mcp, g.proxy, g.admin, policy, g.auditDir, coder1, coder2, extra)
+%s`, g.mcp, g.proxy, g.admin, policy, g.auditDir, shutdown, coder1, coder2, extra)
 	g.cfgPath = filepath.Join(dir, "sandgate.yaml")
 	require.NoError(t, os.WriteFile(g.cfgPath, []byte(cfg), 0o600))
 	t.Cleanup(func() {

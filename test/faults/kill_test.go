@@ -99,30 +99,42 @@ func (u *upGate) wait(ctx context.Context) {
 func (u *upGate) down() { u.mu.Lock(); u.ch = make(chan struct{}); u.mu.Unlock() }
 func (u *upGate) up()   { u.mu.Lock(); close(u.ch); u.mu.Unlock() }
 
-// routeLoader posts model requests through the route from src until ctx ends; each has its key
-// in its path, and counts as answered only with a complete 200 body naming that key.
+// routeLoader posts model requests through the route from src until ctx ends (routeCall).
 func routeLoader(ctx context.Context, g *gate, l *ledger, up *upGate, src string) {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
-	c := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: wait}
+	c := sourceClient(src)
 	for i := 0; ctx.Err() == nil; i++ {
-		key := fmt.Sprintf("r-%s-%d", src, i)
-		l.send(key)
-		body := `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+g.proxy+"/routes/anthropic/v1/messages/"+key, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.Do(req)
-		if err != nil {
-			up.wait(ctx)
-			continue
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err == nil && resp.StatusCode == http.StatusOK && bytes.Contains(b, []byte(`"text":"`+key+`"`)) {
-			l.answer(key)
-		} else if err != nil {
+		if err := routeCall(ctx, c, g, l, fmt.Sprintf("r-%s-%d", src, i)); err != nil {
 			up.wait(ctx)
 		}
 	}
+}
+
+// sourceClient is an HTTP client whose connections come from src, playing one sandbox.
+func sourceClient(src string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: wait}
+}
+
+// routeCall posts one model request with key in its path; it counts as answered only with a
+// complete 200 body naming that key. The error is a transport's (the process is gone).
+func routeCall(ctx context.Context, c *http.Client, g *gate, l *ledger, key string) error {
+	l.send(key)
+	body := `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+g.proxy+"/routes/anthropic/v1/messages/"+key, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode == http.StatusOK && bytes.Contains(b, []byte(`"text":"`+key+`"`)) {
+		l.answer(key)
+	}
+	return nil
 }
 
 // mcpLoader calls echo with a unique message from src until ctx ends, opening a new session
