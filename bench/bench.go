@@ -29,9 +29,9 @@ type Options struct {
 	// end for its event (issue #36; ratioSpecs and deliveryP50).
 	DeliveryVariants bool
 	RelayBin         string // bench/cmd/relay
-	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
-	OutDir         string // bench/results
-	Label          string // file name stem, e.g. 2026-11-29-34b6d5e
+	PolicyDir        string // the shipped policies (their rules; the bench supplies its own data)
+	OutDir           string // bench/results
+	Label            string // file name stem, e.g. 2026-11-29-34b6d5e
 
 	Sandboxes      int           // sandboxes of the main fixed-rate runs
 	Sweep          []int         // sandbox counts for the latency-vs-sandboxes chart

@@ -28,8 +28,8 @@ type Ratio struct {
 	// Difference says Ratio (and PerRep, Min, Max) is Sandgate's figure minus the floor's, in
 	// the measure's unit, not their quotient (deliveryP50).
 	Difference bool `json:"difference,omitempty"`
-	Met      bool      `json:"met"`
-	Measured bool      `json:"measured"`
+	Met        bool `json:"met"`
+	Measured   bool `json:"measured"`
 	// LoadgenSaturated is set when the generator used more than loadgenSaturated of a core in a
 	// cell of this ratio: the cell may have measured the generator, not the proxy.
 	LoadgenSaturated bool   `json:"loadgen_saturated,omitempty"`
