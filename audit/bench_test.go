@@ -75,3 +75,33 @@ func BenchmarkSealLine(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRecordDelivery is BenchmarkRecord under each delivery mode, with 64 goroutines per
+// core as a loaded replica has calls in flight: blocking returns once the event is written.
+func BenchmarkRecordDelivery(b *testing.B) {
+	for _, d := range []Delivery{DeliveryAsync, DeliveryBlocking} {
+		b.Run(string(d), func(b *testing.B) {
+			sink, err := OpenFileSink(FileConfig{Dir: b.TempDir(), Fsync: FsyncBatch})
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := NewWriter(sink, WithDelivery(d))
+			b.ReportAllocs()
+			b.SetParallelism(64)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ev := testEvent(1)
+				for pb.Next() {
+					if err := w.Record(&ev); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			if err := w.Close(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

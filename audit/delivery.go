@@ -59,31 +59,44 @@ func (w *Writer) Blocking() bool { return w.blocking }
 
 // Acks are the channels on which the sequencer tells a blocking Record its event's fate: nil
 // once written, an error when it will not be. Each is used once per Record and reused unless
-// the Record stopped waiting (timed out), in which case a late answer lands in its buffer and
-// the channel is dropped.
+// the Record stopped waiting (the writer was stuck), in which case a late answer lands in its
+// buffer and the channel is dropped.
 var acks = sync.Pool{New: func() any { return make(chan error, 1) }}
 
-// awaitWrite waits for the answer on ack, at most the delivery timeout.
+// awaitWrite waits for the answer on ack, or until the writer has been stuck on one write for
+// the delivery timeout (watchStuck): a timer per call cost a blocking Record half its CPU.
 func (w *Writer) awaitWrite(ack chan error) error {
 	select {
 	case err := <-ack:
 		acks.Put(ack)
 		return err
-	default:
-	}
-	t := time.NewTimer(w.deliveryTimeout)
-	defer t.Stop()
-	select {
-	case err := <-ack:
-		acks.Put(ack)
-		return err
-	case <-t.C:
+	case <-*w.stuck.Load():
 		w.undelivered.Add(1)
 		cause := w.Healthy()
 		if cause == nil {
 			cause = errors.New("the sink is slow")
 		}
 		return fmt.Errorf("%w within %s: %w", ErrNotDelivered, w.deliveryTimeout, cause)
+	}
+}
+
+// watchStuck is a blocking writer's watchdog: when one batch has been in the sink (failing and
+// retried, or hanging) for longer than the delivery timeout, it wakes every Record waiting for
+// its write (awaitWrite), which then cuts its answer; the Records after that wait afresh.
+func (w *Writer) watchStuck() {
+	t := time.NewTicker(max(w.deliveryTimeout/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case now := <-t.C:
+			since := w.writingSince.Load()
+			if since != 0 && now.UnixNano()-since > int64(w.deliveryTimeout) {
+				fresh := make(chan struct{})
+				close(*w.stuck.Swap(&fresh))
+			}
+		}
 	}
 }
 

@@ -36,9 +36,13 @@ type Writer struct {
 	retryMax       time.Duration
 	clock          Clock
 
-	// blocking makes Record wait for the write (DeliveryBlocking), at most deliveryTimeout.
+	// blocking makes Record wait for the write (DeliveryBlocking), at most deliveryTimeout;
+	// writingSince is when the batch in the sink was first tried (0: none), and stuck is closed
+	// when that was longer ago than deliveryTimeout (delivery.go).
 	blocking        bool
 	deliveryTimeout time.Duration
+	writingSince    atomic.Int64
+	stuck           atomic.Pointer[chan struct{}]
 
 	// chainKey keys the chain (nil: plain SHA-256); checkpoints is nil when none are written.
 	chainKey    []byte
@@ -225,6 +229,8 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 	if w.blocking {
 		w.linger = 0 // group commit: the callers wait, and what queues during a write goes next
 	}
+	stuck := make(chan struct{})
+	w.stuck.Store(&stuck)
 	if r, ok := sink.(Reserver); ok {
 		w.reserve = max(r.ReserveBytes()-reserveMargin, 0)
 	}
@@ -237,6 +243,9 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 	}
 	w.checkReserve() // a disk already full at start: unhealthy until space is freed
 	go w.sequence(s)
+	if w.blocking {
+		go w.watchStuck()
+	}
 	return w
 }
 
@@ -440,6 +449,8 @@ func (w *Writer) Close(ctx context.Context) error {
 // gave up waiting; the batch's call events then count as lost.
 func (w *Writer) write(b *Batch) bool {
 	backoff := 10 * time.Millisecond
+	w.writingSince.Store(time.Now().UnixNano())
+	defer w.writingSince.Store(0)
 	for {
 		err := w.sink.WriteBatch(b)
 		if err == nil {
