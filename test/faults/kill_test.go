@@ -163,6 +163,20 @@ func mcpLoader(ctx context.Context, g *gate, l *ledger, up *upGate, src string) 
 	}
 }
 
+// startLoad starts the steady load of the faults: from each of the two sandboxes, a route
+// loader and an MCP loader. The returned function stops them and waits until they returned.
+func startLoad(t *testing.T, g *gate, l *ledger, ug *upGate) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var loaders sync.WaitGroup
+	for _, src := range []string{coder1, coder2} {
+		loaders.Go(func() { routeLoader(ctx, g, l, ug, src) })
+		loaders.Go(func() { mcpLoader(ctx, g, l, ug, src) })
+	}
+	stop = sync.OnceFunc(func() { cancel(); loaders.Wait() })
+	t.Cleanup(stop)
+	return stop
+}
+
 // argsKey is the key of an echo call: the hash its event carries (target.args_sha256).
 func argsKey(msg string) string {
 	b, _ := json.Marshal(map[string]any{"message": msg})
@@ -206,13 +220,7 @@ func TestKillUnderLoadLosesNoAnsweredCall(t *testing.T) {
 		ug.up()
 	}
 	startServing()
-	ctx, stop := context.WithCancel(context.Background())
-	var loaders sync.WaitGroup
-	for _, src := range []string{coder1, coder2} {
-		loaders.Go(func() { routeLoader(ctx, g, l, ug, src) })
-		loaders.Go(func() { mcpLoader(ctx, g, l, ug, src) })
-	}
-	t.Cleanup(func() { stop(); loaders.Wait() })
+	stop := startLoad(t, g, l, ug)
 
 	start := time.Now()
 	for range kills {
@@ -226,7 +234,6 @@ func TestKillUnderLoadLosesNoAnsweredCall(t *testing.T) {
 	from := l.answered.Load()
 	g.eventually("calls answered after the last restart", func() bool { return l.answered.Load() >= from+perRun })
 	stop()
-	loaders.Wait()
 	require.Equal(t, 0, g.terminate())
 
 	res, err := audit.Query(context.Background(), g.auditDir, audit.Filter{Limit: -1})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,13 +45,7 @@ func TestSIGTERMUnderLoadIsARollout(t *testing.T) {
 	l := &ledger{sent: map[string]bool{}}
 	ug := &upGate{ch: make(chan struct{})}
 	ug.up()
-	ctx, stop := context.WithCancel(context.Background())
-	var loaders sync.WaitGroup
-	for _, src := range []string{coder1, coder2} {
-		loaders.Go(func() { routeLoader(ctx, g, l, ug, src) })
-		loaders.Go(func() { mcpLoader(ctx, g, l, ug, src) })
-	}
-	t.Cleanup(func() { stop(); loaders.Wait() })
+	stop := startLoad(t, g, l, ug)
 	from := l.answered.Load()
 	g.eventually("calls answered under load", func() bool { return l.answered.Load() >= from+50 })
 
@@ -86,7 +79,6 @@ func TestSIGTERMUnderLoadIsARollout(t *testing.T) {
 	}
 	took := time.Since(sent)
 	stop()
-	loaders.Wait()
 	for range long {
 		assert.Error(t, <-longDone, "a call longer than the drain is cut")
 	}
