@@ -260,17 +260,8 @@ func (v *verifier) line(line []byte, lineErr error) (string, error) {
 		return "prev_hash does not match the previous line's hash: a line before this " +
 			"one is missing (a line or a whole file), or lines were reordered", nil
 	}
-	switch kind {
-	case KindCheckpoint:
-		if reason := v.checkpoint(rec.Checkpoint, chain); reason != "" {
-			return reason, nil
-		}
-		v.r.Checkpoints++
-	case KindRecovered:
-		v.r.Recoveries = append(v.r.Recoveries, RecoveryAt{Log: v.file, Line: v.n, Recovery: *rec.Recovered})
-	case KindChain:
-	default:
-		v.r.Events++
+	if reason := v.count(kind, rec, chain); reason != "" {
+		return reason, nil
 	}
 	v.chain = chain
 	v.r.Chain = chain.alg
@@ -283,6 +274,24 @@ func (v *verifier) line(line []byte, lineErr error) (string, error) {
 	}
 	v.prev = stored
 	return "", nil
+}
+
+// count counts a line that chains by its kind: a call event, a checkpoint (checked first), a
+// recovery; it returns why a checkpoint does not hold, or "".
+func (v *verifier) count(kind string, rec record, chain *chainHash) string {
+	switch kind {
+	case KindCheckpoint:
+		if reason := v.checkpoint(rec.Checkpoint, chain); reason != "" {
+			return reason
+		}
+		v.r.Checkpoints++
+	case KindRecovered:
+		v.r.Recoveries = append(v.r.Recoveries, RecoveryAt{Log: v.file, Line: v.n, Recovery: *rec.Recovered})
+	case KindChain:
+	default:
+		v.r.Events++
+	}
+	return ""
 }
 
 // checkpoint checks an in-log checkpoint against the chain before it.

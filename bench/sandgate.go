@@ -63,21 +63,8 @@ func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, v varian
 			return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
 		}
 	}
-	regos, err := filepath.Glob(filepath.Join(policyDir, "*.rego"))
-	if err != nil || len(regos) == 0 {
-		return "", "", "", "", fmt.Errorf("sandgate files: no *.rego in %s", policyDir)
-	}
-	for _, f := range regos {
-		if strings.HasSuffix(f, "_test.rego") {
-			continue
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(pol, filepath.Base(f)), b, 0o600); err != nil {
-			return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
-		}
+	if err := copyPolicies(policyDir, pol); err != nil {
+		return "", "", "", "", err
 	}
 	if err := os.WriteFile(filepath.Join(pol, "data.yaml"), []byte(benchData), 0o600); err != nil {
 		return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
@@ -136,6 +123,27 @@ identity:
 		return "", "", "", "", fmt.Errorf("sandgate config: %w", err)
 	}
 	return cfgPath, mcp, prx, admin, nil
+}
+
+// copyPolicies copies the *.rego files of policyDir but their tests into pol.
+func copyPolicies(policyDir, pol string) error {
+	regos, err := filepath.Glob(filepath.Join(policyDir, "*.rego"))
+	if err != nil || len(regos) == 0 {
+		return fmt.Errorf("sandgate files: no *.rego in %s", policyDir)
+	}
+	for _, f := range regos {
+		if strings.HasSuffix(f, "_test.rego") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("sandgate files: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(pol, filepath.Base(f)), b, 0o600); err != nil {
+			return fmt.Errorf("sandgate files: %w", err)
+		}
+	}
+	return nil
 }
 
 // startSandgate starts `sandgate serve` with the bench config and waits until /readyz is 200.
