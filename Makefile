@@ -1,5 +1,6 @@
 # Sandgate. `make run` starts the embedded default; `make test` installs what the tests need
-# (idempotently, into .tools/ and test/node/node_modules) and runs every test.
+# (idempotently, into .tools/ and test/node/node_modules) and runs every test. Tests write only
+# into temporary folders and the tools cache: var/ and bin/ are yours (`make run`, `make build`).
 SHELL := /bin/bash
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # The one set of build flags: the Dockerfile runs `make build` too, so the image's binary is
@@ -9,26 +10,45 @@ export CGO_ENABLED := 0
 TOOLS := $(CURDIR)/.tools/bin
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: build run test test-go test-policy setup lint fuzz bench bench-go bench-policy clean image
+.PHONY: build run test test-go test-policy setup lint fuzz bench bench-go bench-policy clean image tools-env
 
 build:
 	go build $(GO_BUILD_FLAGS) -o bin/sandgate ./cmd/sandgate
-	@if [ -d examples/mcp-upstream ]; then go build $(GO_BUILD_FLAGS) -o bin/mcp-upstream ./examples/mcp-upstream; fi
+	go build $(GO_BUILD_FLAGS) -o bin/ ./examples/mcp-upstream ./examples/model-api
 
-run: build var/ca/ca.crt var/secrets/anthropic
-	./bin/sandgate serve --config examples/sandgate.yaml
+# Beside serve runs bin/model-api, a stand-in for the Anthropic API that examples/sandgate.yaml
+# dials for api.anthropic.com:443 (proxy.connect_to), so the egress tour answers offline; it
+# stops with serve. SSL_CERT_FILE adds its CA to what serve trusts upstream (Go still reads the
+# system's certificate folders). MODEL_API must match the config's connect_to address.
+MODEL_API ?= 127.0.0.1:8443
+run: build var/ca/ca.crt var/secrets/anthropic var/audit-keys/chain.key var/model-api/ca.crt
+	@./bin/model-api -listen $(MODEL_API) -dir var/model-api -key-file var/secrets/anthropic & trap "kill $$! 2>/dev/null" EXIT; \
+	SSL_CERT_FILE=var/model-api/ca.crt ./bin/sandgate serve --config examples/sandgate.yaml
 
 var/ca/ca.crt:
 	./bin/sandgate ca init --dir var/ca
 
-# The example's model-API key: $ANTHROPIC_API_KEY, else a placeholder (upstream calls then fail
-# with the provider's 401, which still shows policy, injection and audit at work).
+# The audit log's chain key and checkpoint signing key (docs/audit.md): made once, kept, as the
+# CA is. Removing them makes the next log unverifiable with the old ones (rotation: docs/audit.md).
+var/audit-keys/chain.key:
+	./bin/sandgate audit keygen --dir var/audit-keys
+
+var/model-api/ca.crt:
+	./bin/model-api -init -dir var/model-api
+
+# The example's model-API key, which Sandgate injects: $ANTHROPIC_API_KEY, else a placeholder. The
+# stand-in accepts exactly this key; the real API (connect_to removed) needs a real one.
 var/secrets/anthropic:
 	@mkdir -p -m 700 var/secrets
 	@umask 077; printf '%s' "$${ANTHROPIC_API_KEY:-sk-ant-placeholder-not-a-real-key}" > $@
 
 setup:
 	bash test/setup.sh
+
+# The tools `make setup` installs (opa, helm, promtool, …) live in .tools/bin, which only make's
+# own commands have on PATH. For a shell of yours: eval "$$(make -s tools-env)".
+tools-env:
+	@echo 'export PATH="$(TOOLS):$$PATH"'
 
 test: setup
 	$(MAKE) lint test-policy test-go

@@ -82,18 +82,26 @@ func (r *VerifyReport) OK() bool { return r.Break == nil }
 // break, not unkeyed where a key was given, and no warning.
 func (r *VerifyReport) Complete() bool { return r.OK() && r.Unkeyed == nil && len(r.Warnings) == 0 }
 
+// plural writes n and the noun, with an s unless n is 1: "1 event", "2 events".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func (r *VerifyReport) String() string {
 	if r.Break != nil {
-		s := fmt.Sprintf("chain broken at %s (%d events before it verified)", r.Break, r.Events)
+		s := fmt.Sprintf("chain broken at %s (%s before it verified)", r.Break, plural(r.Events, "event"))
 		for _, rc := range r.Recoveries {
 			s += "\nrecovered: " + rc.String()
 		}
 		return s
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "ok: %d events in %d files", r.Events, r.Files)
+	fmt.Fprintf(&b, "ok: %s in %s", plural(r.Events, "event"), plural(r.Files, "file"))
 	if r.Checkpoints > 0 {
-		fmt.Fprintf(&b, ", %d checkpoints", r.Checkpoints)
+		fmt.Fprintf(&b, ", %s", plural(r.Checkpoints, "checkpoint"))
 	}
 	if r.Chain == ChainHMACSHA256 {
 		b.WriteString(" (keyed chain)")

@@ -22,7 +22,8 @@ func sandboxAddr(i int) netip.Addr {
 const benchAPIKey = "sk-bench-not-a-real-key-0123456789"
 
 // benchData is the policy data: the shipped policies' rules, with the bench's template,
-// provider host and tools.
+// provider host and tools; %s is the plain-HTTP upstream's port (the forward workload), which
+// the shipped policy allows only when data lists it.
 const benchData = `providers:
   anthropic:
     hosts: ["api.model.test"]
@@ -33,15 +34,13 @@ templates:
       - upstream: everything
         allow: ["echo"]
     hosts: ["127.0.0.50"]
+    ports: {"127.0.0.50": [%s]}
     models:
       anthropic:
         allow: ["claude-bench"]
         max_tokens: 4096
 `
 
-// sandgateFiles writes Sandgate's bench config under dir: config, policies (the shipped *.rego
-// of policyDir, without tests, plus benchData), interception CA, credential, audit folder.
-// It returns the config path and the listener addresses.
 // variant is a Sandgate measured beside "sandgate", same binary: the members it adds to the
 // config's policy and audit sections.
 type variant struct{ name, policy, audit string }
@@ -56,6 +55,30 @@ var policyVariants = []variant{
 // "sandgate"'s blocking one (the default: an answer's end waits for its event's write).
 var asyncDelivery = variant{name: "async", audit: "delivery: async, "}
 
+// copyPolicies copies the shipped policies (not their tests) from policyDir into pol.
+func copyPolicies(pol, policyDir string) error {
+	regos, err := filepath.Glob(filepath.Join(policyDir, "*.rego"))
+	if err != nil || len(regos) == 0 {
+		return fmt.Errorf("sandgate files: no *.rego in %s", policyDir)
+	}
+	for _, f := range regos {
+		if strings.HasSuffix(f, "_test.rego") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("sandgate files: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(pol, filepath.Base(f)), b, 0o600); err != nil {
+			return fmt.Errorf("sandgate files: %w", err)
+		}
+	}
+	return nil
+}
+
+// sandgateFiles writes Sandgate's bench config under dir: config, policies (the shipped *.rego
+// of policyDir, without tests, plus benchData), interception CA, credential, audit folder.
+// It returns the config path and the listener addresses.
 func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, v variant) (cfgPath string, mcp, prx, admin string, err error) {
 	pol := filepath.Join(dir, "policies")
 	for _, d := range []string{pol, filepath.Join(dir, "audit"), filepath.Join(dir, "secrets")} {
@@ -63,10 +86,11 @@ func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, v varian
 			return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
 		}
 	}
-	if err := copyPolicies(policyDir, pol); err != nil {
+	if err := copyPolicies(pol, policyDir); err != nil {
 		return "", "", "", "", err
 	}
-	if err := os.WriteFile(filepath.Join(pol, "data.yaml"), []byte(benchData), 0o600); err != nil {
+	_, httpPort, _ := strings.Cut(up.HTTPAddr, ":")
+	if err := os.WriteFile(filepath.Join(pol, "data.yaml"), []byte(fmt.Sprintf(benchData, httpPort)), 0o600); err != nil {
 		return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "secrets", "anthropic"), []byte(benchAPIKey), 0o600); err != nil {
@@ -123,27 +147,6 @@ identity:
 		return "", "", "", "", fmt.Errorf("sandgate config: %w", err)
 	}
 	return cfgPath, mcp, prx, admin, nil
-}
-
-// copyPolicies copies the *.rego files of policyDir but their tests into pol.
-func copyPolicies(policyDir, pol string) error {
-	regos, err := filepath.Glob(filepath.Join(policyDir, "*.rego"))
-	if err != nil || len(regos) == 0 {
-		return fmt.Errorf("sandgate files: no *.rego in %s", policyDir)
-	}
-	for _, f := range regos {
-		if strings.HasSuffix(f, "_test.rego") {
-			continue
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("sandgate files: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(pol, filepath.Base(f)), b, 0o600); err != nil {
-			return fmt.Errorf("sandgate files: %w", err)
-		}
-	}
-	return nil
 }
 
 // startSandgate starts `sandgate serve` with the bench config and waits until /readyz is 200.

@@ -182,7 +182,9 @@ func (g *Gateway) onError(ctx context.Context, _ any, method mcp.MCPMethod, msg 
 		cl.Event.Decision.Allow, cl.Event.Decision.Reason = false, "not found or not visible to the caller"
 		cl.Event.Outcome.Status, cl.Event.Outcome.Error = http.StatusNotFound, call.CodeNotFound
 	default:
-		cl.Event.Outcome.Error = string(method) + ": " + truncate(err.Error(), 200)
+		// An upstream's error text may echo its credential: the event never holds it.
+		text, _ := g.guard.Current().ScrubString(err.Error())
+		cl.Event.Outcome.Error = string(method) + ": " + truncate(text, 200)
 	}
 }
 
@@ -232,6 +234,12 @@ func forward[R any](ctx context.Context, cl *call.Call, u *upstream, send func(c
 		return res, fmt.Errorf("upstream %s is unavailable (%s): %w", u.cfg.Name, call.CodeUpstreamUnavailable, err)
 	}
 	if err != nil {
+		if u.guard != nil {
+			// The error's text reaches the sandbox (scrubbed by the guard's writer, after the
+			// event is written): the event says so now.
+			_, echoed := u.guard.Current().ScrubString(err.Error())
+			cl.Event.Outcome.CredentialEchoed = cl.Event.Outcome.CredentialEchoed || echoed
+		}
 		cl.Fail(call.Refuse(failureCode(err), "upstream %s: %v", u.cfg.Name, err))
 		return res, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
 	}
@@ -258,7 +266,14 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if !ok { // removed between mcp-go's lookup and here
 		return nil, fmt.Errorf("tool '%s' not found: %w", req.Params.Name, server.ErrToolNotFound)
 	}
-	a := action{kind: audit.KindToolsCall, upstream: n.upstream, name: n.name, args: req.GetArguments(), rawArgs: req.Params.Arguments}
+	args, err := policyArguments(req)
+	if err != nil {
+		rf := call.Refuse(call.CodeBadParams, "%v", err)
+		cl.Event.Target.Upstream, cl.Event.Target.Tool = n.upstream.cfg.Name, n.name
+		cl.Refuse(rf)
+		return mcp.NewToolResultError("refused by Sandgate: " + rf.Reason), nil
+	}
+	a := action{kind: audit.KindToolsCall, upstream: n.upstream, name: n.name, args: args, rawArgs: req.Params.Arguments}
 	if rf := g.authorize(ctx, cl, a); rf != nil {
 		cl.Refuse(rf)
 		return mcp.NewToolResultError("denied by Sandgate policy: " + rf.Reason), nil

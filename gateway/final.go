@@ -17,6 +17,11 @@ import (
 // confirmed (call.Release). Every other event of the stream, notifications and requests to the
 // client (sampling, elicitation) included, goes out as mcp-go flushes it. A JSON body needs
 // nothing here: the connection server holds the end of every body (internal/httpconn).
+//
+// The response guard (scrubwriter.go) sits in front of this writer and may pass the response
+// event on in two writes (it held back what could begin a credential); the second, written when
+// the guard ends before the call finishes, is not recognised here, but nothing flushes it: the
+// connection server keeps its end back until the handler returns, after the event's write.
 
 // holdFinal says whether the answer to r waits for its call's event: a POST (one message,
 // whose response ends the exchange) under blocking delivery.

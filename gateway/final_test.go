@@ -46,7 +46,19 @@ func (s *gatedSink) WriteBatch(b *audit.Batch) error {
 // progress notification first) with blocking delivery. The notification reaches the sandbox at
 // once; the JSON-RPC response does not end (its closing bracket is held) while the call's event
 // is still being written, and completes as soon as it is.
+//
+// The response guard holds back what could begin a credential; when the result's text ends in a
+// credential's first bytes, it passes the response event on in two writes, and the end stays
+// held all the same.
 func TestSSEResponseEndsOnlyOnceItsEventIsWritten(t *testing.T) {
+	for name, then := range map[string]string{"whole": "", "split by the response guard": " " + upstreamSecret[:8]} {
+		t.Run(name, func(t *testing.T) { testSSEResponseHeld(t, then) })
+	}
+}
+
+// testSSEResponseHeld runs TestSSEResponseEndsOnlyOnceItsEventIsWritten with a result text of
+// "done" and then.
+func testSSEResponseHeld(t *testing.T, then string) {
 	upURL := startChattyUpstream(t, 1)
 	fs, err := audit.OpenFileSink(audit.FileConfig{Dir: t.TempDir(), Fsync: audit.FsyncNever})
 	require.NoError(t, err)
@@ -65,7 +77,7 @@ func TestSSEResponseEndsOnlyOnceItsEventIsWritten(t *testing.T) {
 	conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).Dial("tcp", h.addr)
 	require.NoError(t, err)
 	defer conn.Close()
-	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"chatty","arguments":{},"_meta":{"progressToken":"p1"}}}`
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"chatty","arguments":{"then":%q},"_meta":{"progressToken":"p1"}}}`, then)
 	_, err = fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"+
 		"Accept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nContent-Length: %d\r\n\r\n%s", sid, len(body), body)
 	require.NoError(t, err)
@@ -99,6 +111,6 @@ func TestSSEResponseEndsOnlyOnceItsEventIsWritten(t *testing.T) {
 			last = d
 		}
 	}
-	assert.Contains(t, last, `"text":"done"`)
+	assert.Contains(t, last, `"text":"done`)
 	assert.Contains(t, last, `"id":7`)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -26,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
+	"github.com/sandgate/sandgate/internal/respguard"
 )
 
 // Options are the gateway's dependencies. Config, Identity, and Core (or Policy and Audit) are
@@ -70,6 +72,8 @@ type Gateway struct {
 	inflight  *inflight
 	subs      *subscriptions
 	events    *eventStore
+	guard     *respguard.Source // the credentials no byte to a sandbox may hold
+	dropped   metric.Int64Counter
 
 	mu        sync.RWMutex
 	tools     map[string]named // exposed name → upstream tool
@@ -117,15 +121,30 @@ func New(opts Options) (*Gateway, error) {
 		tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
 	g.streams, g.endStreams = context.WithCancel(context.Background())
 	hc := &http.Client{Transport: replyTransport{tracingTransport{opts.Transport}}}
+	var refs []*config.CredentialRef
+	for _, uc := range opts.Config.Upstreams {
+		refs = append(refs, uc.Credential)
+	}
+	// Every credential of the store counts as injected: an upstream's own (credential_env)
+	// as much as the ones Sandgate sends.
+	g.guard = respguard.NewSource(opts.Credentials, refs...)
 	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
 	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks, listed: g.listed}
 	for _, uc := range opts.Config.Upstreams {
-		g.upstreams = append(g.upstreams, newUpstream(uc, opts.Credentials, hc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log))
+		uhc := &http.Client{Transport: newBoundedTransport(hc.Transport, uc)}
+		u := newUpstream(uc, opts.Credentials, uhc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log)
+		u.guard = g.guard
+		g.upstreams = append(g.upstreams, u)
 	}
 	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log)
 	g.sessions.ended = g.endUpstreamSessions
 	meter := opts.Meters.Meter("github.com/sandgate/sandgate/gateway")
 	if err := g.registerBreakerMetric(meter); err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	var err error
+	if g.dropped, err = meter.Int64Counter("sandgate.gateway.notifications.dropped",
+		metric.WithDescription("Notifications of upstream sessions dropped over max_notification_rate, by upstream")); err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
 	}
 	if _, err := meter.Int64ObservableGauge("sandgate.gateway.sessions",
@@ -212,6 +231,7 @@ func setDefaults(opts *Options) {
 		if u.MaxSessions == 0 {
 			u.MaxSessions = 256
 		}
+		u.ApplyBounds()
 		if u.Breaker.Failures == 0 {
 			u.Breaker.Failures = defaultBreakerFailures
 		}
@@ -275,11 +295,19 @@ func (g *Gateway) Ready() error {
 // requests are bridged per connection, so that one arriving without a call's context (stdio)
 // can be matched to the call in flight there.
 func (g *Gateway) connHooks(u *upstream, sid string) connHooks {
+	lim := notificationLimiter(u.cfg)
+	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("upstream", u.cfg.Name)))
 	return connHooks{
-		notification: func(n mcp.JSONRPCNotification) { g.onUpstreamNotification(u, sid, n) },
-		sampling:     bridgeSampling{g, u, sid},
-		elicitation:  bridgeElicitation{g, u, sid},
-		roots:        bridgeRoots{g, u, sid},
+		notification: func(n mcp.JSONRPCNotification) {
+			if !lim.Allow() {
+				g.dropped.Add(context.Background(), 1, attrs)
+				return
+			}
+			g.onUpstreamNotification(u, sid, n)
+		},
+		sampling:    bridgeSampling{g, u, sid},
+		elicitation: bridgeElicitation{g, u, sid},
+		roots:       bridgeRoots{g, u, sid},
 	}
 }
 

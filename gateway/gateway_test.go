@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/respguard"
 )
 
 func TestTwoSandboxesSeeAndCallAccordingToPolicy(t *testing.T) {
@@ -40,6 +41,7 @@ func TestTwoSandboxesSeeAndCallAccordingToPolicy(t *testing.T) {
 		{"hidden tool answers like an unknown tool", "narrow", "add", map[string]any{"a": 1, "b": 1}, true, false, ""},
 		{"unknown tool is not found", "full", "nope", nil, true, false, ""},
 		{"visible tool denied by arguments returns the policy reason", "full", "echo", map[string]any{"message": "forbidden"}, false, true, "may not be echoed"},
+		{"an upstream echoing the credential it got hands the sandbox none of it", "full", "echo", map[string]any{"message": "{authorization}"}, false, false, "Bearer " + respguard.Marker[:8]},
 	}
 	var hiddenErr, unknownErr string
 	for _, tt := range tests {
@@ -76,11 +78,14 @@ func TestTwoSandboxesSeeAndCallAccordingToPolicy(t *testing.T) {
 	assert.NotContains(t, string(rec.bytes()), upstreamSecret, "no sandbox-visible byte holds the credential")
 
 	evs := h.auditEvents(t)
-	var callEvents, listEvents int
+	var callEvents, listEvents, echoed int
 	for _, ev := range evs {
 		switch ev.Kind {
 		case audit.KindToolsCall:
 			callEvents++
+			if ev.Outcome.CredentialEchoed {
+				echoed++
+			}
 		case audit.KindToolsList:
 			listEvents++
 			require.NotNil(t, ev.Target.Shown)
@@ -89,6 +94,7 @@ func TestTwoSandboxesSeeAndCallAccordingToPolicy(t *testing.T) {
 	}
 	assert.Equal(t, calls, callEvents, "exactly one audit event per tools/call")
 	assert.Equal(t, 2, listEvents, "one audit event per tools/list")
+	assert.Equal(t, 1, echoed, "the echoing call's event says credential_echoed")
 }
 
 func replaceName(s, from, to string) string {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -44,6 +45,8 @@ const (
 //     body_timeout and min_body_rate allow (408 body_timeout);
 //   - a body that is not a JSON object (400 malformed_request) or is a JSON array: batches are
 //     not part of the protocol revisions served (400 batch_refused);
+//   - a message that JSON readers read differently, or a tools/call whose arguments are not
+//     an object (400 bad_params, JSON-RPC invalid params, the request's own event: params.go);
 //   - a request without Mcp-Session-Id other than initialize (400 session_required), or with
 //     a session ID that is unknown or expired (404 not_found) or was created by another source
 //     address (404 session_not_owned: the same answer, so nothing tells the ID exists);
@@ -125,21 +128,31 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, cl.Refuse(rf), msg.ID, codeInternalError, rf.Reason)
 		return
 	}
+	if r.Method == http.MethodPost {
+		if rf := readOnce(body, msg.Method); rf != nil {
+			writeRPCError(w, cl.Refuse(rf), msg.ID, codeInvalidParams, rf.Reason)
+			return
+		}
+	}
 	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut, hold: holdFinal(ctx, r)}
+	var echoed atomic.Bool
+	sw := newScrubWriter(rec, gd.g.guard.Current(), func() { echoed.Store(true) })
 	defer func() {
+		sw.end()
 		if cl.Event.Outcome.Status == 0 {
 			cl.Event.Outcome.Status = rec.status()
 		}
+		cl.Event.Outcome.CredentialEchoed = echoed.Load()
 		cl.Finish()
 		rec.release(ctx)
 	}()
 	if msg.Method == string(mcp.MethodResourcesRead) && !gd.g.readable(ctx, cl, msg.Params.URI) {
 		// A resource the caller may not read answers exactly like one that does not exist.
-		writeRPCResult(rec, msg.ID, resourceNotFound(r, msg.Params.URI))
+		writeRPCResult(sw, msg.ID, resourceNotFound(r, msg.Params.URI))
 		return
 	}
 	if msg.Method == string(mcp.MethodToolsCall) && gd.g.unseen.Load() > 0 &&
-		gd.g.answerUnseen(ctx, &callState{call: cl, w: rec, id: msg.ID, body: body}) {
+		gd.g.answerUnseen(ctx, &callState{call: cl, w: sw, id: msg.ID, body: body}) {
 		return // a tool of an upstream never seen (lastknown.go)
 	}
 	if r.Method == http.MethodGet { // a standalone stream ends when the listener drains
@@ -149,10 +162,10 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer context.AfterFunc(gd.g.streams, end)()
 	}
 	if k, ok := listKinds[msg.Method]; ok {
-		gd.g.serveVerbatim(rec, r.WithContext(ctx), gd.next, k)
+		gd.g.serveVerbatim(sw, r.WithContext(ctx), gd.next, k)
 		return
 	}
-	ctx, out := withExtras(ctx, rec, msg.Method, msg.ID)
+	ctx, out := withExtras(ctx, sw, msg.Method, msg.ID)
 	gd.next.ServeHTTP(gd.g.events.resumed(out, r), r.WithContext(ctx))
 }
 

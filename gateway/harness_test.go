@@ -56,8 +56,12 @@ func (u *httpUpstream) seenAuth() []string {
 func newUpstreamServer() *server.MCPServer {
 	s := server.NewMCPServer("test-upstream", "1", server.WithToolCapabilities(true))
 	s.AddTool(mcp.NewTool("echo", mcp.WithString("message", mcp.Required())),
-		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return mcp.NewToolResultText(req.GetString("message", "")), nil
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			msg := req.GetString("message", "")
+			if msg == "{authorization}" { // a careless upstream: it echoes the credential it got
+				msg, _ = ctx.Value(authKey{}).(string)
+			}
+			return mcp.NewToolResultText(msg), nil
 		})
 	s.AddTool(mcp.NewTool("add", mcp.WithNumber("a"), mcp.WithNumber("b")),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -70,7 +74,10 @@ func newUpstreamServer() *server.MCPServer {
 func startHTTPUpstream(t testing.TB, addr string) *httpUpstream {
 	t.Helper()
 	u := &httpUpstream{}
-	mcpSrv := server.NewStreamableHTTPServer(newUpstreamServer(), server.WithStateful(true))
+	mcpSrv := server.NewStreamableHTTPServer(newUpstreamServer(), server.WithStateful(true),
+		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
+			return context.WithValue(ctx, authKey{}, r.Header.Get("Authorization"))
+		}))
 	ln, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -158,12 +165,16 @@ func startGatewayWith(t testing.TB, policyDir string, with func(*Options), ups .
 	if with != nil {
 		with(&opts)
 	}
+	for _, v := range opts.Credentials.Values() {
+		sandboxReads.Secret(v)
+	}
 	gw, err := New(opts)
 	require.NoError(t, err)
 	gw.Start(ctx)
 	h.gw = gw
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	ln = sandboxReads.Listener(t.Name(), ln)
 	h.addr = ln.Addr().String()
 	sctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)

@@ -39,6 +39,9 @@ func failureCode(err error) string {
 	if errors.As(err, &ie) {
 		return ie.code
 	}
+	if code := boundCode(err); code != "" {
+		return code
+	}
 	return call.CodeUpstreamError
 }
 

@@ -64,8 +64,12 @@ func classify(ctx context.Context, err error, timedOut bool, rp *reply) outcome 
 
 type replyKey struct{}
 
-// reply is what HTTP answered to a call's requests: the last response status, 0 for none.
-type reply struct{ status atomic.Int32 }
+// reply is what HTTP answered to a call's requests: the last response status, 0 for none, and
+// the bound or coding its answer was refused for (bounds.go).
+type reply struct {
+	status atomic.Int32
+	bound  atomic.Pointer[error]
+}
 
 func withReply(ctx context.Context) (context.Context, *reply) {
 	rp := &reply{}

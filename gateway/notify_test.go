@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/sse"
 )
 
 // startChattyUpstream serves an mcp-go upstream whose tool "chatty" sends n log messages and n
@@ -40,7 +40,7 @@ func startChattyUpstream(t testing.TB, n int) string {
 					map[string]any{"progressToken": token, "progress": i + 1, "total": n})
 			}
 		}
-		return mcp.NewToolResultText("done"), nil
+		return mcp.NewToolResultText("done" + req.GetString("then", "")), nil
 	})
 	srv := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true),
 		server.WithEventStore(server.NewInMemoryEventStore()))) // mcp-go orders notifications before the result only with one
@@ -119,29 +119,22 @@ func TestSandboxResumesAStreamWithLastEventID(t *testing.T) {
 
 type sseEvent struct{ id, data string }
 
-// sseEvents reads an SSE response until it ends or carries a JSON-RPC response.
+// sseEvents reads an SSE response (internal/sse) until it ends or carries a JSON-RPC response.
 func sseEvents(t *testing.T, resp *http.Response) []sseEvent {
 	t.Helper()
 	defer resp.Body.Close()
 	var out []sseEvent
-	var cur sseEvent
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "id:"):
-			cur.id = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
-		case strings.HasPrefix(line, "data:"):
-			cur.data += strings.TrimSpace(strings.TrimPrefix(line, "data:"))
-		case line == "" && (cur.id != "" || cur.data != ""):
-			out = append(out, cur)
-			if strings.Contains(cur.data, `"result"`) {
-				return out
-			}
-			cur = sseEvent{}
+	rd := sse.NewReader(resp.Body, 1<<20)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			return out
+		}
+		out = append(out, sseEvent{id: ev.ID, data: string(ev.Data)})
+		if strings.Contains(string(ev.Data), `"result"`) {
+			return out
 		}
 	}
-	return out
 }
 
 // TestConcurrentCallsEachGetTheirOwnLogMessages: log messages name no request, so on a shared

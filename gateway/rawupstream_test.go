@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/internal/sse"
 )
 
 // rawUpstream is a hand-written Streamable HTTP MCP server (legacy protocol, JSON responses;
@@ -254,12 +255,13 @@ func (s *rawSession) callStream(method string, params any) (json.RawMessage, []r
 	}
 	var msgs [][]byte
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:")); ok && len(bytes.TrimSpace(d)) > 0 {
-				msgs = append(msgs, bytes.Clone(bytes.TrimSpace(d)))
+		rd := sse.NewReader(resp.Body, 4<<20)
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				break
 			}
+			msgs = append(msgs, bytes.Clone(ev.Data))
 		}
 	} else {
 		b, err := io.ReadAll(resp.Body)

@@ -20,6 +20,7 @@ import (
 	"github.com/sandgate/sandgate/internal/breaker"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/respguard"
 )
 
 // Backoff bounds for reconnecting to an upstream that is down.
@@ -76,6 +77,8 @@ type upstream struct {
 	hooks upstreamHooks
 	log   *slog.Logger
 	idle  time.Duration // a per-sandbox session unused this long is closed
+
+	guard *respguard.Source // what the errors a sandbox reads are scrubbed of
 
 	pool sandboxSessions
 	brk  *breaker.Breaker // calls' transport failures and timeouts (isolation.go)
@@ -313,8 +316,13 @@ func (u *upstream) listen(ctx context.Context, cli *client.Client) {
 func (u *upstream) dial(ctx context.Context, version string, h connHooks) (*client.Client, error) {
 	var tr transport.Interface
 	if u.cfg.IsStdio() {
-		tr = transport.NewStdioWithOptions(u.cfg.Command, nil, u.cfg.Args,
-			transport.WithCommandFunc(u.command), transport.WithCommandLogger(u.log))
+		s, err := newBoundedStdio(func(ctx context.Context) (*exec.Cmd, error) {
+			return u.command(ctx, u.cfg.Command, nil, u.cfg.Args)
+		}, u.cfg.MaxMessageBytes)
+		if err != nil {
+			return nil, err
+		}
+		tr = s
 	} else {
 		t, err := transport.NewStreamableHTTP(u.cfg.URL,
 			transport.WithHTTPBasicClient(u.http),

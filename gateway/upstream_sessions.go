@@ -248,6 +248,9 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 		cctx, cancel := context.WithTimeout(withConnHooks(ctx, u.hooks.conn(u, l.sid)), u.cfg.CallTimeout.D())
 		cctx, rp := withReply(cctx)
 		res, err := f(cctx, l.cli)
+		if err != nil {
+			err = boundFailure(err, rp, l.cli.GetTransport())
+		}
 		timedOut := cctx.Err() != nil
 		cancel()
 		o = classify(ctx, err, timedOut, rp)

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -19,6 +18,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/internal/jsonenc"
+	"github.com/sandgate/sandgate/internal/respguard"
+	"github.com/sandgate/sandgate/internal/sse"
 )
 
 // upstreamHTTP is mcp-go's Streamable HTTP client transport with the requests of a 2026-07-28
@@ -36,6 +37,9 @@ type upstreamHTTP struct {
 	http    *http.Client
 	headers func(context.Context) map[string]string
 	log     *slog.Logger
+	// maxMessage bounds one event of a response stream (max_message_bytes); the transport
+	// bounds the bodies it reads too (bounds.go).
+	maxMessage int
 
 	version atomic.Pointer[string]
 	notify  atomic.Pointer[func(mcp.JSONRPCNotification)]
@@ -50,7 +54,7 @@ type upstreamHTTP struct {
 func newUpstreamHTTP(t *transport.StreamableHTTP, u *upstream) *upstreamHTTP {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &upstreamHTTP{StreamableHTTP: t, url: u.cfg.URL, http: u.http, headers: u.headers, log: u.log,
-		closed: ctx, close: cancel}
+		maxMessage: int(u.cfg.MaxMessageBytes), closed: ctx, close: cancel}
 }
 
 func (t *upstreamHTTP) SetProtocolVersion(v string) {
@@ -177,7 +181,7 @@ func refused(resp *http.Response) (*transport.JSONRPCResponse, error) {
 // by the client's handler, and the first response ends the request.
 func (t *upstreamHTTP) readStream(ctx context.Context, version string, body io.Reader) (*transport.JSONRPCResponse, error) {
 	var res *transport.JSONRPCResponse
-	err := readEvents(body, func(data []byte) bool {
+	err := readEvents(body, t.maxMessage, func(data []byte) bool {
 		m, err := decodeMessage(data)
 		switch {
 		case err != nil:
@@ -248,46 +252,26 @@ func (t *upstreamHTTP) answer(ctx context.Context, version string, data []byte) 
 	resp.Body.Close()
 }
 
-// readEvents calls handle with the data of each server-sent event of body until handle
-// returns false or body ends; event types, ids and retry fields are read past (a
-// 2026-07-28 response stream is not resumed).
-func readEvents(body io.Reader, handle func(data []byte) bool) error {
-	br := bufio.NewReader(body)
-	var data []byte
+// readEvents calls handle with the data of each server-sent event of body (internal/sse, each
+// event at most max bytes) until handle returns false or body ends; event types, ids and
+// retry fields are read past (a 2026-07-28 response stream is not resumed). An event the
+// stream ends inside is still handled, as mcp-go's reader does.
+func readEvents(body io.Reader, max int, handle func(data []byte) bool) error {
+	rd := sse.NewReader(body, max)
+	rd.Lenient = true
 	for {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) { // a long line: ReadSlice's buffer is reused
-			first := append([]byte(nil), line...)
-			var rest []byte
-			rest, err = br.ReadBytes('\n')
-			line = append(first, rest...)
-		}
-		if err == io.EOF && len(line) > 0 {
-			err = nil // the last line, without its newline
+		ev, err := rd.Next()
+		if err == io.EOF {
+			return nil
 		}
 		if err != nil {
-			if err == io.EOF {
-				if len(data) > 0 {
-					handle(data)
-				}
-				return nil
+			if errors.Is(err, sse.ErrTooLarge) {
+				return fmt.Errorf("%w: an event over %d bytes", respguard.ErrTooLarge, max)
 			}
 			return err
 		}
-		line = bytes.TrimRight(line, "\r\n")
-		if len(line) == 0 {
-			if len(data) > 0 && !handle(data) {
-				return nil
-			}
-			data = data[:0]
-			continue
-		}
-		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			v = bytes.TrimPrefix(v, []byte(" "))
-			if len(data) > 0 {
-				data = append(data, '\n')
-			}
-			data = append(data, v...)
+		if len(ev.Data) > 0 && !handle(ev.Data) {
+			return nil
 		}
 	}
 }

@@ -64,7 +64,7 @@ func toolCall(id string) transport.JSONRPCRequest {
 		Params: json.RawMessage(`{"name":"echo","arguments":{"n":9007199254740993,"html":"<b>&"}}`), Header: h}
 }
 
-func sse(w http.ResponseWriter, body string) {
+func sseBody(w http.ResponseWriter, body string) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	_, _ = io.WriteString(w, body)
 }
@@ -109,7 +109,7 @@ func TestUpstreamHTTPReadsEveryStreamShape(t *testing.T) {
 	}
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
-			tr, _ := newModernTransport(t, func(w http.ResponseWriter, r *http.Request) { sse(w, body) })
+			tr, _ := newModernTransport(t, func(w http.ResponseWriter, r *http.Request) { sseBody(w, body) })
 			var seen []float64
 			tr.SetNotificationHandler(func(n mcp.JSONRPCNotification) {
 				seen = append(seen, n.Params.AdditionalFields["progress"].(float64))
@@ -124,7 +124,7 @@ func TestUpstreamHTTPReadsEveryStreamShape(t *testing.T) {
 
 func TestUpstreamHTTPStreamWithoutAResponse(t *testing.T) {
 	tr, _ := newModernTransport(t, func(w http.ResponseWriter, r *http.Request) {
-		sse(w, "id: ev-1\nretry: 10\ndata: \n\n")
+		sseBody(w, "id: ev-1\nretry: 10\ndata: \n\n")
 	})
 	_, err := tr.SendRequest(t.Context(), toolCall("sg-1"))
 	require.EqualError(t, err, "unexpected nil response", "2026-07-28 streams are not resumed")
@@ -204,7 +204,7 @@ func TestUpstreamHTTPAnswersAServerRequest(t *testing.T) {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		sse(w, `data: {"jsonrpc":"2.0","id":7,"method":"roots/list"}`+"\n\n"+
+		sseBody(w, `data: {"jsonrpc":"2.0","id":7,"method":"roots/list"}`+"\n\n"+
 			`data: {"jsonrpc":"2.0","id":"sg-1","result":{"content":[]}}`+"\n\n")
 	})
 	tr.SetRequestHandler(func(_ context.Context, req transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {

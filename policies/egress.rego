@@ -22,6 +22,18 @@ host_allowed if {
 	input.http.host in data.providers[p].hosts
 }
 
+# An HTTP request to a listed host (not a model provider's) goes to one of its ports: those
+# data.templates[T].ports lists for the host, else 80 (plain HTTP) and 443. The input does not
+# say whether a request came as plain HTTP or inside an intercepted tunnel, whose CONNECT the
+# proxy opens only to a configured host:port (443 by default); 443 is that port, which reaches
+# nothing CONNECT does not. Any other port (an admin or database port on the same host) must
+# be listed.
+request_ports := template.ports[input.http.host]
+
+default request_ports := [80, 443]
+
+port_allowed if input.http.port in request_ports
+
 models := template.models[provider]
 
 # A tunnel or interception is opened only to a host the template may reach.
@@ -62,9 +74,17 @@ request_decision := {
 } else := {"allow": true, "reason": "host allowed for template", "code": "host_allowed"} if {
 	not provider
 	host_allowed
+	port_allowed
 } else := request_denial
 
 request_denial := {
+	"allow": false,
+	"reason": sprintf("port %d of host %q is not allowed for template %q (allowed: %s; list others under ports)", [input.http.port, input.http.host, input.identity.template, concat(", ", [sprintf("%d", [p]) | some p in request_ports])]),
+	"code": "port_not_allowed",
+} if {
+	not provider
+	host_allowed
+} else := {
 	"allow": false,
 	"reason": sprintf("host %q is not allowed for template %q", [input.http.host, input.identity.template]),
 	"code": "host_not_allowed",

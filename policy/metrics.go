@@ -8,14 +8,28 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
+
+// maxPolicyCodes bounds the distinct codes the decision metrics label by: a policy chooses its
+// codes (and could build one from its input), and each value is a series for the life of the
+// process. Past the bound, and for a code not shaped like one, the label is "other".
+const maxPolicyCodes = 256
+
+// newCodeLabels is the code label of the policy metrics: the engine's own codes and up to
+// maxPolicyCodes of a policy's.
+func newCodeLabels() *telemetry.LabelSet {
+	return telemetry.NewLabelSet(maxPolicyCodes, CodeNoPolicy, CodeEvalError, CodeUndefined, CodeBadResult,
+		CodeInputError, CodePolicyAllow, CodePolicyDeny)
+}
 
 // WithMeterProvider records decisions (by kind, allow and code), evaluation time, reload results
 // and failures (by reason), whether hot reload is degraded, and the age of the serving revision.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(e *Engine) {
 		m := mp.Meter("github.com/sandgate/sandgate/policy")
-		e.metrics = &engineMetrics{}
+		e.metrics = &engineMetrics{codes: newCodeLabels()}
 		// Counted in an atomic per series and read at collection, like the cache lookups below:
 		// the SDK counter's Add normalised and looked up the attribute set on every decision,
 		// beside the histogram's Record that must stay.
@@ -86,8 +100,9 @@ type engineMetrics struct {
 	// Decision cache lookups, by result.
 	cacheHits, cacheMisses atomic.Int64
 	// series holds the decisions by kind, code and allow (attrKey → *decisionSeries); small and
-	// bounded, as the kinds and reason codes are.
+	// bounded, as the kinds and the code labels are.
 	series sync.Map
+	codes  *telemetry.LabelSet
 }
 
 type attrKey struct {
@@ -117,7 +132,7 @@ func (m *engineMetrics) record(ctx context.Context, kind string, d *Decision, st
 	if m == nil {
 		return
 	}
-	s := m.seriesOf(attrKey{kind, d.Code, d.Allow})
+	s := m.seriesOf(attrKey{kind, m.codes.Value(d.Code), d.Allow})
 	s.count.Add(1)
 	m.evalTime.Record(ctx, time.Since(start).Seconds(), s.record...)
 }

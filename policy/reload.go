@@ -128,6 +128,7 @@ func (e *Engine) settle(prev, rev *revision, err error, reason, reading string) 
 		res.Revision, res.Changed = rev.id, true
 	}
 	e.stateMu.Lock()
+	failed := e.state.reloadErr != nil
 	e.state.reading, e.state.reloadErr = reading, err
 	if err == nil {
 		e.state.lastSuccess = now
@@ -143,6 +144,10 @@ func (e *Engine) settle(prev, rev *revision, err error, reason, reading string) 
 			old = prev.id
 		}
 		e.log.Info("policy loaded", "dir", e.dir, "revision", rev.id, "previous", old, "files", len(rev.files))
+	case failed:
+		// The folder is back to what serves (the broken file removed): nothing to load, but
+		// the failure logged before is over.
+		e.log.Info("policy reload recovered; the folder holds the serving revision again", "dir", e.dir, "revision", res.Revision)
 	}
 	e.metrics.reloaded(res)
 	if e.onReload != nil {

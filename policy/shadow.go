@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/sandgate/sandgate/internal/telemetry"
 )
 
 // ShadowPath is the path of a shadow decision in the decision log; replay and
@@ -52,6 +54,7 @@ type Shadow struct {
 
 type shadowMetrics struct {
 	divergences, dropped, late metric.Int64Counter
+	codes                      *telemetry.LabelSet
 }
 
 // ShadowDecision is what the shadow policy decided where it differs from the enforced policy.
@@ -95,6 +98,7 @@ func NewShadow(engine *Engine, cfg ShadowConfig) *Shadow {
 	}
 	s := &Shadow{engine: engine, cfg: cfg, queue: make(chan *ShadowPending, cfg.QueueSize)}
 	m := cfg.Meters.Meter("github.com/sandgate/sandgate/policy")
+	s.metrics.codes = newCodeLabels()
 	s.metrics.divergences, _ = m.Int64Counter("sandgate.policy.shadow.divergences",
 		metric.WithDescription("Shadow policy decisions that differ from the enforced one, by kind, shadow allow and shadow code."))
 	s.metrics.dropped, _ = m.Int64Counter("sandgate.policy.shadow.dropped",
@@ -150,7 +154,7 @@ func (s *Shadow) evaluate(ctx context.Context, p *ShadowPending) {
 		p.result = &ShadowDecision{Allow: d.Allow, Reason: d.Reason, Code: d.Code, Revision: d.Revision}
 		s.diverged.Add(1)
 		s.metrics.divergences.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(p.in.Kind)),
-			attribute.Bool("allow", d.Allow), attribute.String("code", d.Code)))
+			attribute.Bool("allow", d.Allow), attribute.String("code", s.metrics.codes.Value(d.Code))))
 		if s.cfg.Decisions != nil {
 			s.cfg.Decisions.record(p.id, ShadowPath, &p.in, d)
 		}

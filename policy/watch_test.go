@@ -324,6 +324,30 @@ func TestReloadFailureIsVisible(t *testing.T) {
 	assert.Empty(t, w.Status().Problem())
 }
 
+// Removing the file that broke a reload brings back exactly the serving revision: nothing new is
+// compiled, but the engine is no longer degraded, and the log says so (the failure was logged;
+// an operator watching the log must see it end).
+func TestRecoveryToTheServingRevisionIsLogged(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeFiles(t, dir, versionPolicy(0))
+	var logs syncBuffer
+	e, err := policy.New(ctx, dir, policy.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	require.NoError(t, err)
+	good := e.Revision()
+
+	writeFiles(t, dir, map[string]string{"broken.rego": "package sandgate\n\ndecision := {\"allow\": \n"})
+	require.Error(t, e.Reload(ctx))
+	require.True(t, e.Status().Degraded())
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "broken.rego")))
+	require.NoError(t, e.Reload(ctx))
+	assert.False(t, e.Status().Degraded())
+	assert.Equal(t, good, e.Revision())
+	assert.Contains(t, logs.String(), "policy reload recovered")
+	assert.Contains(t, logs.String(), "revision="+good)
+}
+
 // metricValues are the policy metrics by name (and "/key=value" for one attribute).
 type metricValues struct {
 	counter map[string]int64

@@ -85,7 +85,7 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 func refusalResponse(r *http.Request, rf *call.Refusal) *http.Response {
 	b := refusalBody(rf, false)
 	status := rf.Status()
-	h := http.Header{"Content-Type": {"application/json"}}
+	h := http.Header{"Content-Type": {"application/json"}, "Proxy-Status": {proxyStatus(rf)}}
 	if rf.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(rf.RetryAfter.Seconds()))))
 	}

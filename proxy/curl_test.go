@@ -23,7 +23,7 @@ func (h *harness) curl(t *testing.T, from string, args ...string) (status string
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	sandboxReads.add(t.Name()+" (curl)", out)
+	sandboxReads.Add(t.Name()+" (curl)", out)
 	require.NoError(t, err, "curl: %s", stderr.String())
 	head, b, _ := strings.Cut(string(out), "\r\n\r\n")
 	// curl prints the CONNECT response head first.

@@ -73,8 +73,11 @@ type DialGuard struct {
 	dial     DialFunc
 	denied   []netip.Prefix
 	allowed  []netip.Prefix // allowed_cidrs: registry blocks the operator opens on purpose
-	timeout  time.Duration
-	onDeny   func(DenyReason)
+	// connectTo (proxy.connect_to) dials these destinations at the operator's address instead
+	// of resolving them.
+	connectTo map[hostport.Addr]netip.AddrPort
+	timeout   time.Duration
+	onDeny    func(DenyReason)
 }
 
 // DialError is a destination the guard refused (Reason set) or could not reach (Err set).
@@ -86,13 +89,22 @@ type DialError struct {
 }
 
 func (e *DialError) Error() string {
-	if e.Reason != "" {
-		if e.Addr.IsValid() {
-			return fmt.Sprintf("destination %s (%s) denied: %s", e.Dest, e.Addr, e.Reason)
-		}
+	switch {
+	case e.Reason == DenyResolve || e.Reason == DenyNoAddress:
+		// Not a denial: the name did not resolve. Err says which name and why.
+		return e.Err.Error()
+	case e.Reason != "" && e.Addr.IsValid():
+		return fmt.Sprintf("destination %s (%s) denied: %s", e.Dest, e.Addr, e.Reason)
+	case e.Reason != "":
 		return fmt.Sprintf("destination %s denied: %s", e.Dest, e.Reason)
 	}
-	return fmt.Sprintf("dial %s: %v", e.Dest, e.Err)
+	// The dialer's own "dial tcp 127.0.0.1:443: " would repeat what Dest says.
+	cause := e.Err
+	var op *net.OpError
+	if errors.As(cause, &op) && op.Op == "dial" && op.Err != nil {
+		cause = op.Err
+	}
+	return fmt.Sprintf("dial %s: %v", e.Dest, cause)
 }
 
 func (e *DialError) Unwrap() error { return e.Err }
@@ -183,6 +195,9 @@ func (g *DialGuard) lifts(r DenyReason, addr netip.Addr, block netip.Prefix, all
 func (g *DialGuard) Dial(ctx context.Context, dst hostport.Addr, allowPrivate bool) (net.Conn, netip.AddrPort, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
+	if to, ok := g.connectTo[dst]; ok {
+		return g.dialConnectTo(ctx, dst, to)
+	}
 	addrs, err := g.resolve(ctx, dst, allowPrivate)
 	if err != nil {
 		return nil, netip.AddrPort{}, err
@@ -197,6 +212,24 @@ func (g *DialGuard) Dial(ctx context.Context, dst hostport.Addr, allowPrivate bo
 		last = err
 	}
 	return nil, netip.AddrPort{}, &DialError{Dest: dst.String(), Err: last}
+}
+
+// dialConnectTo dials dst at the address proxy.connect_to names for it. The operator chose that
+// address, as a route's allow_private chooses a private upstream, so it is classified with
+// allow_private: metadata and the other never-lifted reasons still refuse it.
+func (g *DialGuard) dialConnectTo(ctx context.Context, dst hostport.Addr, to netip.AddrPort) (net.Conn, netip.AddrPort, error) {
+	dest := dst.String() + " via connect_to " + to.String()
+	if r := g.Classify(to.Addr(), true); r != "" {
+		if g.onDeny != nil {
+			g.onDeny(r)
+		}
+		return nil, netip.AddrPort{}, &DialError{Dest: dest, Addr: to.Addr(), Reason: r}
+	}
+	c, err := g.dial(ctx, "tcp", to.String())
+	if err != nil {
+		return nil, netip.AddrPort{}, &DialError{Dest: dest, Err: err}
+	}
+	return c, to, nil
 }
 
 // resolve returns the checked addresses of dst.
@@ -218,7 +251,7 @@ func (g *DialGuard) resolve(ctx context.Context, dst hostport.Addr, allowPrivate
 		addrs = found
 	}
 	if len(addrs) == 0 {
-		return nil, deny(netip.Addr{}, DenyNoAddress, nil)
+		return nil, deny(netip.Addr{}, DenyNoAddress, fmt.Errorf("resolve %s: no address", dst.Host))
 	}
 	for i, a := range addrs {
 		addrs[i] = a.Unmap().WithZone("")

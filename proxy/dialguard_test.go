@@ -220,3 +220,57 @@ type mapResolver map[string][]netip.Addr
 func (m mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
 	return m[host], nil
 }
+
+// proxy.connect_to dials a destination at the operator's address without resolving its name: a
+// loopback address is dialed (the operator chose it), a metadata address never is, and every
+// other destination is resolved as usual.
+func TestConnectToDialsTheOperatorsAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	standIn := netip.MustParseAddrPort(ln.Addr().String())
+	var dialed []string
+	g := &DialGuard{
+		resolver: mapResolver{"other.test": {netip.MustParseAddr("127.0.0.1")}},
+		dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dialed = append(dialed, addr)
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+		connectTo: map[hostport.Addr]netip.AddrPort{
+			{Host: "api.anthropic.com", Port: 443}: standIn,
+			{Host: "metadata.test", Port: 80}:      netip.MustParseAddrPort("169.254.169.254:80"),
+		},
+		timeout: 5 * time.Second,
+	}
+
+	c, ap, err := g.Dial(context.Background(), hostport.Addr{Host: "api.anthropic.com", Port: 443}, false)
+	require.NoError(t, err, "a loopback connect_to address is dialed without allow_private")
+	_ = c.Close()
+	assert.Equal(t, standIn, ap)
+	assert.Equal(t, []string{standIn.String()}, dialed)
+
+	dialed = nil
+	_, _, err = g.Dial(context.Background(), hostport.Addr{Host: "metadata.test", Port: 80}, true)
+	r, ok := Denied(err)
+	require.True(t, ok, "want a refusal, got %v", err)
+	assert.Equal(t, DenyMetadata, r)
+	assert.Empty(t, dialed)
+
+	_, _, err = g.Dial(context.Background(), hostport.Addr{Host: "api.anthropic.com", Port: 8443}, false)
+	r, _ = Denied(err)
+	assert.Equal(t, DenyNoAddress, r, "another port of the name is not redirected: it is resolved (here to nothing)")
+
+	_, _, err = g.Dial(context.Background(), hostport.Addr{Host: "other.test", Port: int(standIn.Port())}, false)
+	r, _ = Denied(err)
+	assert.Equal(t, DenyLoopback, r, "other names are resolved and checked as before")
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )
@@ -43,9 +44,9 @@ type exchange struct {
 	spent   string // the limit code that ends a streamed response after its current event
 	status  int
 	// echoed is set when a credential was removed from the response; truncated when the
-	// upstream's response ended before it was complete (set from the transport's goroutines
-	// too: 1xx responses arrive on them).
-	echoed, truncated atomic.Bool
+	// upstream's response ended before it was complete; tooLarge when its decoding went over
+	// its bound (set from the transport's goroutines too: 1xx responses arrive on them).
+	echoed, truncated, tooLarge atomic.Bool
 }
 
 type exchangeKey struct{}
@@ -100,6 +101,7 @@ func writeRefusal(w http.ResponseWriter, rf *call.Refusal, openAI bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Proxy-Status", proxyStatus(rf))
 	if rf.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(rf.RetryAfter.Seconds()))))
 	}
@@ -117,6 +119,9 @@ func (x *exchange) finish() {
 	x.c.Event.Outcome.Status = x.status
 	if x.truncated.Load() {
 		rf := call.Refuse(call.CodeUpstreamTruncated, "the upstream's response ended before it was complete")
+		if x.tooLarge.Load() {
+			rf = call.Refuse(call.CodeUpstreamTooLarge, "the upstream's response decoded past its bound")
+		}
 		x.c.Event.Outcome.Status, x.c.Event.Outcome.Error = rf.Status(), rf.Code
 	}
 	x.c.Event.Outcome.CredentialEchoed = x.echoed.Load()
@@ -322,10 +327,17 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 			delete(out.Header, k)
 		}
 	}
-	if x.up.api != config.APINone || x.up.cred != nil {
+	if x.reads() {
 		// Usage is read from the body, and an echoed credential can only be found in a body
-		// that is not compressed: the transport then asks for gzip itself and decompresses.
+		// that is not compressed: the transport then asks for gzip itself and decompresses, and
+		// modifyResponse decodes whatever else the upstream sends (or refuses it).
 		out.Header.Del("Accept-Encoding")
+	}
+	if x.up.cred != nil {
+		// No piece of a response to a credentialed request: a sandbox asking for many small
+		// ranges of an echo could assemble a credential from pieces no scan can see whole.
+		out.Header.Del("Range")
+		out.Header.Del("If-Range")
 	}
 	if span := x.c.Span(); span.SpanContext().IsValid() {
 		propagation.TraceContext{}.Inject(trace.ContextWithSpan(pr.Out.Context(), span), propagation.HeaderCarrier(out.Header))
@@ -335,24 +347,39 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
+// reads reports whether Sandgate reads the exchange's response bodies: a model API's (usage)
+// and any that answers an injected credential (scrubbing). Their content codings are decoded
+// or the response refused.
+func (x *exchange) reads() bool { return x.up.api != config.APINone || x.up.cred != nil }
+
+// errPartial refuses a partial response to a credentialed request (upstream_partial).
+var errPartial = errors.New("partial response to a request that carried a credential")
+
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := exchangeFrom(resp.Request.Context())
-	set := p.scrub.current()
-	if set.scrubHeader(resp.Header) {
+	set := p.scrub.Current()
+	if set.ScrubHeader(resp.Header) {
 		x.credentialEchoed()
+	}
+	if x.up.cred != nil && (resp.StatusCode == http.StatusPartialContent || resp.Header.Get("Content-Range") != "") {
+		return errPartial
+	}
+	if x.reads() {
+		if err := respguard.Decode(resp); err != nil {
+			return err
+		}
 	}
 	if x.up.api != config.APINone {
 		x.usage = NewUsageParser(resp.Header.Get("Content-Type"))
 	}
 	end := newStreamEnd(resp.Header.Get("Content-Type"), x.up.api)
-	if end != nil {
+	if end != nil || resp.Uncompressed {
 		// A stream goes to the sandbox chunked, so that a cut one ends without the terminator
-		// instead of as a complete body of the declared length.
+		// instead of as a complete body of the declared length; so does a decoded body.
 		resp.Header.Del("Content-Length")
 		resp.ContentLength = -1
 	}
-	body := &scrubBody{src: resp.Body, resp: resp, set: set, onHit: x.credentialEchoed}
-	resp.Body = &countingBody{ReadCloser: body, x: x, lineEmpty: true, ctx: resp.Request.Context(), end: end}
+	resp.Body = &countingBody{ReadCloser: newScrubBody(resp, set, x.credentialEchoed), x: x, ctx: resp.Request.Context(), end: end}
 	return nil
 }
 
@@ -375,17 +402,31 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 }
 
 // upstreamRefusal classifies an upstream error: a dial-guard denial keeps the guard's reason
-// code; resolution failures, dial failures and timeouts are upstream errors with the cause.
+// code; resolution failures, dial failures and timeouts are upstream errors with the cause. A
+// name that does not resolve or a dial that fails is "upstream unreachable (resolve NAME: …)" or
+// "(dial HOST:PORT: …)", never a denial: no policy was involved.
 func upstreamRefusal(err error) *call.Refusal {
 	var de *DialError
-	if errors.As(err, &de) && de.Reason != "" {
-		if de.Reason == DenyResolve || de.Reason == DenyNoAddress {
-			return call.Refuse(string(de.Reason), "%v", err)
+	if errors.As(err, &de) {
+		switch de.Reason {
+		case "":
+			code := call.CodeUpstreamError
+			if errors.Is(err, context.DeadlineExceeded) {
+				code = call.CodeUpstreamTimeout
+			}
+			return call.Refuse(code, "upstream unreachable (%v)", de)
+		case DenyResolve, DenyNoAddress:
+			return call.Refuse(string(de.Reason), "upstream unreachable (%v)", de)
 		}
 		return call.Refuse(string(de.Reason), "destination denied by dial guard: %s", de.Reason)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		return call.Refuse(call.CodeUpstreamTimeout, "upstream did not answer in time")
+	case errors.Is(err, respguard.ErrEncoding):
+		return call.Refuse(call.CodeUpstreamEncoding, "%v", err)
+	case errors.Is(err, errPartial):
+		return call.Refuse(call.CodeUpstreamPartial, "the upstream answered with part of a response, which is not passed on where a credential was sent")
 	}
 	return call.Refuse(call.CodeUpstreamError, "upstream unavailable: %v", err)
 }
@@ -402,18 +443,17 @@ func (c *countingReader) Read(b []byte) (int, error) {
 }
 
 // countingBody counts the response bytes and feeds them to the usage parser as they pass. A
-// streamed (SSE) model response is charged to the caller's token budget line by line as usage
+// streamed (SSE) model response is charged to the caller's token budget event by event as usage
 // appears in it; once the budget is spent the body ends (io.EOF) at the end of that event.
 //
 // It also watches how the upstream's body ends: a read error or an SSE stream cut before its
 // end marks the exchange truncated (upstreamEnd).
 type countingBody struct {
 	io.ReadCloser
-	x         *exchange
-	ctx       context.Context // the sandbox's request
-	end       *streamEnd      // nil unless SSE
-	lineEmpty bool            // the SSE line being read has no content yet
-	ended     bool
+	x     *exchange
+	ctx   context.Context // the sandbox's request
+	end   *streamEnd      // nil unless SSE
+	ended bool
 }
 
 func (c *countingBody) Read(b []byte) (int, error) {
@@ -441,32 +481,22 @@ func (c *countingBody) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// feedSSE feeds p to the usage parser a line at a time, charging new usage after each line, and
-// returns how much of p to pass on: all of it, or up to the blank line that ends the event in
-// which the budget was found spent.
+// feedSSE feeds p to the usage parser, charging new usage after each event, and returns how
+// much of p to pass on: all of it, or up to the end of the event in which the budget was found
+// spent.
 func (c *countingBody) feedSSE(p []byte) int {
 	off := 0
 	for off < len(p) {
-		i := bytes.IndexByte(p[off:], '\n')
-		if i < 0 {
-			_, _ = c.x.usage.Write(p[off:])
-			if len(bytes.TrimRight(p[off:], "\r")) > 0 {
-				c.lineEmpty = false
-			}
+		n, event := c.x.usage.feedEvent(p[off:])
+		off += n
+		if !event {
 			return len(p)
 		}
-		line := p[off : off+i+1]
-		_, _ = c.x.usage.Write(line)
-		off += i + 1
-		blank := c.lineEmpty && len(bytes.TrimRight(line[:len(line)-1], "\r")) == 0
-		c.lineEmpty = true
-		if blank && c.x.spent != "" {
+		c.x.chargeTokens()
+		if c.x.spent != "" {
 			c.ended = true
 			c.x.ev().Outcome.Error = c.x.spent
 			return off
-		}
-		if !blank && c.x.spent == "" {
-			c.x.chargeTokens()
 		}
 	}
 	return len(p)
@@ -497,7 +527,7 @@ type statusWriter struct {
 }
 
 func (s *statusWriter) WriteHeader(code int) {
-	if code < 200 && s.x.p.scrub.current().scrubHeader(s.ResponseWriter.Header()) {
+	if code < 200 && s.x.p.scrub.Current().ScrubHeader(s.ResponseWriter.Header()) {
 		s.x.credentialEchoed()
 	}
 	if s.status == 0 && code >= 200 {

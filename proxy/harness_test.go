@@ -277,7 +277,7 @@ proxy:
 		with(&po)
 	}
 	for _, v := range po.Credentials.Values() {
-		sandboxReads.secret(v)
+		sandboxReads.Secret(v)
 	}
 	h.p, err = New(po)
 	require.NoError(t, err)
@@ -335,7 +335,7 @@ func (h *harness) rawClient(t testing.TB, from string) (net.Conn, *bufio.Reader)
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
 	c, err := d.Dial("tcp", h.addr)
 	require.NoError(t, err)
-	c = sandboxReads.conn(t.Name(), c)
+	c = sandboxReads.Conn(t.Name(), c)
 	t.Cleanup(func() { _ = c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	return c, bufio.NewReader(c)

@@ -220,10 +220,10 @@ func TestUsageParser(t *testing.T) {
 	assert.Nil(t, NewUsageParser("text/html"))
 }
 
-func TestUsageParserSkipsOverlongLines(t *testing.T) {
+func TestUsageParserSkipsOverlongEvents(t *testing.T) {
 	p := NewUsageParser("text/event-stream")
-	_, _ = p.Write([]byte("data: " + strings.Repeat("x", maxUsageSSELine+10) + `"usage":{"input_tokens":999}` + "\n"))
-	_, _ = p.Write([]byte(`data: {"usage":{"input_tokens":1,"output_tokens":2}}` + "\n"))
+	_, _ = p.Write([]byte("data: " + strings.Repeat("x", maxUsageSSEEvent+10) + `"usage":{"input_tokens":999}` + "\n\n"))
+	_, _ = p.Write([]byte(`data: {"usage":{"input_tokens":1,"output_tokens":2}}` + "\n\n"))
 	assert.Equal(t, Usage{1, 2}, p.Usage())
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/httpconn"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/proxy/hostport"
 )
 
@@ -84,12 +85,16 @@ type Options struct {
 //     Proxy-Connection), Forwarded, X-Forwarded-*, X-Real-Ip, True-Client-Ip and Via. Then the
 //     route's or host's credential is set in its configured header and format. Sandgate adds
 //     no forwarding headers of its own.
-//   - No credential value reaches a sandbox (scrub.go): a response header, trailer or header of
-//     a forwarded 1xx response that contains one (or its base64) is removed, and the body is
-//     scanned as it streams and each occurrence overwritten with a marker of the same length;
-//     the event says credential_echoed. Hop-by-hop headers are removed. Redirects are passed
-//     to the sandbox, never followed. Accept-Encoding is dropped on every request that carries
-//     an injected credential, so its response is scanned uncompressed.
+//   - No credential value reaches a sandbox (scrub.go, internal/respguard): a response header,
+//     trailer or header of a forwarded 1xx response that contains one (raw, hex, base64, behind
+//     JSON or percent escapes) is removed, and the body is scanned as it streams and each
+//     occurrence overwritten with a marker of the same length (in an event stream also a value
+//     handed over in pieces); the event says credential_echoed. Hop-by-hop headers are
+//     removed. Redirects are passed to the sandbox, never followed. Accept-Encoding is dropped
+//     on every request that carries an injected credential, and its response is decoded (gzip,
+//     deflate, br, zstd, any stack) or refused (502, upstream_encoding); a decompression bomb is
+//     cut (upstream_too_large). Such a request loses Range and If-Range, and a partial
+//     response to it is refused (502, upstream_partial).
 //   - A response the upstream cut short (a body read error; an SSE stream that ends inside an
 //     event or, for a model API, before its final event) is aborted towards the sandbox (no
 //     chunked terminator; SSE goes chunked for this) and audited as upstream_truncated, 502.
@@ -124,7 +129,7 @@ type Proxy struct {
 	gp     *goproxy.ProxyHttpServer
 	m      *metrics
 	tracer trace.Tracer
-	scrub  *scrubber
+	scrub  *respguard.Source
 
 	mu      sync.Mutex
 	tunnels map[string]int
@@ -209,7 +214,19 @@ func New(o Options) (*Proxy, error) {
 // newDialGuard is the guard of every upstream dial, with the configured denied and allowed
 // CIDRs.
 func newDialGuard(o Options, cfg config.Proxy, m *metrics) (*DialGuard, error) {
-	g := &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied}
+	g := &DialGuard{resolver: o.Resolver, dial: o.Dial, timeout: cfg.Limits.DialTimeout.D(), onDeny: m.dialDenied,
+		connectTo: map[hostport.Addr]netip.AddrPort{}}
+	for dest, addr := range cfg.ConnectTo {
+		d, err := hostport.Parse(dest, 0)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.connect_to %s: %w", dest, err)
+		}
+		to, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("proxy.connect_to %s: %w", dest, err)
+		}
+		g.connectTo[d] = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
+	}
 	for _, s := range cfg.DeniedCIDRs {
 		pfx, err := netip.ParsePrefix(s)
 		if err != nil {

@@ -19,11 +19,12 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/respguard"
 )
 
 // standInPaths are the stand-in's careless endpoints: each sends the injected key back on one
 // channel, as debug endpoints and error pages do.
-var standInPaths = map[string]http.HandlerFunc{
+var standInPaths = withPaths(map[string]http.HandlerFunc{
 	"/echo/header": func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Debug-Auth", "seen "+r.Header.Get("X-Api-Key"))
 		_, _ = io.WriteString(w, "ok")
@@ -80,7 +81,7 @@ var standInPaths = map[string]http.HandlerFunc{
 		w.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler)
 	},
-}
+}, codingPaths)
 
 const alpha = "127.0.0.2"
 
@@ -162,7 +163,7 @@ func echoes(t *testing.T, reader *sdkmetric.ManualReader, route string) int64 {
 
 // keyForms are the credential as a sandbox must never see it: raw and base64 at every
 // alignment.
-func keyForms() []string { return append([]string{realKey}, base64Needles(realKey)...) }
+func keyForms() []string { return respguard.Forms(realKey) }
 
 func assertNoKey(t *testing.T, raw []byte) {
 	t.Helper()
@@ -175,7 +176,7 @@ func assertNoKey(t *testing.T, raw []byte) {
 // gets no byte of it, and the event and the metric say it happened.
 func TestEchoedCredentialNeverReachesTheSandbox(t *testing.T) {
 	h, reader := scrubHarness(t)
-	marker := func(n int) string { return (redactionMarker + strings.Repeat("*", n))[:n] }
+	marker := func(n int) string { return (respguard.Marker + strings.Repeat("*", n))[:n] }
 	channels := []struct {
 		name  string
 		path  string
@@ -200,7 +201,7 @@ func TestEchoedCredentialNeverReachesTheSandbox(t *testing.T) {
 			assert.Equal(t, strconv.Itoa(len(f.body)), f.final.Header.Get("Content-Length"))
 		}},
 		{"a base64 echo is overwritten", "/echo/base64", func(t *testing.T, f fetched) {
-			assert.Contains(t, f.body, redactionMarker[:8])
+			assert.Contains(t, f.body, respguard.Marker[:8])
 		}},
 		{"an SSE echo is overwritten and the stream ends cleanly", "/echo/sse", func(t *testing.T, f fetched) {
 			require.NoError(t, f.bodyErr)
@@ -248,5 +249,5 @@ func TestScrubbedSSEFlowsEventByEvent(t *testing.T) {
 	event, err := bufio.NewReader(resp.Body).ReadString('}')
 	require.NoError(t, err)
 	assert.Less(t, time.Since(start), 300*time.Millisecond, "the first event came without waiting for the second")
-	assert.Contains(t, event, redactionMarker)
+	assert.Contains(t, event, respguard.Marker)
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/respguard"
 )
 
 // chunks is a body that arrives in the given pieces, one per Read.
@@ -33,19 +36,24 @@ func (c *chunks) Read(p []byte) (int, error) {
 
 func (c *chunks) Close() error { return nil }
 
-func testSet(t *testing.T, values map[string]string, refs ...config.ProxyRoute) *secretSet {
+func testSet(t *testing.T, values map[string]string, refs ...config.ProxyRoute) *respguard.Needles {
 	t.Helper()
-	return newScrubber(credential.FromValues(values), config.Proxy{Routes: refs}).current()
+	return newScrubber(credential.FromValues(values), config.Proxy{Routes: refs}).Current()
+}
+
+// scrubbed is body through a scrubBody.
+func scrubbed(body io.Reader, set *respguard.Needles, onHit func()) *scrubBody {
+	return newScrubBody(&http.Response{Body: io.NopCloser(body), Header: http.Header{}}, set, onHit)
 }
 
 func TestScrubBody(t *testing.T) {
 	const key = "sk-test-abcdefgh1234"
 	set := testSet(t, map[string]string{"a": key, "short": "abc", "mid": "abcdef"},
 		config.ProxyRoute{Credential: &config.CredentialRef{Name: "a", Header: "Authorization", Format: "Basic user:{value}"}})
-	red := (redactionMarker + "***")[:len(key)]
+	red := (respguard.Marker + "***")[:len(key)]
 	read := func(parts []string, bufSize int) (string, bool) {
 		hit := false
-		b := &scrubBody{src: &chunks{parts: parts}, set: set, onHit: func() { hit = true }}
+		b := scrubbed(&chunks{parts: parts}, set, func() { hit = true })
 		var out bytes.Buffer
 		_, err := io.CopyBuffer(&out, struct{ io.Reader }{b}, make([]byte, bufSize))
 		require.NoError(t, err)
@@ -71,18 +79,18 @@ func TestScrubBody(t *testing.T) {
 		assert.False(t, hit)
 	})
 	t.Run("base64 of the value and of the rendered user:value, any alignment, either alphabet", func(t *testing.T) {
-		for _, n := range base64Needles(key) {
+		for _, n := range respguard.Base64Forms(key) {
 			got, hit := read([]string{"<" + n + ">"}, 64)
 			assert.True(t, hit, n)
 			assert.NotContains(t, got, n)
 		}
-		for _, n := range base64Needles("user:" + key) {
+		for _, n := range respguard.Base64Forms("user:" + key) {
 			got, _ := read([]string{n}, 64)
 			assert.NotContains(t, got, n)
 		}
 	})
 	t.Run("only a suffix that could begin a needle is held back", func(t *testing.T) {
-		b := &scrubBody{src: &chunks{parts: []string{"data: x\n\n", "data: sk-te", "st\n\n"}}, set: set, onHit: func() {}}
+		b := scrubbed(&chunks{parts: []string{"data: x\n\n", "data: sk-te", "st\n\n"}}, set, func() {})
 		p := make([]byte, 32<<10)
 		n, err := b.Read(p)
 		require.NoError(t, err)
@@ -92,27 +100,30 @@ func TestScrubBody(t *testing.T) {
 		assert.Equal(t, "data: ", string(p[:n]), "what could begin the key waits")
 	})
 	t.Run("headers: values of 4 bytes and more and their encodings", func(t *testing.T) {
-		h := http.Header{"A": {"x abcdef"}, "B": {"abc"}, "C": {"fine"}, "D": {base64Needles(key)[1]}}
-		assert.True(t, set.scrubHeader(h))
+		h := http.Header{"A": {"x abcdef"}, "B": {"abc"}, "C": {"fine"}, "D": {respguard.Base64Forms(key)[1]}}
+		assert.True(t, set.ScrubHeader(h))
 		assert.Equal(t, http.Header{"B": {"abc"}, "C": {"fine"}}, h)
 	})
 	t.Run("iotest: the scrubber is a well-behaved reader", func(t *testing.T) {
 		body := strings.Repeat("lorem ipsum ", 1000) + key
 		want := strings.Repeat("lorem ipsum ", 1000) + red
-		require.NoError(t, iotest.TestReader(&scrubBody{src: io.NopCloser(strings.NewReader(body)), set: set, onHit: func() {}}, []byte(want)))
+		require.NoError(t, iotest.TestReader(scrubbed(strings.NewReader(body), set, func() {}), []byte(want)))
 	})
 }
 
 // A rotated value applies to the next response.
 func TestScrubberFollowsRotation(t *testing.T) {
-	store := credential.FromValues(map[string]string{"a": "first-value-1234"})
+	file := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(file, []byte("first-value-1234"), 0o600))
+	store, err := credential.NewStore([]config.Credential{{Name: "a", File: file}}, nil, nil)
+	require.NoError(t, err)
 	s := newScrubber(store, config.Proxy{})
-	first := s.current()
-	assert.Same(t, first, s.current(), "unchanged values reuse the needles")
-	store2 := credential.FromValues(map[string]string{"a": "second-value-5678"})
-	s.store = store2
-	w := []byte("second-value-5678")
-	assert.True(t, s.current().redact(w))
+	first := s.Current()
+	assert.Same(t, first, s.Current(), "unchanged values reuse the needles")
+	require.NoError(t, os.WriteFile(file, []byte("second-value-5678"), 0o600))
+	store.Refresh()
+	assert.True(t, s.Current().Betrays([]byte("second-value-5678")))
+	assert.False(t, s.Current().Betrays([]byte("first-value-1234")))
 }
 
 // BenchmarkScrub is the scrubber's cost for one response: the needles for the store's values,
@@ -126,11 +137,11 @@ func BenchmarkScrub(b *testing.B) {
 			b.ReportAllocs()
 			buf := make([]byte, 32<<10)
 			for b.Loop() {
-				set := s.current()
+				set := s.Current()
 				h := http.Header{"Content-Type": {"text/event-stream"}, "Request-Id": {"req_0123456789"}, "Date": {"Mon, 30 Nov 2026 15:58:16 GMT"},
 					"Anthropic-Ratelimit-Requests-Remaining": {"999"}, "Cf-Ray": {"8f0a0b0c0d0e0f-AMS"}}
-				set.scrubHeader(h)
-				sb := &scrubBody{src: io.NopCloser(bytes.NewReader(body)), set: set, onHit: func() {}}
+				set.ScrubHeader(h)
+				sb := newScrubBody(&http.Response{Body: io.NopCloser(bytes.NewReader(body)), Header: h}, set, func() {})
 				for {
 					if _, err := sb.Read(buf); err != nil {
 						break

@@ -31,7 +31,7 @@ func TestAnthropicSDKThroughRoute(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	sandboxReads.add(t.Name()+" (node)", out)
+	sandboxReads.Add(t.Name()+" (node)", out)
 	require.NoError(t, err, "node: %s", stderr.String())
 	var got struct {
 		Text               string                                    `json:"text"`

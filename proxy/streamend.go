@@ -8,6 +8,8 @@ import (
 	"mime"
 
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/respguard"
+	"github.com/sandgate/sandgate/internal/sse"
 )
 
 // errTruncated ends a response body the upstream cut short without an error of its own: an SSE
@@ -17,25 +19,27 @@ import (
 // chunked terminator and the sandbox sees the cut instead of a clean end.
 var errTruncated = fmt.Errorf("upstream response truncated: %w", io.ErrUnexpectedEOF)
 
-// streamEnd follows an SSE response line by line to tell a complete stream from one the
-// upstream cut: complete means the stream ended after a whole event and, for a model API, after
-// the event that ends a response (terminalSSE). It keeps the first bytes of one line only.
+// streamEnd follows an SSE response (with internal/sse, as the sandbox reads it) to tell a
+// complete stream from one the upstream cut: complete means the stream ended after a whole
+// event and, for a model API, after the event that ends a response (terminal).
 type streamEnd struct {
 	model    bool
-	line     [48]byte
-	n        int  // length of the current line (the first len(line) bytes kept)
-	inEvent  bool // a field line was read since the last blank line
+	events   sse.Parser
 	terminal bool
 }
 
-// terminalSSE are the event names and data lines that end a model API's stream: Anthropic's
-// message_stop (or an error event), OpenAI Chat Completions' [DONE], OpenAI Responses' final
-// events.
-var terminalSSE = [][]byte{
-	[]byte("event: message_stop"), []byte("event: error"), []byte("event: response.completed"),
-	[]byte("event: response.failed"), []byte("event: response.incomplete"), []byte("data: [DONE]"),
-	[]byte(`data: {"type":"message_stop"`), []byte(`data: {"type":"error"`),
-}
+// maxEndEvent bounds the event streamEnd holds; a larger one is skipped (never a model API's
+// last event).
+const maxEndEvent = 1 << 20
+
+// terminalTypes and terminalData are the event types and data that end a model API's stream:
+// Anthropic's message_stop (or an error event), OpenAI Chat Completions' [DONE], OpenAI
+// Responses' final events.
+var (
+	terminalTypes = map[string]bool{"message_stop": true, "error": true, "response.completed": true,
+		"response.failed": true, "response.incomplete": true}
+	terminalData = [][]byte{[]byte(`{"type":"message_stop"`), []byte(`{"type":"error"`)}
+)
 
 // newStreamEnd follows a response of contentType, or returns nil when it is not SSE.
 func newStreamEnd(contentType, api string) *streamEnd {
@@ -43,58 +47,34 @@ func newStreamEnd(contentType, api string) *streamEnd {
 	if mt != "text/event-stream" {
 		return nil
 	}
-	return &streamEnd{model: api != config.APINone}
+	return &streamEnd{model: api != config.APINone, events: sse.Parser{Max: maxEndEvent, SkipOversized: true}}
 }
 
 // feed reads p, the next bytes of the stream.
 func (e *streamEnd) feed(p []byte) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		seg := p
-		if i >= 0 {
-			seg = p[:i]
+	_, _ = e.events.Feed(p, func(ev sse.Event) bool {
+		if e.model && !e.terminal && isTerminal(ev) {
+			e.terminal = true
 		}
-		if e.n < len(e.line) {
-			copy(e.line[e.n:], seg)
-		}
-		e.n += len(seg)
-		if i < 0 {
-			return
-		}
-		e.endLine()
-		p = p[i+1:]
-	}
+		return true
+	})
 }
 
-func (e *streamEnd) endLine() {
-	l := e.line[:min(e.n, len(e.line))]
-	if e.n <= len(e.line) {
-		l = bytes.TrimSuffix(l, []byte("\r"))
+func isTerminal(ev sse.Event) bool {
+	if terminalTypes[ev.Type] || string(ev.Data) == "[DONE]" {
+		return true
 	}
-	e.n = 0
-	if len(l) == 0 {
-		e.inEvent = false
-		return
-	}
-	e.inEvent = true
-	if !e.model || e.terminal {
-		return
-	}
-	// "event:message_stop" is the same field as "event: message_stop".
-	if f, v, ok := bytes.Cut(l, []byte(":")); ok && (len(v) == 0 || v[0] != ' ') {
-		l = append(append(append([]byte(nil), f...), ':', ' '), v...)
-	}
-	for _, t := range terminalSSE {
-		if bytes.HasPrefix(l, t) && (len(l) == len(t) || t[len(t)-1] == '"') {
-			e.terminal = true
-			return
+	for _, t := range terminalData {
+		if bytes.HasPrefix(ev.Data, t) {
+			return true
 		}
 	}
+	return false
 }
 
 // complete reports whether the stream may end here.
 func (e *streamEnd) complete() bool {
-	return e.n == 0 && !e.inEvent && (!e.model || e.terminal)
+	return !e.events.Pending() && (!e.model || e.terminal)
 }
 
 // upstreamEnd judges how the upstream's body ended. A read error is the upstream's, unless the
@@ -110,6 +90,7 @@ func (c *countingBody) upstreamEnd(err error) error {
 	}
 	if c.ctx.Err() == nil && !errors.Is(err, errTruncated) {
 		c.x.truncated.Store(true)
+		c.x.tooLarge.Store(errors.Is(err, respguard.ErrTooLarge))
 	}
 	return err
 }

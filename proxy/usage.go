@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sandgate/sandgate/internal/jsonscan"
+	"github.com/sandgate/sandgate/internal/sse"
 )
 
 // Usage is the token usage a model API reported in its response.
@@ -16,13 +17,14 @@ type Usage struct {
 }
 
 const (
-	maxUsageJSON    = 1 << 20   // a JSON response larger than this is not parsed for usage
-	maxUsageSSELine = 256 << 10 // an SSE line longer than this is skipped
+	maxUsageJSON     = 1 << 20   // a JSON response larger than this is not parsed for usage
+	maxUsageSSEEvent = 256 << 10 // an SSE event larger than this is skipped
 )
 
 // UsageParser reads token usage from a response body as it streams past: Write is fed the
 // bytes the client receives, Usage gives the result once the body ended. It never holds more
-// than one SSE line or maxUsageJSON bytes of a JSON body.
+// than one SSE event (read by internal/sse, as the client reads it) or maxUsageJSON bytes of a
+// JSON body.
 //
 // It understands Anthropic Messages (usage, message_start's message.usage, message_delta's
 // cumulative usage), OpenAI Chat Completions (usage.prompt_tokens/completion_tokens, also in
@@ -31,8 +33,8 @@ const (
 type UsageParser struct {
 	sse     bool
 	json    bool
+	events  sse.Parser
 	buf     []byte
-	skip    bool // inside an over-long SSE line
 	tooBig  bool
 	usage   Usage
 	decoded bool
@@ -44,7 +46,7 @@ func NewUsageParser(contentType string) *UsageParser {
 	mt, _, _ := mime.ParseMediaType(contentType)
 	switch {
 	case mt == "text/event-stream":
-		return &UsageParser{sse: true}
+		return &UsageParser{sse: true, events: sse.Parser{Max: maxUsageSSEEvent, SkipOversized: true}}
 	case mt == "application/json" || len(mt) > 5 && mt[len(mt)-5:] == "+json":
 		return &UsageParser{json: true}
 	}
@@ -64,41 +66,30 @@ func (u *UsageParser) Write(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			u.appendLine(p)
-			return n, nil
-		}
-		u.appendLine(p[:i])
-		if !u.skip {
-			u.line(u.buf)
-		}
-		u.buf, u.skip = u.buf[:0], false
-		p = p[i+1:]
-	}
+	_, _ = u.events.Feed(p, func(ev sse.Event) bool {
+		u.event(ev.Data)
+		return true
+	})
 	return n, nil
 }
 
-func (u *UsageParser) appendLine(p []byte) {
-	if u.skip {
-		return
-	}
-	if len(u.buf)+len(p) > maxUsageSSELine {
-		u.skip, u.buf = true, u.buf[:0]
-		return
-	}
-	u.buf = append(u.buf, p...)
+// feedEvent feeds p to an SSE parser until the end of one event: it returns how much of p it
+// read and whether an event ended there.
+func (u *UsageParser) feedEvent(p []byte) (int, bool) {
+	ended := false
+	n, _ := u.events.Feed(p, func(ev sse.Event) bool {
+		u.event(ev.Data)
+		ended = true
+		return false
+	})
+	return n, ended
 }
 
-// line handles one SSE line: only "data:" lines that mention usage are decoded.
-func (u *UsageParser) line(l []byte) {
-	l = bytes.TrimSuffix(l, []byte("\r"))
-	data, ok := bytes.CutPrefix(l, []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
-		return
+// event reads one SSE event's data: only data that mentions usage is decoded.
+func (u *UsageParser) event(data []byte) {
+	if bytes.Contains(data, []byte(`"usage"`)) {
+		u.doc(bytes.TrimSpace(data))
 	}
-	u.doc(bytes.TrimSpace(data))
 }
 
 type usageFields struct {
@@ -240,9 +231,8 @@ func (u *UsageParser) Usage() Usage {
 		u.doc(u.buf)
 		u.buf = nil
 	}
-	if u.sse && len(u.buf) > 0 && !u.skip { // a final line without newline
-		u.line(u.buf)
-		u.buf = u.buf[:0]
+	if u.sse { // an event the stream ended inside still reports the tokens spent
+		u.events.End(func(ev sse.Event) bool { u.event(ev.Data); return true })
 	}
 	return u.usage
 }

@@ -48,22 +48,20 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 	fs.StringVar(&f.Sandbox, "sandbox", "", "only this sandbox")
 	fs.StringVar(&f.Template, "template", "", "only sandboxes of this template")
 	fs.StringVar(&f.Kind, "kind", "", "only this kind (mcp.tools_call …) or family (mcp, http)")
-	fs.StringVar(&f.Decision, "decision", "", "only allow or deny")
+	decision := choiceFlag(fs, "decision", "", "only calls with this `decision`: allow or deny", "allow", "deny")
 	fs.StringVar(&f.Tool, "tool", "", "only this MCP tool")
 	fs.StringVar(&f.Host, "host", "", "only this HTTP host")
 	since := fs.String("since", "", "from this RFC 3339 `time`, or this long ago (1h)")
 	until := fs.String("until", "", "before this RFC 3339 `time`, or this long ago")
 	fs.IntVar(&f.Limit, "limit", audit.DefaultLimit, "show the newest `N` matches (-1: all)")
-	output := fs.String("o", "table", "output `format`: table or json (one event per line)")
+	output := choiceFlag(fs, "o", "table", "output `format`: table or json (one event per line)", "table", "json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if *output != "table" && *output != "json" {
-		return usagef("-o %q: want table or json", *output)
-	}
+	f.Decision = *decision
 	if f.Limit == 0 {
 		return usagef("--limit 0 shows nothing; give N > 0, or -1 for all")
 	}
@@ -74,6 +72,9 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if f.Until, err = audit.ParseTimeFlag(*until, now); err != nil {
 		return usagef("--until: %v", err)
+	}
+	if err := f.Validate(); err != nil {
+		return usagef("--since and --until: %v", err)
 	}
 	res, err := queryRedis(ctx, f)
 	if errors.Is(err, errNoRedis) {
@@ -94,8 +95,12 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if len(res.Events) == 0 {
+		// Said on stderr, so that a script reading stdout sees an empty result either way.
+		fmt.Fprintln(env.stderr, "no events match")
+	}
 	if res.Malformed > 0 {
-		fmt.Fprintf(env.stderr, "warning: skipped %d malformed lines; run 'sandgate audit verify' to locate them\n", res.Malformed)
+		fmt.Fprintf(env.stderr, "warning: skipped %s; run 'sandgate audit verify' to locate them\n", plural(res.Malformed, "malformed line"))
 	}
 	return nil
 }

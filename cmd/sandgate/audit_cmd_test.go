@@ -60,9 +60,9 @@ func TestAuditCommands(t *testing.T) {
 		wantStderr string
 	}{
 		{name: "verify of an intact log says ok", args: []string{"verify", "--dir", dir},
-			wantOut: []string{"ok: 3 events in 1 files"}},
+			wantOut: []string{"ok: 3 events in 1 file "}},
 		{name: "verify reads the folder from the config file", args: []string{"verify", "--config", cfg},
-			wantOut: []string{"ok: 3 events in 1 files"}},
+			wantOut: []string{"ok: 3 events in 1 file "}},
 		{name: "verify of an edited log exits 3 naming file and line", args: []string{"verify", "--dir", broken},
 			wantCode: 3, wantStderr: "audit.log:2: hash does not match"},
 		{name: "verify without a log location is a usage error", args: []string{"verify"},
@@ -77,8 +77,10 @@ func TestAuditCommands(t *testing.T) {
 			wantOut: []string{`"sandbox":"sb-1"`, `"hash":"`}, notOut: []string{"sb-2", "TIME"}},
 		{name: "query takes a relative --since", args: []string{"query", "--dir", dir, "--since", "1h", "--limit", "1"},
 			wantOut: []string{"ns/sb-1"}, notOut: []string{"ns/sb-2"}},
+		{name: "query that matches nothing says so on stderr", args: []string{"query", "--dir", dir, "--sandbox", "nobody"},
+			wantStderr: "no events match"},
 		{name: "query refuses an unknown decision", args: []string{"query", "--dir", dir, "--decision", "maybe"},
-			wantCode: 1, wantStderr: "decision"},
+			wantCode: 2, wantStderr: "decision"},
 		{name: "query refuses a bad --since", args: []string{"query", "--dir", dir, "--since", "yesterday"},
 			wantCode: 2, wantStderr: "--since"},
 		{name: "query refuses an unknown output format", args: []string{"query", "--dir", dir, "-o", "yaml"},

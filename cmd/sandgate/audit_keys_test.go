@@ -95,9 +95,9 @@ func TestAuditVerifyWithKeysAndCheckpoints(t *testing.T) {
 		wantStderr string
 	}{
 		{name: "a keyed log verifies with its key file and public key", args: []string{"verify", "--dir", keyed, "--key-file", chainKey, "--public-key", pub},
-			wantOut: "ok: 5 events in 1 files, 3 checkpoints (keyed chain)"},
+			wantOut: "ok: 5 events in 1 file, 3 checkpoints (keyed chain)"},
 		{name: "--config reads the chain key and the signing key through the credentials", args: []string{"verify", "--config", cfg},
-			wantOut: "ok: 5 events in 1 files, 3 checkpoints (keyed chain)"},
+			wantOut: "ok: 5 events in 1 file, 3 checkpoints (keyed chain)"},
 		{name: "a keyed log without a key cannot be verified and exits 1", args: []string{"verify", "--dir", keyed},
 			wantCode: 1, wantStderr: "the audit log is keyed: verify it with the chain key"},
 		{name: "a wrong chain key exits 3 naming the key ids", args: []string{"verify", "--dir", keyed, "--key-file", filepath.Join(otherKeys, audit.ChainKeyFile)},
@@ -109,7 +109,7 @@ func TestAuditVerifyWithKeysAndCheckpoints(t *testing.T) {
 		{name: "the process log's checkpoints agree with an intact log", args: []string{"verify", "--dir", keyed, "--key-file", chainKey, "--public-key", pub, "--checkpoint", processLog},
 			wantOut: "ok: 5 events"},
 		{name: "a cut-off log without an external checkpoint still verifies (the documented limit)", args: []string{"verify", "--dir", truncated, "--key-file", chainKey, "--public-key", pub},
-			wantOut: "ok: 4 events in 1 files, 2 checkpoints"},
+			wantOut: "ok: 4 events in 1 file, 2 checkpoints"},
 		{name: "a cut-off log exits 3 against the process log's checkpoints", args: []string{"verify", "--dir", truncated, "--key-file", chainKey, "--checkpoint", truncatedLog},
 			wantCode: 3, wantStderr: "the end of the log was cut off"},
 		{name: "--checkpoint - reads the checkpoints from stdin", args: []string{"verify", "--dir", truncated, "--key-file", chainKey, "--public-key", pub, "--checkpoint", "-"},

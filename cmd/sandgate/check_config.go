@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -66,8 +67,16 @@ func checkPolicies(ctx context.Context, cfg *config.Config) error {
 				return fmt.Errorf("policy.bundle: %w", err)
 			}
 		}
-	} else if _, err := policy.New(ctx, cfg.Policy.Dir); err != nil {
-		return err
+	} else {
+		eng, err := policy.New(ctx, cfg.Policy.Dir)
+		if err != nil {
+			return err
+		}
+		// serve starts on an empty folder (a policy may be written into it later) but denies
+		// everything and is never ready until then: not a valid config for a start.
+		if errors.Is(eng.Status().ReloadErr, policy.ErrNoPolicy) {
+			return fmt.Errorf("policy.dir: %s holds no .rego policy file; serve would deny every call and never become ready", cfg.Policy.Dir)
+		}
 	}
 	if dir := cfg.Policy.Shadow.Dir; dir != "" {
 		if _, err := policy.NewShadowEngine(ctx, dir); err != nil {

@@ -27,6 +27,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 )
@@ -97,17 +98,13 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 		usage(env.stderr, cmds)
 		return exitUsage
 	}
-	switch args[0] {
-	case "-h", "-help", "--help":
+	switch {
+	case isHelpFlag(args[0]), args[0] == "help" && (len(args) == 1 || isHelpFlag(args[1])):
 		usage(env.stdout, cmds)
 		return exitOK
-	case "-version", "--version":
+	case args[0] == "-v", args[0] == "-version", args[0] == "--version":
 		args = append([]string{"version"}, args[1:]...)
-	case "help":
-		if len(args) == 1 {
-			usage(env.stdout, cmds)
-			return exitOK
-		}
+	case args[0] == "help":
 		// "help audit query" is "audit query --help".
 		args = append(append([]string(nil), args[1:]...), "--help")
 	}
@@ -138,8 +135,7 @@ func resolve(cmds []*command, args []string) (c *command, name string, rest []st
 	if len(rest) == 0 {
 		return nil, name, nil, usagef("name a subcommand: %s", names(c.subs))
 	}
-	switch rest[0] {
-	case "-h", "-help", "--help", "help":
+	if isHelpFlag(rest[0]) || rest[0] == "help" {
 		return c, name, nil, nil
 	}
 	sub := find(c.subs, rest[0])
@@ -148,6 +144,8 @@ func resolve(cmds []*command, args []string) (c *command, name string, rest []st
 	}
 	return sub, name + " " + sub.name, rest[1:], nil
 }
+
+func isHelpFlag(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 func find(cmds []*command, name string) *command {
 	for _, c := range cmds {
@@ -228,7 +226,7 @@ func usage(w io.Writer, cmds []*command) {
 	fmt.Fprintf(w, `
 flags:
   -h, --help     print this usage
-  --version      print the version
+  -v, --version  print the version
 
 exit codes:
   %d  success
@@ -264,9 +262,11 @@ func newFlags(env *cliEnv, name, synopsis string) *flag.FlagSet {
 		fs.VisitAll(func(*flag.Flag) { flags = true })
 		if flags {
 			fmt.Fprintln(env.stdout, "\nflags:")
-			fs.SetOutput(env.stdout)
+			var b strings.Builder
+			fs.SetOutput(&b)
 			fs.PrintDefaults()
 			fs.SetOutput(io.Discard)
+			fmt.Fprint(env.stdout, longFlagLine.ReplaceAllString(b.String(), "$1--$2"))
 		}
 	}
 	return fs
@@ -300,9 +300,19 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		show()
 		return err
 	default:
-		return usagef("%v", err)
+		return usagef("%s", longFlagInError.ReplaceAllString(err.Error(), "$1--$2"))
 	}
 }
+
+// The flag package writes every flag with one dash; the docs and the usage lines write a long
+// flag with two (--config) and a one-letter flag with one (-o). Both forms parse.
+var (
+	// A flag's line in PrintDefaults' output: "  -config file".
+	longFlagLine = regexp.MustCompile(`(?m)^(  )-([[:alnum:]][[:alnum:]_-]+)`)
+	// A flag named in one of the flag package's errors: "flag needs an argument: -dir",
+	// "invalid value "x" for flag -limit: …", "flag provided but not defined: -nope".
+	longFlagInError = regexp.MustCompile(`^(.*?(?:flag |: |for ))-([[:alnum:]][[:alnum:]_-]+)`)
+)
 
 func runVersion(_ context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "version", "version")

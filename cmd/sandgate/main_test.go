@@ -71,6 +71,7 @@ func writeFile(t *testing.T, dir, name, content string) string {
 
 func TestCheckConfig(t *testing.T) {
 	dir := t.TempDir()
+	emptyDir := t.TempDir()
 	good := writeFile(t, dir, "good.yaml", fmt.Sprintf("policy:\n  dir: %s\ncredentials:\n  - name: key\n    env: TEST_KEY\n", repoPath(t, "policies")))
 	cases := []struct {
 		name     string
@@ -107,6 +108,8 @@ func TestCheckConfig(t *testing.T) {
 			"audit.file.dir: cannot create " + filepath.Join(dir, "afile", "audit") + ": " + filepath.Join(dir, "afile") + " is a file"},
 		{"missing policy folder names the field", []string{"--config", writeFile(t, dir, "nopol.yaml", "policy:\n  dir: /nonexistent/policies\n")}, nil, 1,
 			"policy.dir: /nonexistent/policies: no such file or directory"},
+		{"empty policy folder is refused: serve would never become ready", []string{"--config", writeFile(t, dir, "emptypol.yaml", "policy:\n  dir: "+emptyDir+"\n")}, nil, 1,
+			"policy.dir: " + emptyDir + " holds no .rego policy file"},
 		{"missing stdio command names the field", []string{"--config", podConfig(t, dir, "cmd.yaml", "gateway:\n  upstreams:\n    - {name: a, command: ./no-such-server}\n")}, nil, 1,
 			"gateway.upstreams[0].command: " + filepath.Join(dir, "no-such-server") + ": no such file or directory"},
 		{"offline skips what only the pod has", []string{"--offline", "--config", writeFile(t, dir, "pod.yaml", "policy:\n  dir: /nonexistent/policies\n"+
@@ -141,8 +144,9 @@ func TestOfflineNeedsCheckConfig(t *testing.T) {
 	assert.Contains(t, errOut, "--offline applies to --check-config only")
 }
 
-// exampleTree lays out what `make run` has before it serves examples/sandgate.yaml (the CA,
-// the placeholder model-API key under var/ and bin/mcp-upstream) in a temporary copy, and returns the config's path.
+// exampleTree lays out what `make run` has before it serves examples/sandgate.yaml (the CA, the
+// audit keys, the placeholder model-API key under var/ and bin/mcp-upstream) in a temporary
+// copy, and returns the config's path.
 func exampleTree(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
@@ -156,6 +160,8 @@ func exampleTree(t *testing.T) string {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "bin"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "bin", "mcp-upstream"), []byte("#!/bin/sh\n"), 0o755))
 	code, _, errOut := runCLI(t, nil, "ca", "init", "--dir", filepath.Join(root, "var", "ca"))
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = runCLI(t, nil, "audit", "keygen", "--dir", filepath.Join(root, "var", "audit-keys"))
 	require.Equal(t, 0, code, errOut)
 	return cfg
 }

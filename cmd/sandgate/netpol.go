@@ -25,8 +25,8 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "netpol", "netpol [--config FILE] [--template [NS/]NAME [--management Managed|Unmanaged]] [-o yaml|json] [--apply] [--kubeconfig FILE]\n       sandgate netpol --rbac [--service-account NS/NAME]")
 	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
 	template := fs.String("template", "", "render only this SandboxTemplate ([NS/]NAME; NS defaults to the first of kubernetes.namespaces)")
-	management := fs.String("management", "", "with --template: Managed or Unmanaged, rendering offline instead of reading the template")
-	output := fs.String("o", "yaml", "output format: yaml or json")
+	management := choiceFlag(fs, "management", "", "with --template: the template's `mode`, Managed or Unmanaged, rendered offline instead of read from the cluster", kube.Managed, kube.Unmanaged)
+	output := choiceFlag(fs, "o", "yaml", "output `format`: yaml or json", "yaml", "json")
 	apply := fs.Bool("apply", false, "apply with server-side apply (field manager \"sandgate\") instead of printing")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default kubernetes.kubeconfig, else in-cluster, else $KUBECONFIG)")
 	rbac := fs.Bool("rbac", false, "print the Roles and RoleBindings Sandgate needs and exit")
@@ -36,6 +36,14 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	// Mistakes in the command line are usage errors, found before any file is read.
+	saNamespace, saName, ok := strings.Cut(*serviceAccount, "/")
+	if *rbac && (!ok || saNamespace == "" || saName == "") {
+		return usagef("--service-account wants NS/NAME, got %q", *serviceAccount)
+	}
+	if *management != "" && *template == "" {
+		return usagef("--management needs --template")
 	}
 	path := *cfgPath
 	if path == "" {
@@ -54,21 +62,11 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	}
 
 	if *rbac {
-		ns, name, ok := strings.Cut(*serviceAccount, "/")
-		if !ok || ns == "" || name == "" {
-			return usagef("--service-account wants NS/NAME, got %q", *serviceAccount)
-		}
 		k.Controller.Enabled = true // print what serve with the controller needs
-		objs := kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name})
+		objs := kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: saNamespace, Name: saName})
 		return kube.WriteDocuments(env.stdout, *output, objs)
 	}
 
-	if *management != "" && *management != kube.Managed && *management != kube.Unmanaged {
-		return usagef("--management wants Managed or Unmanaged, got %q", *management)
-	}
-	if *management != "" && *template == "" {
-		return usagef("--management needs --template")
-	}
 	desired, applier, err := netpolDesired(ctx, k, path, *template, *management, *apply, *kubeconfig)
 	if err != nil {
 		return err
@@ -77,8 +75,9 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 		if err := applier.Apply(ctx, desired); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.stdout, "applied %d NetworkPolicies, %d SandboxTemplate rules and %d ConfigMaps (field manager %q)\n",
-			len(desired.NetworkPolicies), len(desired.Templates), len(desired.ConfigMaps), kube.FieldManager)
+		fmt.Fprintf(env.stdout, "applied %s, %s and %s (field manager %q)\n",
+			plural(len(desired.NetworkPolicies), "NetworkPolicy"), plural(len(desired.Templates), "SandboxTemplate rule"),
+			plural(len(desired.ConfigMaps), "ConfigMap"), kube.FieldManager)
 		return nil
 	}
 	objs, err := kube.Manifests(desired)

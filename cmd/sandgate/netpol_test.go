@@ -72,6 +72,19 @@ func TestNetpolOffline(t *testing.T) {
 	})
 }
 
+// The README renders a template's rules and the RBAC from the example config, offline: the
+// example lists its sandboxes' namespace although Kubernetes is off.
+func TestNetpolRendersTheExampleConfigOffline(t *testing.T) {
+	for _, args := range [][]string{
+		{"--template", "agents/coding-agent", "--management", "Managed"},
+		{"--rbac"},
+	} {
+		code, out, errOut := runCLI(t, nil, append([]string{"netpol", "--config", repoPath(t, "examples/sandgate.yaml")}, args...)...)
+		assert.Equal(t, 0, code, "netpol %v: %s", args, errOut)
+		assert.Contains(t, out, "namespace: agents")
+	}
+}
+
 // TestNetpolAgainstAPIServer reads templates from a real kube-apiserver, prints their rules and
 // applies them with --apply.
 func TestNetpolAgainstAPIServer(t *testing.T) {
@@ -109,7 +122,7 @@ func TestNetpolAgainstAPIServer(t *testing.T) {
 	t.Run("--apply writes everything with server-side apply", func(t *testing.T) {
 		out, err := run("--apply")
 		require.NoError(t, err)
-		assert.Contains(t, out, "applied 3 NetworkPolicies, 1 SandboxTemplate rules and 1 ConfigMaps")
+		assert.Contains(t, out, "applied 3 NetworkPolicies, 1 SandboxTemplate rule and 1 ConfigMap")
 		np, err := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(context.Background(), "sandgate-template-cilium", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "sandgate", np.ManagedFields[0].Manager)

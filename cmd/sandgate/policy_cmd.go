@@ -32,7 +32,7 @@ func runPolicyTest(ctx context.Context, env *cliEnv, args []string) error {
 		if sum.Passed+sum.Failed+sum.Errored == 0 {
 			return exitError{code: exitFailure, msg: "no tests found (test rules are named test_* in *_test.rego files)"}
 		}
-		return exitError{code: exitFailure, msg: fmt.Sprintf("%d failed, %d errors", sum.Failed, sum.Errored)}
+		return exitError{code: exitFailure, msg: fmt.Sprintf("%d failed, %s", sum.Failed, plural(sum.Errored, "error"))}
 	}
 	return nil
 }
@@ -152,6 +152,9 @@ func (f *explainFlag) Set(s string) error {
 		s = policy.ExplainFull
 	case "false":
 		s = ""
+	case policy.ExplainNotes, policy.ExplainFails, policy.ExplainFull:
+	default:
+		return fmt.Errorf("want %s", orList([]string{policy.ExplainNotes, policy.ExplainFails, policy.ExplainFull}))
 	}
 	*f = explainFlag(s)
 	return nil

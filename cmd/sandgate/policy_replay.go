@@ -23,7 +23,7 @@ func runPolicyReplay(ctx context.Context, env *cliEnv, args []string) error {
 	cfgPath := fs.String("config", "", "config file whose policy.dir and policy.decision_log.file to use")
 	since := fs.Duration("since", 0, "replay only decisions logged within this long before now, e.g. 24h")
 	sandbox := fs.String("sandbox", "", "replay only this sandbox's decisions, as NAMESPACE/NAME")
-	output := fs.String("o", "text", "output format: text or json")
+	output := choiceFlag(fs, "o", "text", "output `format`: text or json", "text", "json")
 	failOnChange := fs.Bool("fail-on-change", false, "exit 1 when any decision would change")
 	examples := fs.Int("examples", 10, "how many changed decisions to show, the first ones in the log")
 	if err := parseFlags(fs, args); err != nil {
@@ -31,9 +31,6 @@ func runPolicyReplay(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	if *output != "text" && *output != "json" {
-		return usagef("-o %q is not one of text, json", *output)
 	}
 	opts := policy.ReplayOptions{Examples: max(*examples, 0)}
 	if *since > 0 {
@@ -75,7 +72,7 @@ func runPolicyReplay(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	if *failOnChange && r.Changed() {
-		return exitError{code: exitFailure, msg: fmt.Sprintf("%d decisions would change", r.AllowToDeny+r.DenyToAllow+r.CodeChanged)}
+		return exitError{code: exitFailure, msg: plural(r.AllowToDeny+r.DenyToAllow+r.CodeChanged, "decision") + " would change"}
 	}
 	return nil
 }
@@ -105,8 +102,8 @@ func policyPaths(dir, from, cfgPath string) (string, string, error) {
 
 func printReplay(w io.Writer, r *policy.ReplayReport) error {
 	rate := float64(r.Replayed) / max(r.Elapsed.Seconds(), 1e-9)
-	fmt.Fprintf(w, "replayed %d of %d logged decisions under revision %s in %s (%.0f inputs/s)\n",
-		r.Replayed, r.Read, r.Revision, r.Elapsed.Round(time.Millisecond), rate)
+	fmt.Fprintf(w, "replayed %d of %s under revision %s in %s (%.0f inputs/s)\n",
+		r.Replayed, plural(r.Read, "logged decision"), r.Revision, r.Elapsed.Round(time.Millisecond), rate)
 	fmt.Fprintf(w, "unchanged %d, allow→deny %d, deny→allow %d, code changed %d\n",
 		r.Unchanged, r.AllowToDeny, r.DenyToAllow, r.CodeChanged)
 	if r.MaskedChanged > 0 {
@@ -125,7 +122,7 @@ func printReplay(w io.Writer, r *policy.ReplayReport) error {
 		}
 	}
 	if len(r.Examples) > 0 {
-		fmt.Fprintf(w, "\nfirst %d changed decisions:\n", len(r.Examples))
+		fmt.Fprintf(w, "\nfirst %s:\n", plural(len(r.Examples), "changed decision"))
 		for _, ex := range r.Examples {
 			fmt.Fprintf(w, "  %s  %s  %s  %s %s\n    logged:   %s\n    replayed: %s\n", ex.DecisionID,
 				ex.Time.Format(time.RFC3339), ex.Sandbox, ex.Kind, ex.Target, outcomeText(ex.Logged), outcomeText(ex.Replayed))

@@ -75,6 +75,7 @@ func TestPolicyReplayReportsChangesAndExitCodes(t *testing.T) {
 
 	code, out, errOut = runCLI(t, nil, "policy", "replay", "--policies", filepath.Join(dir, "edited"), "--from", logPath, "--fail-on-change")
 	assert.Equal(t, 1, code, "--fail-on-change exits 1 when a decision changes: %s", errOut)
+	assert.Contains(t, errOut, "1 decision would change\n")
 	assert.Contains(t, out, "allow→deny 1")
 	assert.Contains(t, out, ids[1], "the example names the changed decision")
 	assert.Contains(t, out, "read_ok → not_allowed")

@@ -27,12 +27,31 @@ func main() {
 	secretEnv := flag.String("secret-env", "UPSTREAM_TOKEN", "environment variable get-env reports on")
 	sampling := flag.Bool("sampling", false, "add the tool ask-model, which asks the client's model (sampling/createMessage)")
 	flag.Parse()
+	if err := server.ServeStdio(newServer(*name, *prefix, *secretEnv, *sampling)); err != nil {
+		fmt.Fprintln(os.Stderr, "mcp-upstream:", err)
+		os.Exit(1)
+	}
+}
 
-	s := server.NewMCPServer(*name, "1.0.0", server.WithToolCapabilities(true))
-	if *sampling {
+// Every tool states its hints: mcp-go's defaults call a tool destructive and open-world, and
+// clients ask before calling such a tool. None of these changes anything.
+var (
+	readOnly   = []mcp.ToolOption{mcp.WithReadOnlyHintAnnotation(true), mcp.WithDestructiveHintAnnotation(false)}
+	idempotent = mcp.WithIdempotentHintAnnotation(true)
+	closed     = mcp.WithOpenWorldHintAnnotation(false)
+)
+
+// tool is mcp.NewTool with the read-only hints first.
+func tool(name string, opts ...mcp.ToolOption) mcp.Tool {
+	return mcp.NewTool(name, append(append([]mcp.ToolOption(nil), readOnly...), opts...)...)
+}
+
+func newServer(name, prefix, secretEnv string, sampling bool) *server.MCPServer {
+	s := server.NewMCPServer(name, "1.0.0", server.WithToolCapabilities(true))
+	if sampling {
 		s.EnableSampling()
-		s.AddTool(mcp.NewTool(*prefix+"ask-model", mcp.WithDescription("Asks the client's model a question"),
-			mcp.WithString("question", mcp.Required())),
+		s.AddTool(tool(prefix+"ask-model", mcp.WithDescription("Asks the client's model a question"),
+			mcp.WithIdempotentHintAnnotation(false), mcp.WithString("question", mcp.Required())),
 			func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				q, err := req.RequireString("question")
 				if err != nil {
@@ -53,7 +72,7 @@ func main() {
 				return mcp.NewToolResultText(fmt.Sprintf("model says: %v", res.Content)), nil
 			})
 	}
-	s.AddTool(mcp.NewTool(*prefix+"echo", mcp.WithDescription("Returns its message"),
+	s.AddTool(tool(prefix+"echo", mcp.WithDescription("Returns its message"), idempotent, closed,
 		mcp.WithString("message", mcp.Required(), mcp.Description("text to echo"))),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			msg, err := req.RequireString("message")
@@ -62,7 +81,7 @@ func main() {
 			}
 			return mcp.NewToolResultText(msg), nil
 		})
-	s.AddTool(mcp.NewTool(*prefix+"add", mcp.WithDescription("Adds two numbers"),
+	s.AddTool(tool(prefix+"add", mcp.WithDescription("Adds two numbers"), idempotent, closed,
 		mcp.WithNumber("a", mcp.Required()), mcp.WithNumber("b", mcp.Required())),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			a, err := req.RequireFloat("a")
@@ -75,17 +94,14 @@ func main() {
 			}
 			return mcp.NewToolResultText(fmt.Sprint(a + b)), nil
 		})
-	s.AddTool(mcp.NewTool(*prefix+"get-time", mcp.WithDescription("Returns the current time")),
+	s.AddTool(tool(prefix+"get-time", mcp.WithDescription("Returns the current time"), mcp.WithIdempotentHintAnnotation(false), closed),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText(time.Now().UTC().Format(time.RFC3339)), nil
 		})
-	s.AddTool(mcp.NewTool(*prefix+"get-env", mcp.WithDescription("Says whether the configured secret variable is set")),
+	s.AddTool(tool(prefix+"get-env", mcp.WithDescription("Says whether the configured secret variable is set"), idempotent, closed),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			_, ok := os.LookupEnv(*secretEnv)
-			return mcp.NewToolResultText(fmt.Sprintf("%s set: %t", *secretEnv, ok)), nil
+			_, ok := os.LookupEnv(secretEnv)
+			return mcp.NewToolResultText(fmt.Sprintf("%s set: %t", secretEnv, ok)), nil
 		})
-	if err := server.ServeStdio(s); err != nil {
-		fmt.Fprintln(os.Stderr, "mcp-upstream:", err)
-		os.Exit(1)
-	}
+	return s
 }

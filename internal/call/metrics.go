@@ -3,6 +3,8 @@ package call
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -20,6 +22,7 @@ type metrics struct {
 	auditErrors metric.Int64Counter
 	suppressed  metric.Int64Counter
 	attrs       *telemetry.AttrSets[callAttrs]
+	codes       *telemetry.LabelSet
 	tokensIn    telemetry.Measurement
 	tokensOut   telemetry.Measurement
 }
@@ -30,9 +33,20 @@ type callAttrs struct {
 	allow bool
 }
 
+// The code label is a closed set: the refusal table's codes and the request path's own words,
+// plus up to maxOtherCodes other codes (a policy's own, the dial guard's reasons) the first time
+// each is seen; anything else, such as an error text from mcp-go or an upstream, is "other"
+// (the text stays in the event's outcome.error). Every value is a series, and an AttrSets
+// entry, for the life of the process.
+const maxOtherCodes = 256
+
+// outcomeWords are the codes the request path itself writes that are not refusals.
+var outcomeWords = []string{"ok", "deny", "suppressed"}
+
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m := mp.Meter("github.com/sandgate/sandgate/internal/call")
 	x := &metrics{
+		codes: telemetry.NewLabelSet(maxOtherCodes, append(slices.Collect(maps.Keys(codes)), outcomeWords...)...),
 		attrs: telemetry.NewAttrSets(func(k callAttrs) metric.MeasurementOption {
 			return metric.WithAttributes(attribute.String("kind", string(k.kind)), attribute.Bool("allow", k.allow), attribute.String("code", k.code))
 		}),
@@ -63,7 +77,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 }
 
 func (m *metrics) call(ctx context.Context, ev *audit.Event, code string, elapsed time.Duration) {
-	attrs := m.attrs.Get(callAttrs{kind: ev.Kind, code: code, allow: ev.Decision.Allow})
+	attrs := m.attrs.Get(callAttrs{kind: ev.Kind, code: m.codes.Value(code), allow: ev.Decision.Allow})
 	m.calls.Add(ctx, 1, attrs)
 	m.duration.Record(ctx, elapsed.Seconds(), attrs)
 	if ev.Outcome.TokensIn+ev.Outcome.TokensOut > 0 {

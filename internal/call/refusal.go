@@ -93,6 +93,7 @@ const (
 	CodeBadPath                 = "bad_path"
 	CodeBadScheme               = "bad_scheme"
 	CodeBadModelRequest         = "bad_model_request"
+	CodeBadParams               = "bad_params" // JSON-RPC params readers read differently (gateway/params.go)
 	CodeBodyReadFailed          = "body_read_failed"
 	CodeHostMismatch            = "host_mismatch"
 	CodeHostNotConfigured       = "host_not_configured"
@@ -107,6 +108,12 @@ const (
 	CodeUpstreamTimeout         = "upstream_timeout"
 	CodeUpstreamTruncated       = "upstream_truncated"
 	CodeUpstreamUnavailable     = "upstream_unavailable"
+	// An upstream's answer that Sandgate cannot pass on checked: in a content coding it does
+	// not decode, larger than its bound (a decompression bomb, a configured cap), or a part of
+	// a representation (206) answering a request that carried a credential.
+	CodeUpstreamEncoding = "upstream_encoding"
+	CodeUpstreamTooLarge = "upstream_too_large"
+	CodeUpstreamPartial  = "upstream_partial"
 	// A 2026-07-28 upstream's multi round-trip request (input_required) that could not be
 	// completed: it asked for input of a method no sandbox can be asked for, the sandbox did
 	// not answer, or it kept asking past the round-trip bound.
@@ -140,6 +147,7 @@ var codes = map[string]Class{
 	CodeBadPath:                         ClassBadRequest,
 	CodeBadScheme:                       ClassBadRequest,
 	CodeBadModelRequest:                 ClassBadRequest,
+	CodeBadParams:                       ClassBadRequest,
 	CodeBodyReadFailed:                  ClassBadRequest,
 	CodeHostMismatch:                    ClassMisdirected,
 	CodeHostNotConfigured:               ClassPolicy,
@@ -154,6 +162,9 @@ var codes = map[string]Class{
 	CodeUpstreamTimeout:                 ClassUpstreamTimeout,
 	CodeUpstreamTruncated:               ClassUpstream, // the sandbox got 200 headers; the event says 502
 	CodeUpstreamUnavailable:             ClassUnavailable,
+	CodeUpstreamEncoding:                ClassUpstream,
+	CodeUpstreamTooLarge:                ClassUpstream,
+	CodeUpstreamPartial:                 ClassUpstream,
 	CodeUpstreamInputUnsupported:        ClassUpstream,
 	CodeUpstreamInputUnanswered:         ClassUpstream,
 	CodeUpstreamInputExhausted:          ClassUpstream,

@@ -1,8 +1,12 @@
 package call
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,8 +16,10 @@ import (
 
 // RejectionLimit bounds the events of protocol-level rejections (a foreign Origin, a malformed
 // head, a session used from another address …): each source address gets PerWindow events per
-// Window; the rest are counted and written as one "suppressed" event when the source's window
-// ends (or at Close). Sources beyond MaxSources share one overflow count.
+// Window for noise, and as many again for the security-relevant codes (securityCodes), whose
+// first rejection of each code per source and window is written whatever the budgets say. The
+// rest are counted, by code, and written as one "suppressed" event when the source's window ends
+// (or at Close). Sources beyond MaxSources share one overflow window.
 type RejectionLimit struct {
 	PerWindow  int
 	Window     time.Duration
@@ -33,6 +39,23 @@ func (l RejectionLimit) withDefaults() RejectionLimit {
 	return l
 }
 
+// securityCodes are the rejections that tell of an attempt to be someone else or to reach what
+// the caller may not: a session used from another address (a hijack), an address that is no
+// sandbox (a forged or stale identity), a sandbox on the admin listener, a foreign Origin or
+// Host (DNS rebinding), a head built to smuggle a request. A flood of noise never hides them.
+var securityCodes = []string{CodeSessionNotOwned, CodeUnknownCaller, CodeAdminFromSandbox, CodeBadOrigin, CodeBadHost,
+	CodeRequestSmuggling}
+
+// securityCode is the index of code in securityCodes, or -1.
+func securityCode(code string) int {
+	for i, c := range securityCodes {
+		if c == code {
+			return i
+		}
+	}
+	return -1
+}
+
 type rejections struct {
 	mu       sync.Mutex
 	lim      RejectionLimit
@@ -42,12 +65,15 @@ type rejections struct {
 }
 
 type rejectWindow struct {
-	start      time.Time
-	written    int
-	suppressed int64
-	kind       audit.Kind
-	id         identity.Identity
-	lastCode   string
+	start time.Time
+	// written counts the noise events written in the window, security the security-relevant
+	// ones; seen has bit i set once securityCodes[i] was written.
+	written, security int
+	seen              uint64
+	suppressed        int64
+	byCode            map[string]int64 // the suppressed rejections by code (a closed set)
+	kind              audit.Kind
+	id                identity.Identity
 }
 
 func newRejections(lim RejectionLimit) *rejections {
@@ -87,9 +113,11 @@ func (rj *rejections) admit(kind audit.Kind, id identity.Identity, code string) 
 			ended = rj.sweepLocked(now, false)
 		}
 		if len(rj.sources) >= rj.lim.MaxSources {
-			rj.overflow.suppressed++
-			rj.overflow.kind, rj.overflow.lastCode = kind, code
-			return ended, false
+			// The overflow window stands for many sources: it is never written as one of them.
+			if rj.overflow.start.IsZero() {
+				rj.overflow.start = now
+			}
+			return ended, rj.overflow.admit(kind, code, rj.lim.PerWindow)
 		}
 		w = &rejectWindow{start: now}
 		rj.sources[id.SourceIP] = w
@@ -100,13 +128,31 @@ func (rj *rejections) admit(kind audit.Kind, id identity.Identity, code string) 
 		}
 		*w = rejectWindow{start: now}
 	}
-	w.kind, w.id, w.lastCode = kind, id, code
-	if w.written < rj.lim.PerWindow {
+	w.id = id
+	return ended, w.admit(kind, code, rj.lim.PerWindow)
+}
+
+// admit counts one rejection of code in the window and reports whether its event is written:
+// noise within the window's budget; a security-relevant code within its own budget, or as the
+// first of its code in the window. Anything else is counted as suppressed.
+func (w *rejectWindow) admit(kind audit.Kind, code string, budget int) bool {
+	w.kind = kind
+	if i := securityCode(code); i >= 0 {
+		if first := w.seen&(1<<i) == 0; first || w.security < budget {
+			w.seen |= 1 << i
+			w.security++
+			return true
+		}
+	} else if w.written < budget {
 		w.written++
-		return ended, true
+		return true
 	}
 	w.suppressed++
-	return ended, false
+	if w.byCode == nil {
+		w.byCode = map[string]int64{}
+	}
+	w.byCode[code]++
+	return false
 }
 
 // sweepLocked drops the windows that ended (all of them when all is set) and returns those
@@ -121,8 +167,10 @@ func (rj *rejections) sweepLocked(now time.Time, all bool) []rejectWindow {
 			delete(rj.sources, addr)
 		}
 	}
-	if rj.overflow.suppressed > 0 {
-		ended = append(ended, rj.overflow)
+	if all || !rj.overflow.start.IsZero() && now.Sub(rj.overflow.start) >= rj.lim.Window {
+		if rj.overflow.suppressed > 0 {
+			ended = append(ended, rj.overflow)
+		}
 		rj.overflow = rejectWindow{}
 	}
 	return ended
@@ -145,9 +193,26 @@ func (c *Core) writeSuppressed(ctx context.Context, w rejectWindow) {
 	if w.id.SourceIP != "" {
 		src = w.id.SourceIP
 	}
-	cl.Event.Decision.Reason = fmt.Sprintf("%d more rejections from %s suppressed (last code %s)", w.suppressed, src, w.lastCode)
+	cl.Event.Decision.Reason = fmt.Sprintf("%d more rejections from %s suppressed (%s)", w.suppressed, src, suppressedCodes(w.byCode))
 	cl.Event.Outcome.Error = "suppressed"
 	cl.Event.Outcome.Status = 0
 	cl.decided = true
 	cl.Finish()
+}
+
+// suppressedCodes lists the suppressed rejections by code, most first: "malformed_request 950,
+// session_not_owned 3".
+func suppressedCodes(byCode map[string]int64) string {
+	codes := slices.Collect(maps.Keys(byCode))
+	slices.SortFunc(codes, func(a, b string) int {
+		if c := cmp.Compare(byCode[b], byCode[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		parts[i] = fmt.Sprintf("%s %d", c, byCode[c])
+	}
+	return strings.Join(parts, ", ")
 }

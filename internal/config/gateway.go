@@ -97,6 +97,17 @@ type Upstream struct {
 	// is closed; when none is idle, calls use the shared session. Sessions idle for
 	// gateway.session_idle_timeout are closed.
 	MaxSessions int `json:"max_sessions"`
+	// MaxResponseBytes bounds the response to one forwarded request, every message of an event
+	// stream included (default 64 MiB); MaxMessageBytes bounds one JSON-RPC message: a JSON
+	// body, one event of a stream, one line of a stdio server (default 16 MiB). A response over
+	// either fails its call with upstream_too_large; a stdio server over MaxMessageBytes is
+	// restarted. Long-lived streams (list changes) are bounded per message only.
+	MaxResponseBytes int64 `json:"max_response_bytes"`
+	MaxMessageBytes  int64 `json:"max_message_bytes"`
+	// MaxNotificationRate caps the notifications one upstream session may send per second
+	// (burst: one second's worth; default 1000). The excess is dropped and counted in
+	// sandgate_gateway_notifications_dropped_total, never queued.
+	MaxNotificationRate float64 `json:"max_notification_rate"`
 	// Breaker isolates the upstream when its transport fails: after Failures consecutive
 	// transport failures or timeouts of calls, its calls answer upstream_unavailable at once
 	// for OpenFor, then one probe call decides. An error the upstream answers never counts.
@@ -121,6 +132,26 @@ const (
 	defaultMaxSessions      = 256
 	defaultMaxStdioSessions = 32
 )
+
+// Defaults of an upstream's bounds.
+const (
+	DefaultMaxResponseBytes    = 64 << 20
+	DefaultMaxMessageBytes     = 16 << 20
+	DefaultMaxNotificationRate = 1000
+)
+
+// ApplyBounds fills in the bounds left zero with their defaults.
+func (u *Upstream) ApplyBounds() {
+	if u.MaxResponseBytes == 0 {
+		u.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if u.MaxMessageBytes == 0 {
+		u.MaxMessageBytes = min(DefaultMaxMessageBytes, u.MaxResponseBytes)
+	}
+	if u.MaxNotificationRate == 0 {
+		u.MaxNotificationRate = DefaultMaxNotificationRate
+	}
+}
 
 // IsStdio reports whether the upstream is a command Sandgate starts.
 func (u Upstream) IsStdio() bool { return u.Command != "" }
@@ -167,6 +198,7 @@ func (x *Gateway) applyDefaults(c *Config) {
 				u.MaxSessions = defaultMaxStdioSessions
 			}
 		}
+		u.ApplyBounds()
 		if u.Breaker.Failures == 0 {
 			u.Breaker.Failures = 5
 		}
@@ -257,6 +289,15 @@ func (u Upstream) validate(c *Config, f string, errs *fieldErrors) {
 		if !c.HasCredential(cred) {
 			errs.add(f+".credential_env."+env, "no credential named %q in credentials", cred)
 		}
+	}
+	if u.MaxMessageBytes < 1024 {
+		errs.add(f+".max_message_bytes", "must be at least 1024, got %d", u.MaxMessageBytes)
+	}
+	if u.MaxResponseBytes < u.MaxMessageBytes {
+		errs.add(f+".max_response_bytes", "must be at least max_message_bytes (%d), got %d", u.MaxMessageBytes, u.MaxResponseBytes)
+	}
+	if u.MaxNotificationRate < 0 {
+		errs.add(f+".max_notification_rate", "must not be negative, got %g", u.MaxNotificationRate)
 	}
 	if u.Breaker.Failures < 0 {
 		errs.add(f+".breaker.failures", "must not be negative, got %d", u.Breaker.Failures)

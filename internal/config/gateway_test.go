@@ -46,6 +46,9 @@ gateway:
 	assert.Equal(t, SessionsPerSandbox, g.Upstreams[2].Sessions)
 	assert.Equal(t, 256, g.Upstreams[0].MaxSessions, "an HTTP upstream session")
 	assert.Equal(t, 32, g.Upstreams[2].MaxSessions, "a stdio upstream session is a process")
+	assert.Equal(t, int64(16<<20), g.Upstreams[0].MaxMessageBytes)
+	assert.Equal(t, int64(64<<20), g.Upstreams[0].MaxResponseBytes)
+	assert.Equal(t, 1000.0, g.Upstreams[2].MaxNotificationRate)
 }
 
 func TestGatewayValidation(t *testing.T) {
@@ -64,6 +67,9 @@ func TestGatewayValidation(t *testing.T) {
 		{"unknown prefix mode is refused", `upstreams: [{name: a, url: "https://a.example", prefix: sometimes}]`, "gateway.upstreams[0].prefix"},
 		{"unknown session model is refused", `upstreams: [{name: a, url: "https://a.example", sessions: per-call}]`, "gateway.upstreams[0].sessions"},
 		{"negative max_sessions is refused", `upstreams: [{name: a, url: "https://a.example", max_sessions: -1}]`, "gateway.upstreams[0].max_sessions"},
+		{"a message bound under 1 KiB is refused", `upstreams: [{name: a, url: "https://a.example", max_message_bytes: 10}]`, "gateway.upstreams[0].max_message_bytes"},
+		{"a response bound under the message bound is refused", `upstreams: [{name: a, url: "https://a.example", max_message_bytes: 4096, max_response_bytes: 2048}]`, "gateway.upstreams[0].max_response_bytes"},
+		{"a negative notification rate is refused", `upstreams: [{name: a, url: "https://a.example", max_notification_rate: -1}]`, "gateway.upstreams[0].max_notification_rate"},
 		{"negative breaker failures are refused", `upstreams: [{name: a, url: "https://a.example", breaker: {failures: -1}}]`, "gateway.upstreams[0].breaker.failures"},
 		{"undefined credential is refused", `upstreams: [{name: a, url: "https://a.example", credential: {name: nope}}]`, "gateway.upstreams[0].credential.name"},
 		{"credential format without {value} is refused", `upstreams: [{name: a, url: "https://a.example", credential: {name: github, format: "Bearer x"}}]`, "gateway.upstreams[0].credential.format"},

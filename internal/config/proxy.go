@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -40,6 +41,13 @@ type Proxy struct {
 	// address) instead of DNS. It is for tests and the benchmark (bench/), which give local
 	// stand-ins fake public names; the answers still pass every dial guard check.
 	ResolveOverrides map[string]string `json:"resolve_overrides"`
+	// ConnectTo dials a destination at another address, like curl's --connect-to: "host:port"
+	// → "ip:port". The name is still what policy decides on, what TLS verifies and what the
+	// Host header says; only the dial changes. The operator named the address, so loopback and
+	// private addresses may be dialed (as with allow_private); metadata, unspecified, multicast
+	// and broadcast addresses stay refused. `make run` points api.anthropic.com:443 at the local
+	// stand-in model API (examples/model-api) this way.
+	ConnectTo map[string]string `json:"connect_to"`
 }
 
 // ProxyCA names the CA files. Relative paths are resolved against the config file's folder.
@@ -182,6 +190,16 @@ func (x *Proxy) validate(c *Config, errs *fieldErrors) {
 		}
 		if _, err := netip.ParseAddr(ip); err != nil {
 			errs.add(f, "%q is not an IP address", ip)
+		}
+	}
+	for dest, addr := range x.ConnectTo {
+		f := fmt.Sprintf("proxy.connect_to[%q]", dest)
+		host, port, err := net.SplitHostPort(dest)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || strings.ContainsAny(host, "/ @*[]") || perr != nil || n < 1 || n > 65535 {
+			errs.add(f, "%q is not host:port (api.anthropic.com:443)", dest)
+		}
+		if _, err := netip.ParseAddrPort(addr); err != nil {
+			errs.add(f, "%q is not ip:port (127.0.0.1:8443)", addr)
 		}
 	}
 	if (x.CA.Cert == "") != (x.CA.Key == "") {

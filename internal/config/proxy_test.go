@@ -66,6 +66,9 @@ func TestProxyValidation(t *testing.T) {
 		{"port out of range is refused", `hosts: [{host: a.example, port: 70000, mode: tunnel}]`, "proxy.hosts[0].port"},
 		{"denied CIDR that does not parse is refused", `denied_cidrs: ["10.96.0.0"]`, "proxy.denied_cidrs[0]"},
 		{"allowed CIDR that does not parse is refused", `allowed_cidrs: ["64:ff9b::"]`, "proxy.allowed_cidrs[0]"},
+		{"connect_to without a port in the destination is refused", `connect_to: {api.anthropic.com: "127.0.0.1:8443"}`, `proxy.connect_to["api.anthropic.com"]`},
+		{"connect_to to a name instead of an address is refused", `connect_to: {"api.anthropic.com:443": "localhost:8443"}`, `proxy.connect_to["api.anthropic.com:443"]`},
+		{"connect_to to an address without a port is refused", `connect_to: {"api.anthropic.com:443": "127.0.0.1"}`, `proxy.connect_to["api.anthropic.com:443"]`},
 		{"CA with only a cert is refused", `ca: {cert: ca.crt}`, "proxy.ca"},
 		{"tiny header limit is refused", `limits: {max_header_bytes: 10}`, "proxy.limits.max_header_bytes"},
 	}

@@ -3,7 +3,7 @@
 // elements they ask for. The proxy reads model requests and usage with it; the gateway reads
 // the top level of upstream results. Keys are handed over raw: a caller that matches them must
 // leave what encoding/json would match differently (escapes, other letter case) to
-// encoding/json.
+// encoding/json, or refuse, with Unambiguous, what readers read differently.
 package jsonscan
 
 import (
@@ -143,7 +143,7 @@ func (s *Scanner) Object(depth int, member func(key []byte, escaped bool, val []
 			return err
 		}
 		start := s.i
-		if err := s.value(depth); err != nil {
+		if err := s.value(depth, nil); err != nil {
 			return err
 		}
 		if err := member(key, escaped, s.b[start:s.i]); err != nil {
@@ -178,7 +178,7 @@ func (s *Scanner) Array(depth int, elem func(val []byte) error) error {
 	for {
 		s.Space()
 		start := s.i
-		if err := s.value(depth); err != nil {
+		if err := s.value(depth, nil); err != nil {
 			return err
 		}
 		if err := elem(s.b[start:s.i]); err != nil {
@@ -294,8 +294,9 @@ func isHex(c byte) bool {
 }
 
 // value scans one value (with the whitespace before it) nested depth levels deep, iteratively:
-// a hostile body's nesting costs a byte of stack per level, not a goroutine stack frame.
-func (s *Scanner) value(depth int) error {
+// a hostile body's nesting costs a byte of stack per level, not a goroutine stack frame. With
+// kt set it also hands every key and every string with escapes to kt (Unambiguous).
+func (s *Scanner) value(depth int, kt *keyTracker) error {
 	var buf [64]byte
 	open := buf[:0] // the containers around the cursor, '{' or '['
 	for {
@@ -313,33 +314,15 @@ func (s *Scanner) value(depth int) error {
 			}
 			open = append(open, c)
 			if c == '{' {
-				if _, _, err := s.key(); err != nil {
+				if err := s.memberKey(kt, true); err != nil {
 					return err
 				}
 			}
 			continue
-		case c == '"':
-			if _, err := s.str(); err != nil {
-				return err
-			}
-		case c == 't':
-			if err := s.literal("true"); err != nil {
-				return err
-			}
-		case c == 'f':
-			if err := s.literal("false"); err != nil {
-				return err
-			}
-		case c == 'n':
-			if err := s.literal("null"); err != nil {
-				return err
-			}
-		case c == '-' || c >= '0' && c <= '9':
-			if err := s.number(); err != nil {
-				return err
-			}
 		default:
-			return s.unexpected("looking for the beginning of a value")
+			if err := s.scalar(c, kt); err != nil {
+				return err
+			}
 		}
 		// A value ended: close the containers it ends, or go on to the next element.
 		for {
@@ -351,6 +334,9 @@ func (s *Scanner) value(depth int) error {
 			if c == top+2 {
 				s.i++
 				open = open[:len(open)-1]
+				if top == '{' && kt != nil {
+					kt.close()
+				}
 				continue
 			}
 			if c != ',' {
@@ -358,13 +344,36 @@ func (s *Scanner) value(depth int) error {
 			}
 			s.i++
 			if top == '{' {
-				if _, _, err := s.key(); err != nil {
+				if err := s.memberKey(kt, false); err != nil {
 					return err
 				}
 			}
 			break
 		}
 	}
+}
+
+// scalar scans one string, literal or number starting with c; with kt set, a string with escapes
+// goes to kt too.
+func (s *Scanner) scalar(c byte, kt *keyTracker) error {
+	switch {
+	case c == '"':
+		start := s.i
+		escaped, err := s.str()
+		if err != nil || !escaped || kt == nil {
+			return err
+		}
+		return kt.value(s.b[start:s.i])
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		return s.number()
+	}
+	return s.unexpected("looking for the beginning of a value")
 }
 
 func (s *Scanner) literal(word string) error {

@@ -28,7 +28,7 @@ func TestChartLintsAndRendersHardenedDeployment(t *testing.T) {
 			require.NoError(t, err, "helm %s\n%s%s", strings.Join(args, " "), out, errOut)
 
 			objs := render(t, c, "sandgate", "sandgate")
-			assert.Empty(t, find(objs, "Secret"), "the chart never renders a Secret: credentials come from existing ones")
+			checkAuditKeysSecret(t, objs)
 			for _, o := range objs {
 				if o.GetKind() == "ValidatingAdmissionPolicy" || o.GetKind() == "ValidatingAdmissionPolicyBinding" {
 					continue // cluster-scoped, and named after the release and its namespace

@@ -216,17 +216,29 @@ func materialize(t testing.TB, objs []*unstructured.Unstructured) materialized {
 	for name, content := range policies {
 		writeFile(t, filepath.Join(m.policyDir, name), content)
 	}
-	for _, c := range cfg.Credentials {
-		if c.File != "" {
-			mkdir(t, filepath.Dir(c.File))
-			writeFile(t, c.File, "fake-"+c.Name+"-value")
-		}
-	}
+	writeCredentials(t, objs, cfg)
 	mkdir(t, cfg.Audit.File.Dir)
 	if cfg.Proxy.CA.Cert != "" {
 		run(t, sandgateBin(t), "ca", "init", "--dir", filepath.Dir(cfg.Proxy.CA.Cert))
 	}
 	return m
+}
+
+// writeCredentials writes each file-backed credential the config names: the audit keys from the
+// chart's rendered Secret, a fake value for every other credential.
+func writeCredentials(t testing.TB, objs []*unstructured.Unstructured, cfg *config.Config) {
+	t.Helper()
+	keys := auditKeys(t, objs)
+	for _, c := range cfg.Credentials {
+		if c.File != "" {
+			mkdir(t, filepath.Dir(c.File))
+			content, ok := keys[filepath.Base(c.File)]
+			if !ok || !strings.Contains(c.File, "/audit-keys/") {
+				content = "fake-" + c.Name + "-value"
+			}
+			writeFile(t, c.File, content)
+		}
+	}
 }
 
 func readDir(t testing.TB, dir string) map[string]string {

@@ -1,22 +1,26 @@
 // Package docs runs the commands the README and docs/ show. A fenced block whose info string is
-// "sh runnable" is run with bash, as pasted, from the repository root, against Sandgate serving
-// examples/sandgate.yaml (what `make run` serves) on loopback; it must exit 0. Blocks that need a
-// cluster, Redis or the internet are plain "sh" and are not run.
+// "sh runnable" is run with bash, as pasted, against `make run` (Sandgate serving
+// examples/sandgate.yaml on loopback, with the stand-in model API beside it); it must exit 0
+// and print no "no events match". Blocks that need a cluster, Redis or the internet are plain
+// "sh" and are not run.
+//
+// Everything runs in a copy of the repository in a temporary folder, never in this clone: the
+// tour writes var/ (CA, keys, audit log) and bin/, which are the user's. The blocks get the
+// PATH of a plain shell: the tools `make setup` installs are reached as the docs say
+// (`eval "$(make -s tools-env)"`), not through the PATH the Makefile exports to tests.
 package docs
 
 import (
 	"bufio"
-	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -58,74 +62,40 @@ func runnableBlocks(t *testing.T, root string) []block {
 	return out
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func run(t *testing.T, root string, name string, args ...string) {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s %v: %s", name, args, out)
-}
-
 func TestDocumentedCommandsRun(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	require.NoError(t, err)
-	blocks := runnableBlocks(t, root)
+	tour := startTour(t)
+	blocks := runnableBlocks(t, tour.root)
 	require.NotEmpty(t, blocks, "README.md marks its tour's blocks runnable")
-
-	// What `make run` does first: the binaries, the CA and the example's key.
-	run(t, root, "make", "build")
-	if _, err := os.Stat(filepath.Join(root, "var", "ca", "ca.crt")); err != nil {
-		run(t, root, "./bin/sandgate", "ca", "init", "--dir", "var/ca")
-	}
-	require.NoError(t, os.MkdirAll(filepath.Join(root, "var", "secrets"), 0o700))
-	if _, err := os.Stat(filepath.Join(root, "var", "secrets", "anthropic")); err != nil {
-		require.NoError(t, os.WriteFile(filepath.Join(root, "var", "secrets", "anthropic"), []byte("sk-ant-placeholder-not-a-real-key"), 0o600))
-	}
-
-	// examples/sandgate.yaml on free ports (a copy beside it: its paths are relative to its folder).
-	ports := map[string]string{"127.0.0.1:8080": freeAddr(t), "127.0.0.1:3128": freeAddr(t), "127.0.0.1:9090": freeAddr(t)}
-	cfg, err := os.ReadFile(filepath.Join(root, "examples", "sandgate.yaml"))
-	require.NoError(t, err)
-	text := string(cfg)
-	for from, to := range ports {
-		text = strings.ReplaceAll(text, from, to)
-	}
-	cfgPath := filepath.Join(root, "examples", fmt.Sprintf(".docs-test-%d.yaml", os.Getpid()))
-	require.NoError(t, os.WriteFile(cfgPath, []byte(text), 0o600))
-	t.Cleanup(func() { os.Remove(cfgPath) })
-
-	ctx, cancel := context.WithCancel(context.Background())
-	serve := exec.CommandContext(ctx, "./bin/sandgate", "serve", "--config", cfgPath)
-	serve.Dir = root
-	var log strings.Builder
-	serve.Stdout, serve.Stderr = &log, &log
-	require.NoError(t, serve.Start())
-	t.Cleanup(func() { cancel(); _ = serve.Wait() })
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + ports["127.0.0.1:9090"] + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}, 60*time.Second, 50*time.Millisecond, "sandgate serve did not become ready: %s", &log)
-
 	for _, b := range blocks {
 		t.Run(fmt.Sprintf("%s:%d", b.file, b.line), func(t *testing.T) {
-			script := b.text
-			for from, to := range ports {
-				script = strings.ReplaceAll(script, from, to)
-			}
-			cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
-			cmd.Dir = root
+			cmd := exec.Command("bash", "-euo", "pipefail", "-c", tour.onFreePorts(b.text))
+			cmd.Dir = tour.root
+			cmd.Env = tour.env()
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s:%d as pasted:\n%s\noutput:\n%s", b.file, b.line, b.text, out)
+			// An example that shows nothing after the tour teaches nothing.
+			require.NotContains(t, string(out), "no events match", "%s:%d prints an empty result after the tour:\n%s", b.file, b.line, out)
 		})
+	}
+	t.Run("the offline tour", func(t *testing.T) { checkOfflineTour(t, tour) })
+}
+
+// A file the docs name for the reader to use (an example, a policy, the chart, another doc) is
+// there: `examples/inputs/tools_call-denied.json` once was not.
+func TestDocumentedFilesExist(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	named := regexp.MustCompile("(?:^|[`\\s(])((?:examples|policies|charts|docs)/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\\.[a-z]{1,5})\\b")
+	for _, f := range append(files, filepath.Join(root, "README.md")) {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range named.FindAllStringSubmatch(line, -1) {
+				_, err := os.Stat(filepath.Join(root, m[1]))
+				assert.NoError(t, err, "%s:%d names %s", filepath.Base(f), i+1, m[1])
+			}
+		}
 	}
 }

@@ -102,3 +102,40 @@ test_a_route_the_template_has_no_models_for_is_denied if {
 	not d.allow
 	d.code == "provider_not_allowed"
 }
+
+# A plain-HTTP forward request (GET http://host:port/…) is decided on host and port: a listed
+# host on port 80, not on its other ports, unless data lists them for the template.
+test_plain_http_to_a_listed_host_on_port_80_is_allowed if {
+	d := request(coder, {"method": "GET", "host": "proxy.golang.org", "port": 80, "path": "/x/@v/list"})
+	d.allow
+	d.code == "host_allowed"
+}
+
+test_plain_http_to_a_listed_host_on_another_port_is_denied if {
+	every port in [8080, 6379, 22, 1, 65535] {
+		d := request(coder, {"method": "GET", "host": "proxy.golang.org", "port": port, "path": "/"})
+		not d.allow
+		d.code == "port_not_allowed"
+	}
+}
+
+test_a_port_data_lists_for_the_host_is_allowed if {
+	ports := {"proxy.golang.org": [8080]}
+	request(coder, {"method": "GET", "host": "proxy.golang.org", "port": 8080}).allow with data.templates["coding-agent"].ports as ports
+	d := request(coder, {"method": "GET", "host": "proxy.golang.org", "port": 80}) with data.templates["coding-agent"].ports as ports
+	not d.allow
+	d.code == "port_not_allowed"
+	request(coder, {"method": "GET", "host": "registry.npmjs.org", "port": 80}).allow with data.templates["coding-agent"].ports as ports
+}
+
+test_a_request_inside_a_tunnel_to_a_listed_host_on_443_is_allowed if {
+	request(coder, {"method": "GET", "host": "registry.npmjs.org", "port": 443, "path": "/left-pad"}).allow
+}
+
+test_a_host_not_listed_is_denied_on_every_port if {
+	every port in [80, 443, 8080] {
+		d := request(coder, {"method": "GET", "host": "evil.example.com", "port": port})
+		not d.allow
+		d.code == "host_not_allowed"
+	}
+}

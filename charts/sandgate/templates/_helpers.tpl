@@ -59,6 +59,15 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
 {{- range .Values.credentials -}}
 {{- $creds = append $creds (dict "name" .name "file" (printf "/etc/sandgate/credentials/%s/%s" .name .key)) -}}
 {{- end -}}
+{{- $audit := dict "file" (dict "dir" "/var/lib/sandgate/audit") -}}
+{{- with .Values.audit.tamperEvidence -}}
+{{- if .enabled -}}
+{{- $_ := set $audit "chain_key_credential" "audit-chain-key" -}}
+{{- $_ := set $audit "checkpoint" (dict "signing_key_credential" "audit-signing-key" "every_events" (int .checkpoint.everyEvents) "every" .checkpoint.every) -}}
+{{- $creds = append $creds (dict "name" "audit-chain-key" "file" "/etc/sandgate/audit-keys/chain.key") -}}
+{{- $creds = append $creds (dict "name" "audit-signing-key" "file" "/etc/sandgate/audit-keys/checkpoint.key") -}}
+{{- end -}}
+{{- end -}}
 {{- $hosts := list $full (printf "%s.%s" $full $ns) (printf "%s.%s.svc" $full $ns) (printf "%s.%s.svc.%s" $full $ns .Values.clusterDomain) -}}
 {{- $kube := dict
   "enabled" .Values.kubernetes.enabled
@@ -77,7 +86,7 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
     "proxy" (printf ":%d" (int .Values.ports.proxy))
     "admin" (printf ":%d" (int .Values.ports.admin)))
   "policy" (dict "dir" "/etc/sandgate/policies")
-  "audit" (dict "file" (dict "dir" "/var/lib/sandgate/audit"))
+  "audit" $audit
   "gateway" (dict "allowed_hosts" $hosts)
   "shutdown" (dict "delay" (printf "%ds" (int .Values.shutdown.delaySeconds)) "drain" (printf "%ds" (int .Values.shutdown.drainSeconds)))
   "kubernetes" $kube
@@ -148,4 +157,9 @@ default 32) does not fit the audit volume: serve would never become ready.
 {{- if and (gt $volume 0) (ge $reserve $volume) -}}
 {{- fail (printf "config.audit.file.reserve_mb (%d MiB) does not fit the audit volume (%s): set it well below the volume's size, or make the volume larger" $reserve (toString $size)) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the audit log's keys: the user's, or the one the chart makes. */}}
+{{- define "sandgate.auditKeysSecret" -}}
+{{- .Values.audit.tamperEvidence.existingSecret | default (printf "%s-audit-keys" (include "sandgate.fullname" .)) -}}
 {{- end -}}

@@ -1,0 +1,275 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client/transport"
+	"golang.org/x/time/rate"
+
+	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/respguard"
+	"github.com/sandgate/sandgate/internal/sse"
+)
+
+// Every read from an upstream is bounded (security invariant 7), whoever reads it (Sandgate's
+// own requests or mcp-go's transport):
+//   - an HTTP upstream's response loses its content codings (respguard.Decode: any stack of
+//     gzip, deflate, br, zstd) or is refused (upstream_encoding); a JSON body is one message,
+//     at most max_message_bytes; an event stream's events are each at most max_message_bytes
+//     and, answering a forwarded call, all of them at most max_response_bytes; anything else
+//     at most max_response_bytes (upstream_too_large);
+//   - a stdio server's lines are each at most max_message_bytes; a longer one ends the
+//     connection (the server is restarted) and fails the calls on it (upstream_too_large);
+//   - an upstream session's notifications are rate-limited (max_notification_rate): the
+//     excess is dropped and counted, never queued.
+
+// boundedTransport is the HTTP transport of one upstream, with its bounds.
+type boundedTransport struct {
+	next                  http.RoundTripper
+	maxResponse, maxEvent int64
+}
+
+func newBoundedTransport(next http.RoundTripper, cfg config.Upstream) boundedTransport {
+	cfg.ApplyBounds()
+	return boundedTransport{next: next, maxResponse: cfg.MaxResponseBytes, maxEvent: cfg.MaxMessageBytes}
+}
+
+func (b boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	rp, _ := req.Context().Value(replyKey{}).(*reply)
+	if err := respguard.Decode(resp); err != nil {
+		resp.Body.Close()
+		rp.refuse(err)
+		return nil, err
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	body := resp.Body
+	switch mt {
+	case "text/event-stream":
+		body = &eventBound{ReadCloser: body, events: sse.Parser{Max: int(b.maxEvent), CountOnly: true}}
+		if rp != nil { // a forwarded call's response, not a long-lived stream
+			body = respguard.Limit(body, b.maxResponse, "response")
+		}
+	case "application/json":
+		body = respguard.Limit(body, b.maxEvent, "message")
+	default:
+		body = respguard.Limit(body, b.maxResponse, "response")
+	}
+	resp.Body = &reportedBody{ReadCloser: body, rp: rp}
+	return resp, nil
+}
+
+// eventBound fails an event stream at its first event over the bound.
+type eventBound struct {
+	io.ReadCloser
+	events sse.Parser
+}
+
+func (e *eventBound) Read(p []byte) (int, error) {
+	n, err := e.ReadCloser.Read(p)
+	if _, perr := e.events.Feed(p[:n], func(sse.Event) bool { return true }); perr != nil {
+		return 0, fmt.Errorf("%w: an event over %d bytes", respguard.ErrTooLarge, e.events.Max)
+	}
+	return n, err
+}
+
+// reportedBody notes a bound its body went over on the call's reply, whoever reads it.
+type reportedBody struct {
+	io.ReadCloser
+	rp *reply
+}
+
+func (r *reportedBody) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if errors.Is(err, respguard.ErrTooLarge) {
+		r.rp.refuse(err)
+	}
+	return n, err
+}
+
+// refuse notes that the upstream's answer was refused for a bound or its coding: the call's
+// error, whatever mcp-go made of it.
+func (rp *reply) refuse(err error) {
+	if rp != nil {
+		rp.bound.CompareAndSwap(nil, &err)
+	}
+}
+
+// refused is the bound or coding error noted for the call, nil if none.
+func (rp *reply) refused() error {
+	if rp == nil {
+		return nil
+	}
+	if e := rp.bound.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// boundFailure is err, a failed call's error, as the bound it went over when one did: on its
+// HTTP reply, or on the stdio connection it was sent on.
+func boundFailure(err error, rp *reply, tr transport.Interface) error {
+	cause := rp.refused()
+	if s, ok := tr.(*boundedStdio); ok && cause == nil {
+		cause = s.failure()
+	}
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", cause, err)
+}
+
+// boundCode is the refusal code of a call that failed on a bound or a coding, "" otherwise.
+func boundCode(err error) string {
+	switch {
+	case errors.Is(err, respguard.ErrTooLarge):
+		return call.CodeUpstreamTooLarge
+	case errors.Is(err, respguard.ErrEncoding):
+		return call.CodeUpstreamEncoding
+	}
+	return ""
+}
+
+// boundedStdio is mcp-go's stdio transport on pipes Sandgate made, so that the server's output
+// is read through a bound on its lines: mcp-go's own command transport reads lines of any
+// length. The process is started, and stopped, here as mcp-go would.
+type boundedStdio struct {
+	*transport.Stdio
+	cmd   func(ctx context.Context) (*exec.Cmd, error)
+	proc  *exec.Cmd
+	out   *lineBound
+	outR  *os.File // Sandgate's end of the server's stdout
+	outW  *os.File // the server's end
+	inR   *os.File
+	inW   *os.File
+	start atomic.Bool
+}
+
+func newBoundedStdio(cmd func(ctx context.Context) (*exec.Cmd, error), maxLine int64) (*boundedStdio, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdio pipe: %w", err)
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("stdio pipe: %w", err)
+	}
+	s := &boundedStdio{cmd: cmd, out: &lineBound{r: outR, max: maxLine}, outR: outR, outW: outW, inR: inR, inW: inW}
+	s.Stdio = transport.NewIO(s.out, inW, nil)
+	return s, nil
+}
+
+// Start starts the server, then mcp-go's reading of it.
+func (s *boundedStdio) Start(ctx context.Context) error {
+	if s.start.Swap(true) {
+		return nil
+	}
+	cmd, err := s.cmd(ctx)
+	if err != nil {
+		return err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = s.inR, s.outW, io.Discard
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("failed to start command: %w", err)
+	}
+	s.proc = cmd
+	s.inR.Close() // the server holds its ends now
+	s.outW.Close()
+	return s.Stdio.Start(ctx)
+}
+
+// stdioGrace is how long a server may take to exit once its stdin is closed, and then once
+// it got SIGTERM, before it is killed (mcp-go's own timings).
+const stdioGrace = 2 * time.Second
+
+// Close closes the server's stdin and waits for it to exit, terminating it if it does not.
+func (s *boundedStdio) Close() error {
+	err := s.Stdio.Close()
+	if s.proc != nil {
+		done := make(chan struct{})
+		go func() { _ = s.proc.Wait(); close(done) }()
+		exited := func() bool {
+			select {
+			case <-done:
+				return true
+			case <-time.After(stdioGrace):
+				return false
+			}
+		}
+		if !exited() {
+			_ = s.proc.Process.Signal(syscall.SIGTERM)
+			if !exited() {
+				_ = s.proc.Process.Kill()
+				<-done
+			}
+		}
+	}
+	s.outR.Close()
+	return err
+}
+
+func (s *boundedStdio) failure() error { return s.out.failure() }
+
+// lineBound passes a stdio server's output through and fails at a line over max bytes.
+type lineBound struct {
+	r    io.Reader
+	max  int64
+	line int64 // bytes since the last line feed
+	err  atomic.Pointer[error]
+}
+
+func (l *lineBound) Read(p []byte) (int, error) {
+	if e := l.err.Load(); e != nil {
+		return 0, *e
+	}
+	n, err := l.r.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			l.line += int64(len(b))
+			break
+		}
+		l.line += int64(i)
+		if l.line > l.max {
+			break
+		}
+		l.line, b = 0, b[i+1:]
+	}
+	if l.line > l.max {
+		e := fmt.Errorf("%w: a stdio message over %d bytes", respguard.ErrTooLarge, l.max)
+		l.err.Store(&e)
+		return 0, e
+	}
+	return n, err
+}
+
+func (l *lineBound) failure() error {
+	if e := l.err.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// notificationLimiter is one upstream session's budget of notifications: x/time/rate's token
+// bucket (kept by the Go team, already in the module graph) rather than one of our own.
+func notificationLimiter(cfg config.Upstream) *rate.Limiter {
+	cfg.ApplyBounds()
+	return rate.NewLimiter(rate.Limit(cfg.MaxNotificationRate), max(1, int(cfg.MaxNotificationRate)))
+}

@@ -1,0 +1,232 @@
+package respguard
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/credential"
+)
+
+// Values of 4 bytes and more are removed from headers, of MinBodySecret bytes and more from
+// bodies: shorter strings occur in ordinary text too often to be overwritten there.
+const (
+	minHeaderSecret = 4
+	// MinBodySecret is the shortest credential value scrubbed from bodies.
+	MinBodySecret = 8
+	// Marker overwrites a credential in a body, cut or padded with '*' to its length.
+	Marker = "[REDACTED-BY-SANDGATE]"
+)
+
+// Needles are the byte strings that betray one set of credential values: each value, its hex
+// (lower and upper case) and its base64 (standard and URL alphabets, at each of the three
+// alignments a value can have inside a longer base64 text, cut to the characters that depend
+// on the value alone); and the base64 of each credential header's rendered value (and of its
+// last word, "user:{value}" after "Basic ") when the format is not just {value}. JSON and
+// percent escapes of any of them are found by the scanner, which reads decoded views too.
+type Needles struct {
+	values  []string // sorted: the set's key
+	header  []string
+	body    [][]byte
+	maxBody int       // the longest body needle
+	first   [256]bool // the first bytes of body needles
+	// escapable: a short JSON escape (\n, \", \\, \/ …) stands for a byte some needle holds,
+	// so a text with it must be read decoded.
+	escapable [256]bool
+}
+
+// Empty reports whether there is nothing to scrub from bodies.
+func (n *Needles) Empty() bool { return n.maxBody == 0 }
+
+// Source keeps the needles of a credential store's current values, rebuilding them only when
+// the values change (a rotated credential applies at the next response).
+type Source struct {
+	store *credential.Store
+	refs  []*config.CredentialRef // credentials whose rendered header is not just the value
+	cur   atomic.Pointer[Needles]
+}
+
+// NewSource reads store's values; refs are the credential references whose rendered header
+// value (Bearer …, Basic …) is scrubbed in base64 too.
+func NewSource(store *credential.Store, refs ...*config.CredentialRef) *Source {
+	s := &Source{store: store}
+	for _, r := range refs {
+		if r != nil && r.Format != "" && r.Format != "{value}" {
+			s.refs = append(s.refs, r)
+		}
+	}
+	return s
+}
+
+// Current is the needle set of the store's values now.
+func (s *Source) Current() *Needles {
+	vals := s.store.Values()
+	slices.Sort(vals)
+	if c := s.cur.Load(); c != nil && slices.Equal(c.values, vals) {
+		return c
+	}
+	var rendered []string
+	for _, r := range s.refs {
+		if v, ok := s.store.Get(r.Name); ok {
+			rendered = append(rendered, r.Render(v))
+		}
+	}
+	n := Build(vals, rendered)
+	s.cur.Store(n)
+	return n
+}
+
+// Build makes the needles of values and of rendered header values.
+func Build(values, rendered []string) *Needles {
+	n := &Needles{values: values}
+	seen := map[string]bool{}
+	add := func(s string) {
+		if s == "" || seen[s] {
+			return
+		}
+		seen[s] = true
+		n.header = append(n.header, s)
+		if len(s) >= MinBodySecret {
+			n.body = append(n.body, []byte(s))
+		}
+	}
+	var encoded []string
+	for _, v := range values {
+		if len(v) < minHeaderSecret {
+			continue
+		}
+		add(v)
+		add(hex.EncodeToString([]byte(v)))
+		add(strings.ToUpper(hex.EncodeToString([]byte(v))))
+		if len(v) >= MinBodySecret {
+			encoded = append(encoded, v)
+		}
+	}
+	for _, r := range rendered {
+		if len(r) < MinBodySecret {
+			continue
+		}
+		encoded = append(encoded, r)
+		if i := strings.LastIndexByte(r, ' '); i >= 0 && len(r)-i-1 >= MinBodySecret {
+			encoded = append(encoded, r[i+1:])
+		}
+	}
+	for _, e := range encoded {
+		for _, b := range Base64Forms(e) {
+			add(b)
+		}
+	}
+	for _, b := range n.body {
+		n.maxBody = max(n.maxBody, len(b))
+		n.first[b[0]] = true
+		for _, c := range b {
+			if e, ok := shortEscapeOf[c]; ok {
+				n.escapable[e] = true
+			}
+		}
+	}
+	n.escapable['u'] = true
+	return n
+}
+
+// shortEscapeOf is the character after a backslash that JSON writes for a byte.
+var shortEscapeOf = map[byte]byte{'"': '"', '\\': '\\', '/': '/', '\b': 'b', '\f': 'f', '\n': 'n', '\r': 'r', '\t': 't'}
+
+// Base64Forms are the base64 texts (standard and URL alphabets) that contain v when v sits at
+// each of the three byte offsets within a base64-encoded text: only the characters decided by
+// v's bytes alone.
+func Base64Forms(v string) []string {
+	var out []string
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+		for off := range 3 {
+			src := append(make([]byte, off, off+len(v)), v...)
+			s := enc.EncodeToString(src)
+			skip := []int{0, 2, 3}[off] // characters that hold bits of the offset's bytes
+			end := len(src) / 3 * 4     // characters of complete 3-byte groups
+			if end-skip >= MinBodySecret {
+				out = append(out, s[skip:end])
+			}
+		}
+	}
+	return out
+}
+
+// Forms are every form of v the guard looks for, for tests that check what a sandbox read.
+func Forms(v string) []string {
+	n := Build([]string{v}, nil)
+	return append([]string(nil), n.header...)
+}
+
+// ScrubHeader removes every field of h whose value contains a needle; it reports whether it
+// removed any.
+func (n *Needles) ScrubHeader(h map[string][]string) bool {
+	removed := false
+	for k, vs := range h {
+		if n.headerHit(vs) {
+			delete(h, k)
+			removed = true
+		}
+	}
+	return removed
+}
+
+func (n *Needles) headerHit(vs []string) bool {
+	for _, v := range vs {
+		for _, s := range n.header {
+			if strings.Contains(v, s) {
+				return true
+			}
+		}
+		if strings.ContainsAny(v, `%\`) && n.decodedHit([]byte(v)) {
+			return true
+		}
+	}
+	return false
+}
+
+// decodedHit reports whether the decoded view of b holds a needle.
+func (n *Needles) decodedHit(b []byte) bool {
+	var v view
+	if !v.decode(b, n) {
+		return false
+	}
+	for _, s := range n.body {
+		if bytes.Contains(v.dec, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// ScrubString is s with every needle (in any form the scanner reads) overwritten, for text
+// bound for a sandbox, a log or an event that did not pass a stream (an upstream's error
+// message).
+func (n *Needles) ScrubString(s string) (string, bool) {
+	if n.Empty() || len(s) < MinBodySecret {
+		return s, false
+	}
+	b := []byte(s)
+	var sc Scanner
+	sc.Reset(n, false, nil)
+	sc.scan(b, true)
+	if sc.hits == 0 {
+		return s, false
+	}
+	return string(b), true
+}
+
+// Betrays reports whether b holds a needle in any form the scanner reads, pieces of an event
+// stream included (b is not changed): what the tests' check of everything sandboxes read uses.
+func (n *Needles) Betrays(b []byte) bool {
+	if n.Empty() {
+		return false
+	}
+	var s Scanner
+	s.Reset(n, true, nil)
+	s.Scan(bytes.Clone(b), 0, true)
+	return s.hits > 0
+}

@@ -1,0 +1,147 @@
+package respguard
+
+import "bytes"
+
+// Scanner finds credentials in a stream on its way to a sandbox and overwrites each in place
+// with Marker (cut, or padded with '*', to the length it had), so that lengths stay true. It
+// reads the stream three ways:
+//
+//   - raw: each needle as bytes;
+//   - decoded: JSON escapes and percent escapes decoded (view), each match overwritten over
+//     the escapes that spell it;
+//   - in pieces, for an event stream: the string values of one JSON key concatenated across
+//     the stream's events (pieces), each piece overwritten.
+//
+// It holds back only what could still become a match: the longest tail of the window that
+// begins a needle (raw or decoded), an escape the window ends inside, and a tail of pieces of
+// at least pieceHold bytes; everything else goes on at once, so an event is passed on as soon
+// as it arrived.
+type Scanner struct {
+	n        *Needles
+	onHit    func()
+	hits     int
+	released int64   // the stream offset of the window's first byte
+	p        *pieces // nil unless the stream is SSE
+	v        view
+	mark     int // marker bytes written in the current redaction
+}
+
+// Reset prepares s for a new stream: sse says whether to read it in pieces; onHit (if not
+// nil) is called at each credential found.
+func (s *Scanner) Reset(n *Needles, sse bool, onHit func()) {
+	*s = Scanner{n: n, onHit: onHit, v: s.v}
+	if sse && !n.Empty() {
+		s.p = newPieces(n)
+	}
+}
+
+// Hits is the number of credentials found so far.
+func (s *Scanner) Hits() int { return s.hits }
+
+// Scan scrubs the window w in place. w[:carried] are the bytes the last Scan held back, the
+// rest are new. It returns how many bytes of w may go on; the caller keeps the others as the
+// start of the next window. final (the stream ended) lets everything go.
+func (s *Scanner) Scan(w []byte, carried int, final bool) int {
+	if s.n.Empty() {
+		s.released += int64(len(w))
+		return len(w)
+	}
+	if s.p != nil {
+		s.p.lex(s, w, carried)
+	}
+	h := s.scan(w, final)
+	if s.p != nil && !final {
+		if hp := s.p.holdFrom(s.released + int64(len(w))); hp >= 0 {
+			h = min(h, int(max(hp-s.released, 0)))
+		}
+	}
+	s.released += int64(h)
+	return h
+}
+
+// scan finds and overwrites the raw and decoded matches of w and returns how much of w may go
+// on as far as they are concerned.
+func (s *Scanner) scan(w []byte, final bool) int {
+	for _, nd := range s.n.body {
+		for i := 0; i <= len(w)-len(nd); {
+			j := bytes.Index(w[i:], nd)
+			if j < 0 {
+				break
+			}
+			i += j
+			s.redact(w, i, i+len(nd), true)
+			i += len(nd)
+		}
+	}
+	// An escape the window ends inside is held, and what comes before it is read as if the
+	// stream ended there: the escape may complete a needle that text begins.
+	ie := len(w)
+	if !final {
+		ie = incompleteEscape(w)
+	}
+	decoded := s.v.decode(w[:ie], s.n)
+	if decoded {
+		for _, nd := range s.n.body {
+			for i := 0; i <= len(s.v.dec)-len(nd); {
+				j := bytes.Index(s.v.dec[i:], nd)
+				if j < 0 {
+					break
+				}
+				i += j
+				a, b := s.v.rawRange(i, i+len(nd))
+				s.redact(w, a, b, true)
+				i += len(nd)
+			}
+		}
+	}
+	if final {
+		return len(w)
+	}
+	h := ie - s.n.held(w[:ie])
+	if decoded {
+		if hd := s.n.held(s.v.dec); hd > 0 {
+			h = min(h, s.v.rawStart(len(s.v.dec)-hd))
+		}
+		h = s.v.boundary(h)
+	}
+	return h
+}
+
+// redact overwrites w[a:b] with the marker; start begins a new marker.
+func (s *Scanner) redact(w []byte, a, b int, start bool) {
+	if start {
+		s.mark = 0
+		s.hits++
+		if s.onHit != nil {
+			s.onHit()
+		}
+	}
+	for k := a; k < b; k++ {
+		if s.mark < len(Marker) {
+			w[k] = Marker[s.mark]
+		} else {
+			w[k] = '*'
+		}
+		s.mark++
+	}
+}
+
+// held is the length of the longest suffix of w that begins some needle without completing
+// it: the bytes that must wait for the next read.
+func (n *Needles) held(w []byte) int {
+	if n.maxBody == 0 {
+		return 0
+	}
+	tail := w[len(w)-min(len(w), n.maxBody-1):]
+	for i := range tail {
+		if !n.first[tail[i]] {
+			continue
+		}
+		for _, nd := range n.body {
+			if len(nd) > len(tail)-i && bytes.HasPrefix(nd, tail[i:]) {
+				return len(tail) - i
+			}
+		}
+	}
+	return 0
+}

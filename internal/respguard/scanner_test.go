@@ -1,0 +1,230 @@
+package respguard
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const secret = "sk-ant-REAL-0123456789abcdef"
+
+// jsonU is s with every byte written as a \u escape, case mixed.
+func jsonU(s string) string {
+	var b strings.Builder
+	for i, c := range []byte(s) {
+		if i%2 == 0 {
+			fmt.Fprintf(&b, `\u%04x`, c)
+		} else {
+			fmt.Fprintf(&b, `\u%04X`, c)
+		}
+	}
+	return b.String()
+}
+
+// percent is s with every byte percent-encoded.
+func percent(s string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// forms are the ways an upstream can spell the secret that a sandbox can read back.
+func forms() map[string]string {
+	return map[string]string{
+		"raw":                      secret,
+		"base64 standard":          base64.StdEncoding.EncodeToString([]byte(secret)),
+		"base64 URL, shifted by 1": base64.URLEncoding.EncodeToString([]byte("x" + secret)),
+		"base64 shifted by 2":      base64.StdEncoding.EncodeToString([]byte("xy" + secret)),
+		"hex lower":                hex.EncodeToString([]byte(secret)),
+		"hex upper":                strings.ToUpper(hex.EncodeToString([]byte(secret))),
+		"JSON \\u escapes":         jsonU(secret),
+		"one JSON \\u escape":      `sk-ant-REAL-0123456789\u0061bcdef`,
+		"percent-encoding":         percent(secret),
+		"query escape":             url.QueryEscape(secret),
+		"partly percent-encoded":   "sk-ant-REAL%2D0123456789abcdef",
+		"escaped slash in base64":  strings.ReplaceAll(base64.StdEncoding.EncodeToString([]byte("??>"+secret)), "/", `\/`),
+	}
+}
+
+// readable is what a sandbox can make of body: the body, and its JSON, percent and base64
+// decodings.
+func leaked(body string) bool {
+	if strings.Contains(body, secret) || strings.Contains(strings.ToLower(body), hex.EncodeToString([]byte(secret))) {
+		return true
+	}
+	var s string
+	if err := jsonUnquote(body, &s); err == nil && strings.Contains(s, secret) {
+		return true
+	}
+	if s, err := url.PathUnescape(body); err == nil && strings.Contains(s, secret) {
+		return true
+	}
+	// Every run of base64 characters, JSON's \/ read as /, decoded at each of its alignments.
+	text := strings.ReplaceAll(body, `\/`, "/")
+	runs := strings.FieldsFunc(text, func(r rune) bool {
+		return !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune("+/-_", r))
+	})
+	for _, run := range runs {
+		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+			for off := 0; off < 4 && off < len(run); off++ {
+				for cut := 0; cut < 3 && cut < len(run)-off; cut++ {
+					b, err := enc.DecodeString(run[off : len(run)-cut])
+					if err == nil && bytes.Contains(b, []byte(secret)) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+func jsonUnquote(s string, out *string) error {
+	b := []byte(`"` + strings.ReplaceAll(s, `"`, `\"`) + `"`)
+	return jsonUnmarshal(b, out)
+}
+
+// scrubStream reads body through a Reader in pieces of n bytes.
+func scrubStream(t *testing.T, body string, n int, sse bool) (string, int) {
+	t.Helper()
+	needles := Build([]string{secret}, nil)
+	hits := 0
+	r := NewReader(iotest.HalfReader(&chunked{s: body, n: n}), needles, sse, func() { hits++ })
+	out, err := io.ReadAll(r)
+	require.NoError(t, err)
+	return string(out), hits
+}
+
+// chunked returns s n bytes per read.
+type chunked struct {
+	s string
+	n int
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if c.s == "" {
+		return 0, io.EOF
+	}
+	k := copy(p[:min(len(p), c.n)], c.s)
+	c.s = c.s[k:]
+	return k, nil
+}
+
+func TestEveryFormIsScrubbed(t *testing.T) {
+	for name, form := range forms() {
+		t.Run(name, func(t *testing.T) {
+			require.True(t, leaked(form), "the form must betray the secret before scrubbing")
+			body := `{"text":"` + form + `","n":1}`
+			for _, n := range []int{1, 3, 7, 64, len(body)} {
+				out, hits := scrubStream(t, body, n, false)
+				assert.False(t, leaked(out), "pieces of %d: %s", n, out)
+				assert.Len(t, out, len(body), "lengths stay true")
+				assert.Positive(t, hits)
+				assert.Contains(t, out, `"n":1}`)
+			}
+		})
+	}
+}
+
+func TestNothingHeldWithoutCause(t *testing.T) {
+	needles := Build([]string{secret}, nil)
+	var s Scanner
+	s.Reset(needles, true, nil)
+	w := []byte("event: delta\ndata: {\"text\":\"hello, world\"}\n\n")
+	assert.Equal(t, len(w), s.Scan(w, 0, false), "a complete event goes on at once")
+	w = []byte(`data: {"text":"sk-an`)
+	assert.Less(t, s.Scan(w, 0, false), len(w), "a tail that begins the secret waits")
+}
+
+func TestSecretInPiecesAcrossEvents(t *testing.T) {
+	var stream strings.Builder
+	for i := 0; i < len(secret); i += 3 {
+		fmt.Fprintf(&stream, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":%q}}\n\n", secret[i:min(i+3, len(secret))])
+	}
+	body := stream.String()
+	for _, n := range []int{1, 5, 40, len(body)} {
+		out, hits := scrubStream(t, body, n, true)
+		assert.Positive(t, hits, "pieces of %d", n)
+		assert.NotContains(t, joinedText(out), secret[3:], "a sandbox joining the deltas learns at most the first bytes")
+		assert.Len(t, out, len(body))
+	}
+	out, _ := scrubStream(t, body, len(body), false)
+	assert.Contains(t, joinedText(out), secret, "read as one body, pieces are not looked for (the test means something)")
+}
+
+// joinedText joins the "text" values of an SSE stream of JSON events.
+func joinedText(stream string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(stream, "\n") {
+		d, ok := strings.CutPrefix(l, "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Delta struct {
+				Text string `json:"text"`
+			} `json:"delta"`
+		}
+		if jsonUnmarshal([]byte(d), &ev) == nil {
+			b.WriteString(ev.Delta.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestWriter(t *testing.T) {
+	var out bytes.Buffer
+	w := NewWriter(&out, Build([]string{secret}, nil), false, nil)
+	body := `{"result":"` + jsonU(secret) + `"}`
+	for i := 0; i < len(body); i += 5 {
+		_, err := w.Write([]byte(body[i:min(i+5, len(body))]))
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.End())
+	assert.Len(t, out.String(), len(body))
+	assert.False(t, leaked(out.String()), out.String())
+	assert.Equal(t, 1, w.Hits())
+}
+
+func TestScrubHeaderAndString(t *testing.T) {
+	n := Build([]string{secret}, []string{"Bearer " + secret})
+	h := map[string][]string{"X-Echo": {"key=" + percent(secret)}, "X-Ok": {"fine"}}
+	assert.True(t, n.ScrubHeader(h))
+	assert.Equal(t, map[string][]string{"X-Ok": {"fine"}}, h)
+	s, hit := n.ScrubString("upstream said: Authorization: Bearer " + secret)
+	assert.True(t, hit)
+	assert.NotContains(t, s, secret)
+	s, hit = n.ScrubString("upstream said: no such tool, nothing else")
+	assert.False(t, hit, "a text without a credential is no hit")
+	assert.Equal(t, "upstream said: no such tool, nothing else", s)
+}
+
+// FuzzReader: read in any pieces, a body keeps its length and no form the scanner reads (raw
+// or decoded) survives it.
+func FuzzReader(f *testing.F) {
+	for _, form := range forms() {
+		f.Add([]byte(`{"a":"`+form+`"}`), uint8(5))
+	}
+	f.Add([]byte(`\\u0073`+jsonU(secret)+`%`), uint8(1))
+	needles := Build([]string{secret}, nil)
+	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
+		r := NewReader(&chunked{s: string(body), n: int(piece%32) + 1}, needles, false, nil)
+		out, err := io.ReadAll(r)
+		require.NoError(t, err)
+		require.Len(t, out, len(body))
+		if _, hit := needles.ScrubString(string(out)); hit {
+			t.Fatalf("%q read in pieces of %d left a credential: %q", body, piece%32+1, out)
+		}
+	})
+}

@@ -1,0 +1,213 @@
+package respguard
+
+import (
+	"bytes"
+	"sort"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// view is a text with its JSON escapes (\uXXXX, surrogate pairs, \n, \/ …) and percent escapes
+// (%XX) decoded, one layer: what a sandbox reads after JSON.parse or decodeURIComponent. Each
+// escape is a unit; every other byte stands for itself.
+type view struct {
+	dec   []byte
+	units []unit
+}
+
+// unit is one escape: its decoded bytes at dec, its raw bytes at raw.
+type unit struct {
+	dec, decLen, raw, rawLen int
+}
+
+// decode fills v with the view of b and reports whether it can hold a needle that b itself
+// does not: whether b has a \u or percent escape, or a short escape of a byte some needle
+// holds. Otherwise v is not filled.
+func (v *view) decode(b []byte, n *Needles) bool {
+	if !mayHide(b, n) {
+		return false
+	}
+	v.dec, v.units = v.dec[:0], v.units[:0]
+	for i := 0; i < len(b); {
+		j := nextEscape(b, i)
+		v.dec = append(v.dec, b[i:j]...)
+		if j == len(b) {
+			break
+		}
+		i = j
+		dec, rawLen := escapeAt(b, i)
+		if rawLen == 0 { // not an escape: the byte stands for itself
+			v.dec = append(v.dec, b[i])
+			i++
+			continue
+		}
+		v.units = append(v.units, unit{dec: len(v.dec), decLen: len(dec), raw: i, rawLen: rawLen})
+		v.dec = append(v.dec, dec...)
+		i += rawLen
+	}
+	return true
+}
+
+// mayHide is the quick check of decode: is there an escape a needle's byte could hide in?
+func mayHide(b []byte, n *Needles) bool {
+	for i := bytes.IndexByte(b, '\\'); i >= 0 && i+1 < len(b); {
+		if n.escapable[b[i+1]] {
+			return true
+		}
+		k := bytes.IndexByte(b[i+2:], '\\')
+		if k < 0 {
+			break
+		}
+		i += 2 + k
+	}
+	for i := bytes.IndexByte(b, '%'); i >= 0; {
+		if i+2 < len(b) && isHex(b[i+1]) && isHex(b[i+2]) {
+			return true
+		}
+		k := bytes.IndexByte(b[i+1:], '%')
+		if k < 0 {
+			break
+		}
+		i += 1 + k
+	}
+	return false
+}
+
+// nextEscape is the index of the next '\' or '%' at or after i, or len(b).
+func nextEscape(b []byte, i int) int {
+	j, k := bytes.IndexByte(b[i:], '\\'), bytes.IndexByte(b[i:], '%')
+	switch {
+	case j < 0 && k < 0:
+		return len(b)
+	case j < 0 || k >= 0 && k < j:
+		return i + k
+	}
+	return i + j
+}
+
+var shortEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// escapeAt decodes the escape at b[i] ('\' or '%'); rawLen is 0 when there is none.
+func escapeAt(b []byte, i int) (dec []byte, rawLen int) {
+	if b[i] == '%' {
+		if i+2 < len(b) && isHex(b[i+1]) && isHex(b[i+2]) {
+			return []byte{unhex(b[i+1])<<4 | unhex(b[i+2])}, 3
+		}
+		return nil, 0
+	}
+	if i+1 >= len(b) {
+		return nil, 0
+	}
+	if c, ok := shortEscapes[b[i+1]]; ok {
+		return []byte{c}, 2
+	}
+	r, ok := hex4(b, i)
+	if !ok {
+		return nil, 0
+	}
+	rawLen = 6
+	if utf16.IsSurrogate(r) {
+		lo, ok := hex4(b, i+6)
+		if ok && utf16.DecodeRune(r, lo) != utf8.RuneError {
+			r, rawLen = utf16.DecodeRune(r, lo), 12
+		} else {
+			r = utf8.RuneError
+		}
+	}
+	return utf8.AppendRune(nil, r), rawLen
+}
+
+// hex4 reads "\uXXXX" at b[i].
+func hex4(b []byte, i int) (rune, bool) {
+	if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i+2 : i+6] {
+		if !isHex(c) {
+			return 0, false
+		}
+		r = r<<4 | rune(unhex(c))
+	}
+	return r, true
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+// incompleteEscape is the index where b ends inside an escape (a later byte may complete it,
+// or a low surrogate follow a high one), or len(b).
+func incompleteEscape(b []byte) int {
+	for i := len(b) - 1; i >= max(0, len(b)-11); i-- {
+		switch b[i] {
+		case '%':
+			if len(b)-i < 3 {
+				return i
+			}
+			return len(b)
+		case '\\':
+			switch rest := len(b) - i; {
+			case rest == 1, b[i+1] == 'u' && rest < 6:
+				return i
+			case rest < 12 && isHighSurrogateAt(b, i):
+				return i
+			}
+			return len(b)
+		}
+	}
+	return len(b)
+}
+
+func isHighSurrogateAt(b []byte, i int) bool {
+	r, ok := hex4(b, i)
+	return ok && r >= 0xD800 && r < 0xDC00
+}
+
+// rawRange is the raw bytes of decoded bytes [d0, d1).
+func (v *view) rawRange(d0, d1 int) (int, int) {
+	return v.rawStart(d0), v.rawEnd(d1 - 1)
+}
+
+// unitAt is the index of the last unit starting at or before decoded byte d, or -1.
+func (v *view) unitAt(d int) int {
+	return sort.Search(len(v.units), func(i int) bool { return v.units[i].dec > d }) - 1
+}
+
+func (v *view) rawStart(d int) int {
+	i := v.unitAt(d)
+	if i < 0 {
+		return d
+	}
+	u := v.units[i]
+	if d < u.dec+u.decLen {
+		return u.raw
+	}
+	return u.raw + u.rawLen + d - (u.dec + u.decLen)
+}
+
+func (v *view) rawEnd(d int) int {
+	i := v.unitAt(d)
+	if i >= 0 && d < v.units[i].dec+v.units[i].decLen {
+		return v.units[i].raw + v.units[i].rawLen
+	}
+	return v.rawStart(d) + 1
+}
+
+// boundary moves raw index h back to the start of the unit it falls inside, if any, so that a
+// held tail always begins where an escape begins.
+func (v *view) boundary(h int) int {
+	i := sort.Search(len(v.units), func(i int) bool { return v.units[i].raw >= h }) - 1
+	if i >= 0 && h < v.units[i].raw+v.units[i].rawLen {
+		return v.units[i].raw
+	}
+	return h
+}
