@@ -19,6 +19,11 @@ type sequencer struct {
 	sinceCheckpoint int
 	// marked is set once a keyed writer has started its part of the log with a KindChain record.
 	marked bool
+	// signed is set once this writer wrote a checkpoint. Until then each event is followed by
+	// one, so the first event a writer writes is signed at once: a new log verifies with the
+	// public key from its first event on, instead of reporting "no checkpoint" until EveryEvents
+	// or Every come round, and a restart after a crash signs the tail the crash left unsigned.
+	signed bool
 
 	events    []Event
 	lastBatch int         // events in the last batch: a blocking writer lingers after a crowded one
@@ -162,7 +167,7 @@ func (s *sequencer) batch(first Event) (ok, open bool) {
 		}
 		e.Hash = s.prev
 		s.sinceCheckpoint++
-		if every > 0 && s.sinceCheckpoint >= every && !s.appendCheckpoint() {
+		if every > 0 && (s.sinceCheckpoint >= every || !s.signed) && !s.appendCheckpoint() {
 			s.lose()
 			return false, open
 		}
@@ -309,7 +314,7 @@ func (s *sequencer) appendCheckpoint() bool {
 	if !s.seal(start) {
 		return false
 	}
-	s.sinceCheckpoint = 0
+	s.sinceCheckpoint, s.signed = 0, true
 	s.published = append(s.published, c)
 	return true
 }

@@ -158,9 +158,10 @@ type CheckpointConfig struct {
 	Published func(Checkpoint)
 }
 
-// WithCheckpoints makes the writer append a signed checkpoint every c.EveryEvents call events,
-// every c.Every when events were written since the last one, and on Close. The sink must
-// implement LineCounter, since a checkpoint counts the lines from the start of the log.
+// WithCheckpoints makes the writer append a signed checkpoint after its first call event, every
+// c.EveryEvents call events, every c.Every when events were written since the last one, and on
+// Close. The sink must implement LineCounter, since a checkpoint counts the lines from the start
+// of the log.
 func WithCheckpoints(c CheckpointConfig) Option {
 	return func(w *Writer) {
 		if c.EveryEvents <= 0 {
