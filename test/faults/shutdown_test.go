@@ -21,7 +21,8 @@ import (
 // /readyz never said 503 (the admin listener closed 4 ms after the signal), new connections
 // were refused at once, and 4 of 11 cut calls had no event.
 func TestSIGTERMUnderLoadIsARollout(t *testing.T) {
-	const delay, drain = 8 * time.Second, 3 * time.Second // a delay long enough for the calls made in it on a loaded machine
+	// A delay long enough for the calls made in it on a loaded machine.
+	const delay, drain = 8 * time.Second, 3 * time.Second
 	up := startUpstream(t, "everything", time.Hour) // long-op runs until it is cancelled
 	g := startGate(t, upstreamsConfig(up.URL)+routeConfig(t, modelStandIn(t))+
 		fmt.Sprintf("shutdown: {delay: %s, drain: %s}\n", delay, drain))
