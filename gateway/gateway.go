@@ -171,6 +171,13 @@ func New(opts Options) (*Gateway, error) {
 		server.WithEventStore(g.events),
 	)
 	g.handler = newGuard(g)
+	g.fromLastKnown()
+	return g, nil
+}
+
+// fromLastKnown starts the catalog from what the upstreams listed last (lastknown.go) and
+// counts those never seen.
+func (g *Gateway) fromLastKnown() {
 	g.loadCatalogs()
 	for _, u := range g.upstreams {
 		if !u.seen() {
@@ -180,7 +187,6 @@ func New(opts Options) (*Gateway, error) {
 	if int(g.unseen.Load()) < len(g.upstreams) {
 		g.rebuild()
 	}
-	return g, nil
 }
 
 // listed saves what an upstream listed and counts it as seen.

@@ -134,6 +134,13 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	gd.serveCall(ctx, w, r, cl, msg, body)
+}
+
+// serveCall serves a request whose call has begun: everything it writes goes through the
+// response guard (scrubwriter.go) and the writer that counts it and holds an SSE response's end
+// (final.go); the call finishes, its event written, before that end is let go.
+func (gd *guard) serveCall(ctx context.Context, w http.ResponseWriter, r *http.Request, cl *call.Call, msg rpcMessage, body []byte) {
 	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut, hold: holdFinal(ctx, r)}
 	var echoed atomic.Bool
 	sw := newScrubWriter(rec, gd.g.guard.Current(), func() { echoed.Store(true) })
