@@ -127,3 +127,38 @@ func TestWholeLogNeedsNoHealing(t *testing.T) {
 		assert.False(t, strings.HasPrefix(e.Name(), tornPrefix), e.Name())
 	}
 }
+
+// TestVerifyNamesAHealedTailBeforeACheckpointItNoLongerReaches: a host crash loses the lines not
+// yet on disk, which a checkpoint kept outside the log (the process log's copy) still counts.
+// The log heals at start; verify with that copy breaks, as it must, and says that the torn tail
+// cut there may be the cause, not only a rewrite.
+func TestVerifyNamesAHealedTailBeforeACheckpointItNoLongerReaches(t *testing.T) {
+	dir := t.TempDir()
+	var first published
+	cfg := FileConfig{Dir: dir}
+	// ev0, checkpoint (1), ev1, ev2, checkpoint (4), ev3, ev4, checkpoint (7).
+	writeLog(t, cfg, 5, checkpointOpts(2, newFakeClock(), &first)...)
+	path := filepath.Join(dir, ActiveFile)
+	lines := readLines(t, path)
+	require.Len(t, lines, 8)
+	// What reached the disk: the first 5 lines and half of the sixth.
+	var kept []byte
+	for _, l := range lines[:5] {
+		kept = append(append(kept, l...), '\n')
+	}
+	kept = append(kept, lines[5][:len(lines[5])/2]...)
+	require.NoError(t, os.WriteFile(path, kept, 0o600))
+
+	var second published
+	writeLog(t, cfg, 1, checkpointOpts(2, newFakeClock(), &second)...)
+	report, err := VerifyWith(dir, VerifyOptions{PublicKey: testPublicKey, External: first.list})
+	require.NoError(t, err)
+	require.NotNil(t, report.Break, "%s", report)
+	assert.Contains(t, report.Break.Reason, "external checkpoint 3")
+	assert.Contains(t, report.Break.Reason, "or lost in a host crash: a torn tail was cut at "+path+":6")
+	assert.Contains(t, report.String(), "recovered: ")
+
+	report, err = VerifyWith(dir, VerifyOptions{PublicKey: testPublicKey, External: first.list[:2]})
+	require.NoError(t, err)
+	assert.True(t, report.Complete(), "the checkpoints before the cut still hold: %s", report)
+}
