@@ -90,7 +90,7 @@ bench: build
 	bash bench/setup.sh
 	go build -o bin/bench-relay ./bench/cmd/relay
 	go build -o bin/sandbench ./bench/cmd/sandbench
-	./bin/sandbench -policy-variants $(BENCH_FLAGS)
+	./bin/sandbench -policy-variants -delivery-variants $(BENCH_FLAGS)
 	@# The scale-out cells: 3 replicas round-robin on one Redis and on a Cluster against one
 	@# replica with memory state (bench/replicas.go), written next to the report as LABEL-replicas.md.
 	./bin/sandbench -replicas -concurrency 64 $(BENCH_REPLICAS_FLAGS)

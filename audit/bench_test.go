@@ -8,13 +8,17 @@ import (
 // BenchmarkRecord measures Record from many goroutines against a real FileSink. Record only
 // enqueues, but when the sequencer and the disk fall behind the queue fills and Record waits, so
 // ns/op reflects sustained throughput, not just the enqueue.
-func BenchmarkRecord(b *testing.B) {
+func BenchmarkRecord(b *testing.B) { benchRecord(b, 1) }
+
+// benchRecord runs Record from parallelism goroutines per core against a real FileSink.
+func benchRecord(b *testing.B, parallelism int, opts ...Option) {
 	sink, err := OpenFileSink(FileConfig{Dir: b.TempDir(), Fsync: FsyncBatch})
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := NewWriter(sink)
+	w := NewWriter(sink, opts...)
 	b.ReportAllocs()
+	b.SetParallelism(parallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		ev := testEvent(1)
@@ -32,28 +36,7 @@ func BenchmarkRecord(b *testing.B) {
 }
 
 // BenchmarkRecordKeyed is BenchmarkRecord with the chain keyed (HMAC-SHA-256 per line).
-func BenchmarkRecordKeyed(b *testing.B) {
-	sink, err := OpenFileSink(FileConfig{Dir: b.TempDir(), Fsync: FsyncBatch})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := NewWriter(sink, WithChainKey(testChainKey))
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		ev := testEvent(1)
-		for pb.Next() {
-			if err := w.Record(&ev); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	if err := w.Close(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-}
+func BenchmarkRecordKeyed(b *testing.B) { benchRecord(b, 1, WithChainKey(testChainKey)) }
 
 // BenchmarkSealLine measures the sequencer's per-line hashing: the keyed chain must cost no
 // allocation beyond the plain one (the hash string itself).
@@ -73,5 +56,13 @@ func BenchmarkSealLine(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkRecordDelivery is BenchmarkRecord under each delivery mode, with 64 goroutines per
+// core as a loaded replica has calls in flight: blocking returns once the event is written.
+func BenchmarkRecordDelivery(b *testing.B) {
+	for _, d := range []Delivery{DeliveryAsync, DeliveryBlocking} {
+		b.Run(string(d), func(b *testing.B) { benchRecord(b, 64, WithDelivery(d)) })
 	}
 }

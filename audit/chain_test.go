@@ -260,30 +260,55 @@ func TestWriterEmitsCheckpointsEveryNEventsAndOnClose(t *testing.T) {
 	var pub published
 	writeLog(t, FileConfig{Dir: dir}, 10, checkpointOpts(4, newFakeClock(), &pub)...)
 
-	// Lines: 4 events, checkpoint (count 4), 4 events, checkpoint (count 9), 2 events, checkpoint
-	// on Close (count 12).
-	assert.Equal(t, []uint64{4, 9, 12}, counts(pub.list))
+	// Lines: the first event and its checkpoint (count 1), 4 events, checkpoint (count 6),
+	// 4 events, checkpoint (count 11), 1 event, checkpoint on Close (count 13).
+	assert.Equal(t, []uint64{1, 6, 11, 13}, counts(pub.list))
 	lines := readLines(t, filepath.Join(dir, ActiveFile))
-	require.Len(t, lines, 13)
-	for _, i := range []int{4, 9, 12} {
+	require.Len(t, lines, 14)
+	for _, i := range []int{1, 6, 11, 13} {
 		assert.Equal(t, KindCheckpoint, lineKind(lines[i]), "line %d", i+1)
 	}
-	assert.Equal(t, pub.list[2].LastHash, mustStoredHash(t, lines[11]))
+	assert.Equal(t, pub.list[3].LastHash, mustStoredHash(t, lines[12]))
 
 	report, err := VerifyWith(dir, VerifyOptions{PublicKey: testPublicKey})
 	require.NoError(t, err)
 	assert.True(t, report.Complete(), "%s", report)
 	assert.Equal(t, 10, report.Events)
-	assert.Equal(t, 3, report.Checkpoints)
+	assert.Equal(t, 4, report.Checkpoints)
 
 	t.Run("a restarted writer keeps counting from the start of the log", func(t *testing.T) {
 		var again published
 		writeLog(t, FileConfig{Dir: dir}, 1, checkpointOpts(4, newFakeClock(), &again)...)
-		assert.Equal(t, []uint64{14}, counts(again.list))
+		assert.Equal(t, []uint64{15}, counts(again.list), "its first event is signed at once")
 		report, err := VerifyWith(dir, VerifyOptions{PublicKey: testPublicKey})
 		require.NoError(t, err)
 		assert.True(t, report.Complete(), "%s", report)
 	})
+}
+
+// TestANewLogIsSignedFromItsFirstEvent: a writer signs its first event at once, so a log
+// verifies completely with the public key (audit verify --config exits 0) while the writer still
+// runs, from the first event on. Before, it reported "no checkpoint in the log" (exit 4) until
+// EveryEvents events or the Every interval came round, a minute with the defaults.
+func TestANewLogIsSignedFromItsFirstEvent(t *testing.T) {
+	dir := t.TempDir()
+	var pub published
+	w := openWriter(t, FileConfig{Dir: dir, Fsync: FsyncNever},
+		append(checkpointOpts(1000, newFakeClock(), &pub), WithDelivery(DeliveryBlocking))...)
+	ev := testEvent(0)
+	require.NoError(t, w.Record(&ev)) // blocking: returns once the event's batch is written
+
+	report, err := VerifyWith(dir, VerifyOptions{PublicKey: testPublicKey})
+	require.NoError(t, err)
+	assert.True(t, report.Complete(), "%s", report)
+	assert.Equal(t, 1, report.Events)
+	assert.Equal(t, 1, report.Checkpoints)
+
+	for i := 1; i < 5; i++ { // the next ones wait for EveryEvents, Every or Close as before
+		ev := testEvent(i)
+		require.NoError(t, w.Record(&ev))
+	}
+	assert.Len(t, pub.list, 1, "one checkpoint for the first event only")
 }
 
 func TestWriterEmitsATimedCheckpointOnlyAfterNewEvents(t *testing.T) {
@@ -295,24 +320,25 @@ func TestWriterEmitsATimedCheckpointOnlyAfterNewEvents(t *testing.T) {
 		ev := testEvent(i)
 		require.NoError(t, w.Record(&ev))
 	}
-	clock.tick() // covers the 3 events: they were accepted before the tick
+	// The first event was signed at once (count 1).
+	clock.tick() // covers the other 2: they were accepted before the tick
 	clock.tick() // nothing new: no checkpoint
 	ev := testEvent(3)
 	require.NoError(t, w.Record(&ev))
 	clock.tick()
 	require.NoError(t, w.Close(context.Background())) // nothing new since the last tick
 
-	assert.Equal(t, []uint64{3, 5}, counts(pub.list))
+	assert.Equal(t, []uint64{1, 4, 6}, counts(pub.list))
 	assert.True(t, pub.list[0].Time.Equal(clock.now), "the checkpoint time comes from the clock")
 	report, err := VerifyWith(dir, VerifyOptions{PublicKey: testPublicKey})
 	require.NoError(t, err)
 	assert.True(t, report.Complete(), "%s", report)
-	assert.Equal(t, 2, report.Checkpoints)
+	assert.Equal(t, 3, report.Checkpoints)
 }
 
 func TestCheckpointsDetectTampering(t *testing.T) {
 	type setup struct {
-		lines    [][]byte // audit.log as written: 10 events, checkpoints at lines 5, 10 and 13
+		lines    [][]byte // audit.log as written: 10 events, checkpoints at lines 2, 7, 12 and 14
 		external []Checkpoint
 	}
 	tests := []struct {
@@ -331,34 +357,34 @@ func TestCheckpointsDetectTampering(t *testing.T) {
 		{
 			name: "an altered checkpoint time, the chain recomputed, fails the signature",
 			tamper: func(t *testing.T, s setup) ([][]byte, []Checkpoint) {
-				s.lines[9] = editCheckpoint(t, s.lines[9], func(c *Checkpoint) { c.Time = c.Time.Add(time.Hour) })
+				s.lines[6] = editCheckpoint(t, s.lines[6], func(c *Checkpoint) { c.Time = c.Time.Add(time.Hour) })
 				return rechainPlain(t, s.lines), nil
 			},
 			publicKey: testPublicKey,
-			wantBreak: "audit.log:10: checkpoint signature does not verify",
+			wantBreak: "audit.log:7: checkpoint signature does not verify",
 		},
 		{
 			name: "an event deleted and the next checkpoint's count and last_hash forged to match fails the signature",
 			tamper: func(t *testing.T, s setup) ([][]byte, []Checkpoint) {
-				lines := rechainPlain(t, append(s.lines[:6:6], s.lines[7:]...))
-				lines[8] = editCheckpoint(t, lines[8], func(c *Checkpoint) {
-					c.Count, c.LastHash = 8, mustStoredHash(t, lines[7])
+				lines := rechainPlain(t, append(s.lines[:8:8], s.lines[9:]...))
+				lines[10] = editCheckpoint(t, lines[10], func(c *Checkpoint) {
+					c.Count, c.LastHash = 10, mustStoredHash(t, lines[9])
 				})
 				return rechainPlain(t, lines), nil
 			},
 			publicKey: testPublicKey,
-			wantBreak: "audit.log:9: checkpoint signature does not verify",
+			wantBreak: "audit.log:11: checkpoint signature does not verify",
 		},
 		{
 			name: "a forged checkpoint is not detected without the public key",
 			tamper: func(t *testing.T, s setup) ([][]byte, []Checkpoint) {
-				lines := rechainPlain(t, append(s.lines[:6:6], s.lines[7:]...))
-				lines[8] = editCheckpoint(t, lines[8], func(c *Checkpoint) {
-					c.Count, c.LastHash = 8, mustStoredHash(t, lines[7])
+				lines := rechainPlain(t, append(s.lines[:8:8], s.lines[9:]...))
+				lines[10] = editCheckpoint(t, lines[10], func(c *Checkpoint) {
+					c.Count, c.LastHash = 10, mustStoredHash(t, lines[9])
 				})
 				lines = rechainPlain(t, lines)
-				lines[11] = editCheckpoint(t, lines[11], func(c *Checkpoint) {
-					c.Count, c.LastHash = 11, mustStoredHash(t, lines[10])
+				lines[12] = editCheckpoint(t, lines[12], func(c *Checkpoint) {
+					c.Count, c.LastHash = 12, mustStoredHash(t, lines[11])
 				})
 				return rechainPlain(t, lines), nil
 			},
@@ -366,7 +392,7 @@ func TestCheckpointsDetectTampering(t *testing.T) {
 		{
 			name: "a checkpoint's signature replaced by one over other bytes fails",
 			tamper: func(t *testing.T, s setup) ([][]byte, []Checkpoint) {
-				s.lines[9] = editCheckpoint(t, s.lines[9], func(c *Checkpoint) {
+				s.lines[6] = editCheckpoint(t, s.lines[6], func(c *Checkpoint) {
 					c.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(testSignKey, []byte("other")))
 				})
 				return rechainPlain(t, s.lines), nil
@@ -377,7 +403,7 @@ func TestCheckpointsDetectTampering(t *testing.T) {
 		{
 			name: "a checkpoint re-signed with another key fails naming its key id",
 			tamper: func(t *testing.T, s setup) ([][]byte, []Checkpoint) {
-				s.lines[9] = editCheckpoint(t, s.lines[9], func(c *Checkpoint) { signCheckpoint(c, otherSignKey) })
+				s.lines[6] = editCheckpoint(t, s.lines[6], func(c *Checkpoint) { signCheckpoint(c, otherSignKey) })
 				return rechainPlain(t, s.lines), nil
 			},
 			publicKey: testPublicKey,
@@ -386,37 +412,37 @@ func TestCheckpointsDetectTampering(t *testing.T) {
 		{
 			name: "an event deleted before a checkpoint and the chain recomputed fails at the checkpoint",
 			tamper: func(t *testing.T, s setup) ([][]byte, []Checkpoint) {
-				return rechainPlain(t, append(s.lines[:6:6], s.lines[7:]...)), nil
+				return rechainPlain(t, append(s.lines[:8:8], s.lines[9:]...)), nil
 			},
 			publicKey: testPublicKey,
-			wantBreak: "checkpoint counts 9 lines before it, the log has 8",
+			wantBreak: "checkpoint counts 11 lines before it, the log has 10",
 		},
 		{
 			name: "the tail cut after the last in-log checkpoint is found by the external checkpoint",
 			tamper: func(_ *testing.T, s setup) ([][]byte, []Checkpoint) {
-				return s.lines[:10], s.external
+				return s.lines[:12], s.external
 			},
 			publicKey: testPublicKey,
-			wantBreak: "the log ends after 10 lines, but external checkpoint 1",
+			wantBreak: "the log ends after 12 lines, but external checkpoint 1",
 		},
 		{
 			name: "the tail cut together with the last checkpoint, without an external copy, is not detected",
 			tamper: func(_ *testing.T, s setup) ([][]byte, []Checkpoint) {
-				return s.lines[:11], nil
+				return s.lines[:13], nil
 			},
 			publicKey: testPublicKey,
 		},
 		{
 			name: "the tail cut together with every checkpoint, without an external copy, is not detected",
 			tamper: func(_ *testing.T, s setup) ([][]byte, []Checkpoint) {
-				return s.lines[:4], nil
+				return s.lines[:1], nil
 			},
 		},
 		{
 			name: "a replaced log of the same length is found by the external checkpoint",
 			tamper: func(t *testing.T, s setup) ([][]byte, []Checkpoint) {
 				fresh := t.TempDir()
-				writeLog(t, FileConfig{Dir: fresh}, 12)
+				writeLog(t, FileConfig{Dir: fresh}, 14)
 				return readLines(t, filepath.Join(fresh, ActiveFile)), s.external
 			},
 			wantBreak: "external checkpoint 1",
@@ -513,7 +539,7 @@ func TestCheckpointsRoundTripThroughTheProcessLog(t *testing.T) {
 	dir := t.TempDir()
 	var pub published
 	writeLog(t, FileConfig{Dir: dir}, 3, checkpointOpts(1000, newFakeClock(), &pub)...)
-	require.Len(t, pub.list, 1)
+	require.Len(t, pub.list, 2, "after the first event, and on Close")
 
 	var processLog bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&processLog, nil))
@@ -578,10 +604,11 @@ func TestCheckpointCountsSpanRotatedFilesAndRestarts(t *testing.T) {
 	writeLog(t, cfg, 3)
 	writeLog(t, cfg, 5, append(checkpointOpts(4, newFakeClock(), &second), WithMaxBatch(1))...)
 	require.Greater(t, len(listFiles(t, dir)), 3, "the log rotated")
-	// Lines: 9 events and 3 checkpoints (12), 3 plain events (15), then the second writer's 4
-	// events, a checkpoint, 1 event and the checkpoint on Close (22).
-	assert.Equal(t, []uint64{4, 9, 11}, counts(first.list))
-	assert.Equal(t, []uint64{19, 21}, counts(second.list))
+	// Lines: 9 events and 3 checkpoints (after the first event, then every 4: 12), 3 plain
+	// events (15), then the second writer's first event and its checkpoint, 4 events and a
+	// checkpoint (22).
+	assert.Equal(t, []uint64{1, 6, 11}, counts(first.list))
+	assert.Equal(t, []uint64{16, 21}, counts(second.list))
 
 	// A crash leaves no checkpoint at the end: the next start counts on from the last one.
 	active := filepath.Join(dir, ActiveFile)

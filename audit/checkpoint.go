@@ -172,6 +172,7 @@ type record struct {
 	Kind       string       `json:"kind"`
 	Chain      *chainMarker `json:"chain"`
 	Checkpoint *Checkpoint  `json:"checkpoint"`
+	Recovered  *Recovery    `json:"recovered"`
 }
 
 func parseRecord(line []byte, kind string) (record, error) {
@@ -188,7 +189,9 @@ func parseRecord(line []byte, kind string) (record, error) {
 		return r, errors.New(`checkpoint record without "checkpoint"`)
 	case kind == KindCheckpoint:
 		return r, r.Checkpoint.validate()
-	case kind != KindChain:
+	case kind == KindRecovered && r.Recovered == nil:
+		return r, errors.New(`recovered record without "recovered"`)
+	case kind != KindChain && kind != KindRecovered:
 		return r, fmt.Errorf("unknown record kind %q", kind)
 	}
 	return r, nil

@@ -76,6 +76,8 @@ type Event struct {
 	assignedID string
 	// owed is what the event holds of the sink's reserve until it is written (reserve.go).
 	owed int64
+	// ack, set on the writer's copy of a blocking Record's event, hears of its write (delivery.go).
+	ack chan error
 }
 
 // AssignID gives the event its ID before it is recorded, so that what is written about the call

@@ -113,14 +113,15 @@ type FileSink struct {
 	buf         []byte
 	reserve     *os.File // Dir/audit.reserve, nil without a reserve
 	reserveSize int64    // its allocated size now; below cfg.Reserve after a draw
+	recovered   *Recovery
 
 	stop chan struct{}
 	done chan struct{}
 }
 
-// OpenFileSink creates Dir if needed, opens audit.log for appending and reads the last event's
-// hash so the chain continues. It refuses a log whose last line is cut off: that needs a look
-// (sandgate audit verify) before anything is appended.
+// OpenFileSink creates Dir if needed, heals a torn tail of audit.log (recover.go: the tail is
+// kept in a file beside the log, Recovered says what was cut), opens audit.log for appending and
+// reads the last event's hash so the chain continues.
 func OpenFileSink(cfg FileConfig) (*FileSink, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -139,6 +140,9 @@ func OpenFileSink(cfg FileConfig) (*FileSink, error) {
 		if t, ok := parseRotatedName(filepath.Base(p)); ok && t.After(s.lastRotated) {
 			s.lastRotated = t
 		}
+	}
+	if s.recovered, err = healTail(s.path); err != nil {
+		return nil, err
 	}
 	if err := s.open(); err != nil {
 		return nil, err

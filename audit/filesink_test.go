@@ -110,20 +110,6 @@ func TestChainContinuesFromTheNewestRotatedFileWhenAuditLogIsGone(t *testing.T) 
 	assert.Equal(t, 7, report.Events)
 }
 
-func TestOpenFileSinkRefusesALogWhoseLastLineIsCutOff(t *testing.T) {
-	dir := t.TempDir()
-	writeLog(t, FileConfig{Dir: dir}, 3)
-	path := filepath.Join(dir, ActiveFile)
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, b[:len(b)-20], 0o600))
-
-	_, err = OpenFileSink(FileConfig{Dir: dir})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "incomplete line")
-	assert.Contains(t, err.Error(), "sandgate audit verify")
-}
-
 func TestFileSinkReportsARemovedLog(t *testing.T) {
 	tests := []struct {
 		name   string

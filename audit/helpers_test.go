@@ -87,6 +87,7 @@ type stubSink struct {
 	mu      sync.Mutex
 	failing bool
 	block   chan struct{} // when non-nil, WriteBatch waits for it to close
+	entered chan struct{} // when non-nil, WriteBatch sends on it first (buffer it)
 	lines   []string
 	batches []int // lines per batch written
 	lastErr error // returned by LastHash
@@ -98,8 +99,11 @@ func (s *stubSink) LastHash() (string, error) { return "", s.lastErr }
 
 func (s *stubSink) WriteBatch(b *Batch) error {
 	s.mu.Lock()
-	block := s.block
+	block, entered := s.block, s.entered
 	s.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
 	if block != nil {
 		<-block
 	}

@@ -44,6 +44,21 @@ type VerifyReport struct {
 	Unkeyed *Break
 	// Warnings are weaker findings: no checkpoint in a log verified with a public key.
 	Warnings []string
+	// Recoveries are the torn tails cut from the log at start (KindRecovered records, chained
+	// like every line): where each record is and what it says was cut.
+	Recoveries []RecoveryAt
+}
+
+// RecoveryAt is a KindRecovered record of the log and its place.
+type RecoveryAt struct {
+	// Log and Line locate the record.
+	Log  string
+	Line int
+	Recovery
+}
+
+func (r RecoveryAt) String() string {
+	return fmt.Sprintf("%s:%d: torn tail cut at start after a crash: %s", r.Log, r.Line, &r.Recovery)
 }
 
 // Break locates where the chain fails and says why.
@@ -77,7 +92,11 @@ func plural(n int, noun string) string {
 
 func (r *VerifyReport) String() string {
 	if r.Break != nil {
-		return fmt.Sprintf("chain broken at %s (%s before it verified)", r.Break, plural(r.Events, "event"))
+		s := fmt.Sprintf("chain broken at %s (%s before it verified)", r.Break, plural(r.Events, "event"))
+		for _, rc := range r.Recoveries {
+			s += "\nrecovered: " + rc.String()
+		}
+		return s
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "ok: %s in %s", plural(r.Events, "event"), plural(r.Files, "file"))
@@ -91,6 +110,9 @@ func (r *VerifyReport) String() string {
 	}
 	if r.Unkeyed != nil {
 		fmt.Fprintf(&b, "\nunkeyed: %s", r.Unkeyed)
+	}
+	for _, rc := range r.Recoveries {
+		fmt.Fprintf(&b, "\nrecovered: %s", rc)
 	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(&b, "\nwarning: %s", w)
@@ -142,6 +164,7 @@ func VerifyWith(dir string, o VerifyOptions) (*VerifyReport, error) {
 	}
 	for _, path := range files {
 		err := scanLines(path, func(n int, line []byte, lineErr error) error {
+			v.file, v.n = path, n
 			reason, err := v.line(line, lineErr)
 			if err != nil {
 				return fmt.Errorf("%s:%d: %w", path, n, err)
@@ -181,6 +204,9 @@ type verifier struct {
 	unkeyedFrom *Break
 	// hashAt holds, for each external checkpoint's Count, the hash of the line at that position.
 	hashAt map[uint64]string
+	// file and n are where the line being checked is.
+	file string
+	n    int
 }
 
 // line checks one line and moves on; it returns why the chain breaks there, or "".
@@ -242,13 +268,8 @@ func (v *verifier) line(line []byte, lineErr error) (string, error) {
 		return "prev_hash does not match the previous line's hash: a line before this " +
 			"one is missing (a line or a whole file), or lines were reordered", nil
 	}
-	if kind == KindCheckpoint {
-		if reason := v.checkpoint(rec.Checkpoint, chain); reason != "" {
-			return reason, nil
-		}
-		v.r.Checkpoints++
-	} else if kind != KindChain {
-		v.r.Events++
+	if reason := v.count(kind, rec, chain); reason != "" {
+		return reason, nil
 	}
 	v.chain = chain
 	v.r.Chain = chain.alg
@@ -261,6 +282,24 @@ func (v *verifier) line(line []byte, lineErr error) (string, error) {
 	}
 	v.prev = stored
 	return "", nil
+}
+
+// count counts a line that chains by its kind: a call event, a checkpoint (checked first), a
+// recovery; it returns why a checkpoint does not hold, or "".
+func (v *verifier) count(kind string, rec record, chain *chainHash) string {
+	switch kind {
+	case KindCheckpoint:
+		if reason := v.checkpoint(rec.Checkpoint, chain); reason != "" {
+			return reason
+		}
+		v.r.Checkpoints++
+	case KindRecovered:
+		v.r.Recoveries = append(v.r.Recoveries, RecoveryAt{Log: v.file, Line: v.n, Recovery: *rec.Recovered})
+	case KindChain:
+	default:
+		v.r.Events++
+	}
+	return ""
 }
 
 // checkpoint checks an in-log checkpoint against the chain before it.
@@ -288,13 +327,13 @@ func (v *verifier) finish() {
 		switch got := v.hashAt[c.Count]; {
 		case uint64(v.r.Lines) < c.Count:
 			v.r.Break = &Break{Reason: fmt.Sprintf("the log ends after %d lines, but external checkpoint %d "+
-				"(%s) counts %d: the end of the log was cut off, or the log was replaced",
-				v.r.Lines, i+1, c.Time.UTC().Format("2006-01-02T15:04:05Z"), c.Count)}
+				"(%s) counts %d: the end of the log was cut off, or the log was replaced%s",
+				v.r.Lines, i+1, c.Time.UTC().Format("2006-01-02T15:04:05Z"), c.Count, v.recoveryHint())}
 			return
 		case got != c.LastHash:
 			v.r.Break = &Break{Reason: fmt.Sprintf("line %d of the log hashes to %s, but external checkpoint %d "+
-				"(%s) says %s: the log was rewritten or replaced", c.Count, short(got), i+1,
-				c.Time.UTC().Format("2006-01-02T15:04:05Z"), short(c.LastHash))}
+				"(%s) says %s: the log was rewritten or replaced%s", c.Count, short(got), i+1,
+				c.Time.UTC().Format("2006-01-02T15:04:05Z"), short(c.LastHash), v.recoveryHint())}
 			return
 		}
 	}
@@ -314,6 +353,16 @@ func (v *verifier) finish() {
 		v.r.Warnings = append(v.r.Warnings, "no checkpoint in the log: written without checkpoints, "+
 			"or they were removed with the lines after them")
 	}
+}
+
+// recoveryHint explains a checkpoint the log no longer reaches when a torn tail was cut: lines
+// written but not yet on disk when the host crashed are lost with fsync batch or never.
+func (v *verifier) recoveryHint() string {
+	if len(v.r.Recoveries) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (or lost in a host crash: a torn tail was cut at %s:%d; lines not yet synced to disk "+
+		"are lost unless audit.file.fsync is always)", v.r.Recoveries[0].Log, v.r.Recoveries[0].Line)
 }
 
 func short(h string) string {

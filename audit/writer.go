@@ -36,6 +36,14 @@ type Writer struct {
 	retryMax       time.Duration
 	clock          Clock
 
+	// blocking makes Record wait for the write (DeliveryBlocking), at most deliveryTimeout;
+	// writingSince is when the batch in the sink was first tried (0: none), and stuck is closed
+	// when that was longer ago than deliveryTimeout (delivery.go).
+	blocking        bool
+	deliveryTimeout time.Duration
+	writingSince    atomic.Int64
+	stuck           atomic.Pointer[chan struct{}]
+
 	// chainKey keys the chain (nil: plain SHA-256); checkpoints is nil when none are written.
 	chainKey    []byte
 	checkpoints *CheckpointConfig
@@ -66,6 +74,8 @@ type Writer struct {
 	failed   atomic.Uint64
 	rejected atomic.Uint64
 	lost     atomic.Uint64
+	// undelivered counts blocking Records that stopped waiting (delivery timeout).
+	undelivered atomic.Uint64
 }
 
 type failure struct {
@@ -105,10 +115,11 @@ func WithMaxBatch(n int) Option {
 }
 
 // WithLinger is how long a batch smaller than the maximum waits for more events before it is
-// written (default 2ms; 0 writes what is queued at once). Nothing waits for a batch to be
-// written (Record returns once the event is queued), so lingering costs no request any time: it
-// turns one write per one or two events into one per dozens at thousands of requests a second.
-// Close still writes everything queued.
+// written (default 2ms; 0 writes what is queued at once). With async delivery nothing waits for
+// a batch to be written (Record returns once the event is queued), so lingering costs no request
+// any time: it turns one write per one or two events into one per dozens at thousands of
+// requests a second. A blocking writer never lingers (its callers wait for the write). Close
+// still writes everything queued.
 func WithLinger(d time.Duration) Option {
 	return func(w *Writer) {
 		if d >= 0 {
@@ -147,9 +158,10 @@ type CheckpointConfig struct {
 	Published func(Checkpoint)
 }
 
-// WithCheckpoints makes the writer append a signed checkpoint every c.EveryEvents call events,
-// every c.Every when events were written since the last one, and on Close. The sink must
-// implement LineCounter, since a checkpoint counts the lines from the start of the log.
+// WithCheckpoints makes the writer append a signed checkpoint after its first call event, every
+// c.EveryEvents call events, every c.Every when events were written since the last one, and on
+// Close. The sink must implement LineCounter, since a checkpoint counts the lines from the start
+// of the log.
 func WithCheckpoints(c CheckpointConfig) Option {
 	return func(w *Writer) {
 		if c.EveryEvents <= 0 {
@@ -204,8 +216,10 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 		linger:         2 * time.Millisecond,
 		retryMax:       time.Second,
 		clock:          systemClock{},
-		abort:          make(chan struct{}),
-		done:           make(chan struct{}),
+
+		deliveryTimeout: 10 * time.Second,
+		abort:           make(chan struct{}),
+		done:            make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(w)
@@ -213,6 +227,11 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 	if w.queue == nil {
 		w.queue = make(chan Event, 4096)
 	}
+	if w.blocking {
+		w.linger = 0 // group commit: the callers wait, and what queues during a write goes next
+	}
+	stuck := make(chan struct{})
+	w.stuck.Store(&stuck)
 	if r, ok := sink.(Reserver); ok {
 		w.reserve = max(r.ReserveBytes()-reserveMargin, 0)
 	}
@@ -225,6 +244,9 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 	}
 	w.checkReserve() // a disk already full at start: unhealthy until space is freed
 	go w.sequence(s)
+	if w.blocking {
+		go w.watchStuck()
+	}
 	return w
 }
 
@@ -234,7 +256,9 @@ func NewWriter(sink Sink, opts ...Option) *Writer {
 // but must not modify the maps and pointers it shares (Identity.Labels, Target.Shown/Hidden).
 //
 // A nil error means the event will be written exactly once, in order, unless the writer becomes
-// unhealthy. On any error the event was not accepted and the caller must fail closed.
+// unhealthy; with blocking delivery, that it has been written. On any error the caller must fail
+// closed: the event was not accepted, or (ErrNotDelivered, blocking delivery) its write was not
+// confirmed in time.
 //
 // With a sink that keeps a reserve (Reserver), the event's line must also fit in what is left
 // of the reserve, else Record returns ErrReserveExhausted; a call that took a Slot records with
@@ -276,8 +300,25 @@ func (w *Writer) prepare(ev *Event) {
 	}
 }
 
-// enqueue hands a copy of ev to the sequencer, waiting at most the enqueue timeout for room.
+// enqueue hands a copy of ev to the sequencer, waiting at most the enqueue timeout for room;
+// with blocking delivery it then waits for the write (awaitWrite).
 func (w *Writer) enqueue(ev *Event) error {
+	if !w.blocking {
+		return w.send(ev)
+	}
+	ack := acks.Get().(chan error)
+	ev.ack = ack
+	err := w.send(ev)
+	ev.ack = nil
+	if err != nil {
+		acks.Put(ack)
+		return err
+	}
+	return w.awaitWrite(ack)
+}
+
+// send puts a copy of ev in the queue.
+func (w *Writer) send(ev *Event) error {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
@@ -339,6 +380,9 @@ type Stats struct {
 	// Lost counts accepted events that were not written: Close ran out of time while the sink
 	// was failing. Anything but 0 is an incident.
 	Lost uint64
+	// Undelivered counts blocking Records that stopped waiting for their write (the sink failed
+	// for longer than the delivery timeout): those calls' answers were cut.
+	Undelivered uint64
 	// Healthy is false while the sink is failing.
 	Healthy bool
 	// ReserveBytes is what the writer may owe a sink that keeps a reserve (0: none), ReserveOwed
@@ -360,6 +404,7 @@ func (w *Writer) Stats() Stats {
 		FailedWrites:  w.failed.Load(),
 		Rejected:      w.rejected.Load(),
 		Lost:          w.lost.Load(),
+		Undelivered:   w.undelivered.Load(),
 		Healthy:       w.Healthy() == nil,
 		ReserveBytes:  w.reserve,
 		ReserveOwed:   w.owed.Load(),
@@ -405,9 +450,12 @@ func (w *Writer) Close(ctx context.Context) error {
 // gave up waiting; the batch's call events then count as lost.
 func (w *Writer) write(b *Batch) bool {
 	backoff := 10 * time.Millisecond
+	w.writingSince.Store(time.Now().UnixNano())
+	defer w.writingSince.Store(0)
 	for {
 		err := w.sink.WriteBatch(b)
 		if err == nil {
+			acknowledge(b.Events, nil)
 			w.written.Add(uint64(len(b.Events)))
 			var owed int64
 			for i := range b.Events {
@@ -427,6 +475,7 @@ func (w *Writer) write(b *Batch) bool {
 		case <-w.abort:
 			t.Stop()
 			w.lost.Add(uint64(len(b.Events)))
+			acknowledge(b.Events, fmt.Errorf("%w: the writer closed while the sink failed: %w", ErrNotDelivered, err))
 			return false
 		}
 		backoff = min(2*backoff, w.retryMax)
@@ -464,11 +513,12 @@ func (w *Writer) setFailure(err error) {
 func (w *Writer) countUnwritten() {
 	for {
 		select {
-		case _, ok := <-w.queue:
+		case ev, ok := <-w.queue:
 			if !ok {
 				return
 			}
 			w.lost.Add(1)
+			acknowledge([]Event{ev}, fmt.Errorf("%w: %w", ErrNotDelivered, ErrClosed))
 		default:
 			return
 		}

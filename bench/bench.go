@@ -24,12 +24,16 @@ type Options struct {
 	// policy.decision_log on, "shadow" with a shadow policy (the same policies). Their ratios to
 	// "sandgate" are issue #21's cost targets (ratioSpecs).
 	PolicyVariants bool
-	RelayBin       string // bench/cmd/relay
-	SmokescreenBin string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
-	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
-	OutDir         string // bench/results
-	RawDir         string // the raw dump's folder, git-ignored (RawDir)
-	Label          string // file name stem, e.g. 2026-11-29-34b6d5e
+	// DeliveryVariants adds a Sandgate with audit.delivery: async ("async") beside "sandgate"
+	// (blocking, the default), interleaved on route and mcp: the cost of holding an answer's
+	// end for its event (issue #36; ratioSpecs and deliveryP50).
+	DeliveryVariants bool
+	RelayBin         string // bench/cmd/relay
+	SmokescreenBin   string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
+	PolicyDir        string // the shipped policies (their rules; the bench supplies its own data)
+	OutDir           string // bench/results
+	RawDir           string // the raw dump's folder, git-ignored (RawDir)
+	Label            string // file name stem, e.g. 2026-11-29-34b6d5e
 
 	Sandboxes      int           // sandboxes of the main fixed-rate runs
 	Sweep          []int         // sandbox counts for the latency-vs-sandboxes chart
@@ -54,20 +58,26 @@ type Options struct {
 // (Options.BaselineBin) and the policy variants (Options.PolicyVariants). On an error it stops
 // those it started.
 func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstreams, maxN int) ([]*Target, error) {
-	type sandgate struct{ name, bin, policy string }
+	type sandgate struct {
+		bin string
+		variant
+	}
 	var want []sandgate
 	if o.BaselineBin != "" {
-		want = append(want, sandgate{"baseline", o.BaselineBin, ""})
+		want = append(want, sandgate{o.BaselineBin, variant{name: "baseline"}})
 	}
 	if o.PolicyVariants {
 		for _, v := range policyVariants {
-			want = append(want, sandgate{v.name, o.SandgateBin, v.policy})
+			want = append(want, sandgate{o.SandgateBin, v})
 		}
+	}
+	if o.DeliveryVariants {
+		want = append(want, sandgate{o.SandgateBin, asyncDelivery})
 	}
 	var started []*Target
 	for _, w := range want {
 		t, err := retryBind(func() (*Target, error) {
-			return startSandgate(ctx, w.name, w.bin, filepath.Join(root, w.name), o.PolicyDir, up, maxN, w.policy)
+			return startSandgate(ctx, w.name, w.bin, filepath.Join(root, w.name), o.PolicyDir, up, maxN, w.variant)
 		})
 		if err != nil {
 			for _, t := range started {
@@ -89,7 +99,7 @@ func supports(target, w string) bool {
 		// Plain forwarding exists, but its dial guard (rightly) refuses the loopback stand-in:
 		// plain forward has no allow_private knob. The mix is every other workload.
 		return w != WForward
-	case "declog", "shadow":
+	case "declog", "shadow", "async":
 		return w == WRoute || w == WMCP
 	case "relay":
 		// The bare CONNECT relay, a bare httputil.ReverseProxy for the route, and a bare mcp-go
@@ -142,7 +152,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maxN = max(maxN, slices.Max(o.Concurrency))
 	targets := []*Target{{Name: "direct", MCPURL: up.MCPURL}}
 	sg, err := retryBind(func() (*Target, error) {
-		return startSandgate(ctx, "sandgate", o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN, "")
+		return startSandgate(ctx, "sandgate", o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN, variant{name: "sandgate"})
 	})
 	if err != nil {
 		return nil, err

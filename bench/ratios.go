@@ -25,8 +25,11 @@ type Ratio struct {
 	PerRep   []float64 `json:"per_rep"`
 	Target   float64   `json:"target"`
 	AtLeast  bool      `json:"at_least,omitempty"` // the ratio must be ≥ Target (else ≤)
-	Met      bool      `json:"met"`
-	Measured bool      `json:"measured"`
+	// Difference says Ratio (and PerRep, Min, Max) is Sandgate's figure minus the floor's, in
+	// the measure's unit, not their quotient (deliveryP50).
+	Difference bool `json:"difference,omitempty"`
+	Met        bool `json:"met"`
+	Measured   bool `json:"measured"`
 	// LoadgenSaturated is set when the generator used more than loadgenSaturated of a core in a
 	// cell of this ratio: the cell may have measured the generator, not the proxy.
 	LoadgenSaturated bool   `json:"loadgen_saturated,omitempty"`
@@ -41,6 +44,9 @@ const loadgenSaturated = 0.9
 
 // Targets in cmp form, printed with their ratio.
 func (x Ratio) TargetText() string {
+	if x.Difference {
+		return fmt.Sprintf("≤ +%.2f", x.Target)
+	}
 	if x.Floor == absolute {
 		return fmt.Sprintf("≤ %.0f", x.Target)
 	}
@@ -89,6 +95,10 @@ var ratioSpecs = []ratioSpec{
 	{WMCP, "sandgate", "declog", "CPU µs/request (c=64), decision log on vs off", 1.10, false, cpuC64, cpuOf},
 	{WRoute, "sandgate", "shadow", "p50 ms (fixed rate), shadow policy vs none", 1.10, false, rateMain, p50Of},
 	{WMCP, "sandgate", "shadow", "p50 ms (fixed rate), shadow policy vs none", 1.10, false, rateMain, p50Of},
+	// Issue #36: what blocking audit delivery costs against async (Options.DeliveryVariants);
+	// its added p50 is deliveryP50.
+	{WRoute, "async", "", "CPU µs/request (c=64), blocking vs async audit delivery", 1.05, false, cpuC64, cpuOf},
+	{WMCP, "async", "", "CPU µs/request (c=64), blocking vs async audit delivery", 1.05, false, cpuC64, cpuOf},
 }
 
 // readsRateCell reports whether a target reads w's fixed-rate cell at the main sandbox count.
@@ -142,8 +152,34 @@ func (r *Report) Ratios(mainN int, concurrency []int) []Ratio {
 		}
 		out = append(out, x)
 	}
-	out = append(out, r.policyRatio(), r.rssPerSandbox())
+	out = append(out, r.deliveryP50(WRoute, mainN), r.deliveryP50(WMCP, mainN), r.policyRatio(), r.rssPerSandbox())
 	return out
+}
+
+// deliveryP50 is what blocking audit delivery adds to the p50 at the fixed rate against async
+// delivery (Options.DeliveryVariants), in ms: per repetition the difference of the two cells'
+// p50, interleaved; the median must stay within 0.5 ms.
+func (r *Report) deliveryP50(w string, mainN int) Ratio {
+	x := Ratio{Workload: w, Measure: fmt.Sprintf("added p50 ms (fixed rate), blocking vs async audit delivery, %d sandboxes", mainN),
+		Floor: "async", Target: 0.5, Difference: true}
+	var sgs, fls []float64
+	for _, rep := range r.reps() {
+		sg, ok1 := r.result(w, "sandgate", ShapeRate, mainN, rep)
+		fl, ok2 := r.result(w, "async", ShapeRate, mainN, rep)
+		if !ok1 || !ok2 || sg.P50MS <= 0 || fl.P50MS <= 0 {
+			continue
+		}
+		sgs, fls = append(sgs, sg.P50MS), append(fls, fl.P50MS)
+		x.PerRep = append(x.PerRep, sg.P50MS-fl.P50MS)
+		x.LoadgenSaturated = x.LoadgenSaturated || sg.LoadgenCores > loadgenSaturated || fl.LoadgenCores > loadgenSaturated
+	}
+	if len(x.PerRep) > 0 {
+		x.Measured = true
+		x.Sandgate, x.FloorVal, x.Ratio = median(sgs), median(fls), median(x.PerRep)
+		x.Min, x.Max = slices.Min(x.PerRep), slices.Max(x.PerRep)
+		x.Met = x.Ratio <= x.Target
+	}
+	return x
 }
 
 // policyRatio is the first-seen decision on the shipped policies against OPA's evaluation of a
@@ -266,8 +302,12 @@ func (r *Report) ratioTable() string {
 		if x.Floor == absolute {
 			floor = "—"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %.2f×%s | %.2f–%.2f | %s | %s | %s |\n", x.Workload, x.Measure, x.Sandgate, floor,
-			x.Ratio, warn, x.Min, x.Max, strings.Join(per, " "), x.TargetText(), status)
+		value := fmt.Sprintf("%.2f×", x.Ratio)
+		if x.Difference {
+			value = fmt.Sprintf("%+.2f ms", x.Ratio)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %s%s | %.2f–%.2f | %s | %s | %s |\n", x.Workload, x.Measure, x.Sandgate, floor,
+			value, warn, x.Min, x.Max, strings.Join(per, " "), x.TargetText(), status)
 	}
 	if ab := r.ABRatios(); len(ab) > 0 {
 		b.WriteString("\n## A/B: this build against the baseline binary (same run, interleaved)\n\n" +

@@ -41,15 +41,19 @@ templates:
         max_tokens: 4096
 `
 
-// sandgateFiles writes Sandgate's bench config under dir: config, policies (the shipped *.rego
-// of policyDir, without tests, plus benchData), interception CA, credential, audit folder.
-// It returns the config path and the listener addresses.
-// policyVariants are Options.PolicyVariants' targets: the members each adds to the config's
-// policy section.
-var policyVariants = []struct{ name, policy string }{
-	{"declog", ", decision_log: {file: decisions/decisions.log}"},
-	{"shadow", ", shadow: {dir: policies}"},
+// variant is a Sandgate measured beside "sandgate", same binary: the members it adds to the
+// config's policy and audit sections.
+type variant struct{ name, policy, audit string }
+
+// policyVariants are Options.PolicyVariants' targets.
+var policyVariants = []variant{
+	{name: "declog", policy: ", decision_log: {file: decisions/decisions.log}"},
+	{name: "shadow", policy: ", shadow: {dir: policies}"},
 }
+
+// asyncDelivery is Options.DeliveryVariants' target: the audit log's async delivery, against
+// "sandgate"'s blocking one (the default: an answer's end waits for its event's write).
+var asyncDelivery = variant{name: "async", audit: "delivery: async, "}
 
 // copyPolicies copies the shipped policies (not their tests) from policyDir into pol.
 func copyPolicies(pol, policyDir string) error {
@@ -72,7 +76,10 @@ func copyPolicies(pol, policyDir string) error {
 	return nil
 }
 
-func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, policyExtra string) (cfgPath string, mcp, prx, admin string, err error) {
+// sandgateFiles writes Sandgate's bench config under dir: config, policies (the shipped *.rego
+// of policyDir, without tests, plus benchData), interception CA, credential, audit folder.
+// It returns the config path and the listener addresses.
+func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, v variant) (cfgPath string, mcp, prx, admin string, err error) {
 	pol := filepath.Join(dir, "policies")
 	for _, d := range []string{pol, filepath.Join(dir, "audit"), filepath.Join(dir, "secrets")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -108,7 +115,8 @@ func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, policyEx
 listen: {mcp: %q, proxy: %q, admin: %q}
 admin: {pprof: true}
 policy: {dir: policies, watch: false%s}
-audit: {file: {dir: audit, max_size_mb: 512, fsync: batch}}
+audit: {%sfile: {dir: audit, max_size_mb: 512, fsync: batch}}
+shutdown: {delay: 0s}
 credentials:
   - {name: anthropic, file: secrets/anthropic}
 gateway:
@@ -130,7 +138,7 @@ proxy:
 log: {level: warn, format: text}
 identity:
   static:
-`, mcp, prx, admin, policyExtra, up.MCPURL, caCert, caKey, modelHost, upstreamIP, modelHost, tlsPort, modelHost, tlsPort, upstreamIP, tlsPort)
+`, mcp, prx, admin, v.policy, v.audit, up.MCPURL, caCert, caKey, modelHost, upstreamIP, modelHost, tlsPort, modelHost, tlsPort, upstreamIP, tlsPort)
 	for i := range sandboxes {
 		fmt.Fprintf(&b, "    - {addresses: [%q], namespace: bench, sandbox: sb-%d, template: bench-agent}\n", sandboxAddr(i), i)
 	}
@@ -144,8 +152,8 @@ identity:
 // startSandgate starts `sandgate serve` with the bench config and waits until /readyz is 200.
 // SSL_CERT_FILE makes the stand-in's CA the upstream trust roots of that process only.
 // name is the target's name: "sandgate", or "baseline" for the A/B binary (Options.BaselineBin).
-func startSandgate(ctx context.Context, name, bin, dir, policyDir string, up *Upstreams, sandboxes int, policyExtra string) (*Target, error) {
-	cfg, mcp, prx, admin, err := sandgateFiles(dir, policyDir, up, sandboxes, policyExtra)
+func startSandgate(ctx context.Context, name, bin, dir, policyDir string, up *Upstreams, sandboxes int, v variant) (*Target, error) {
+	cfg, mcp, prx, admin, err := sandgateFiles(dir, policyDir, up, sandboxes, v)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -56,6 +57,9 @@ type Options struct {
 
 	// now is the sessions' clock (idle timeouts, shared refreshes); nil is time.Now. Tests set it.
 	now func() time.Time
+	// Catalogs keeps each upstream's last listed catalog, so that one that is down at start
+	// keeps its tools listed (lastknown.go); nil keeps none.
+	Catalogs CatalogStore
 }
 
 // Gateway is the MCP side of Sandgate: one Streamable HTTP endpoint for every sandbox in front
@@ -87,6 +91,13 @@ type Gateway struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// streams ends the sandboxes' standalone GET streams when the listener starts draining:
+	// they are no call waiting for an answer, and would hold the drain to its bound.
+	streams    context.Context
+	endStreams context.CancelFunc
+	// unseen counts the upstreams of which no catalog is known yet (lastknown.go).
+	unseen atomic.Int64
 }
 
 type templateEntry struct {
@@ -115,6 +126,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
 		asks: newPendingAsks(), tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
 	g.sandboxes = newSandboxRegistry(g)
+	g.streams, g.endStreams = context.WithCancel(context.Background())
 	hc := &http.Client{Transport: replyTransport{tracingTransport{opts.Transport}}}
 	var refs []*config.CredentialRef
 	for _, uc := range opts.Config.Upstreams {
@@ -124,7 +136,7 @@ func New(opts Options) (*Gateway, error) {
 	// as much as the ones Sandgate sends.
 	g.guard = respguard.NewSource(opts.Credentials, refs...)
 	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
-	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks, capabilities: g.upstreamCapabilities}
+	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks, capabilities: g.upstreamCapabilities, listed: g.catalogListed}
 	for _, uc := range opts.Config.Upstreams {
 		uhc := &http.Client{Transport: newBoundedTransport(hc.Transport, uc)}
 		u := newUpstream(uc, opts.Credentials, uhc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log)
@@ -167,7 +179,30 @@ func New(opts Options) (*Gateway, error) {
 		server.WithEventStore(g.events),
 	)
 	g.handler = newGuard(g)
+	g.fromLastKnown()
 	return g, nil
+}
+
+// fromLastKnown starts the catalog from what the upstreams listed last (lastknown.go) and
+// counts those never seen.
+func (g *Gateway) fromLastKnown() {
+	g.loadCatalogs()
+	for _, u := range g.upstreams {
+		if !u.seen() {
+			g.unseen.Add(1)
+		}
+	}
+	if int(g.unseen.Load()) < len(g.upstreams) {
+		g.rebuild()
+	}
+}
+
+// catalogListed saves what an upstream listed and counts it as seen.
+func (g *Gateway) catalogListed(u *upstream, c catalog, first bool) {
+	if first {
+		g.unseen.Add(-1)
+	}
+	g.saveCatalog(u, c) // on the upstream's supervisor: bounded by catalogTimeout
 }
 
 // setDefaults fills in the options left zero.
@@ -233,7 +268,8 @@ func setDefaults(opts *Options) {
 }
 
 // Start connects to every upstream in the background and keeps reconnecting until Close.
-// Sandgate serves while upstreams are down; their tools are absent meanwhile.
+// Sandgate serves while upstreams are down; their last known tools stay listed meanwhile, and
+// their calls answer upstream_unavailable (lastknown.go).
 func (g *Gateway) Start(ctx context.Context) {
 	ctx, g.cancel = context.WithCancel(ctx)
 	for _, u := range g.upstreams {

@@ -134,7 +134,14 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut, cl: cl}
+	gd.serveCall(ctx, w, r, cl, msg, body, id)
+}
+
+// serveCall serves a request whose call has begun: everything it writes goes through the
+// response guard (scrubwriter.go) and the writer that counts it and holds an SSE response's end
+// (final.go); the call finishes, its event written, before that end is let go.
+func (gd *guard) serveCall(ctx context.Context, w http.ResponseWriter, r *http.Request, cl *call.Call, msg rpcMessage, body []byte, id identity.Identity) {
+	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut, cl: cl, hold: holdFinal(ctx, r)}
 	var echoed atomic.Bool
 	sw := newScrubWriter(rec, gd.g.guard.Current(), func() { echoed.Store(true) })
 	defer func() {
@@ -144,11 +151,16 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		cl.Event.Outcome.CredentialEchoed = echoed.Load()
 		cl.Finish()
+		rec.release(ctx)
 	}()
 	if msg.Method == string(mcp.MethodResourcesRead) && !gd.g.readable(ctx, cl, msg.Params.URI) {
 		// A resource the caller may not read answers exactly like one that does not exist.
 		writeRPCResult(sw, msg.ID, resourceNotFound(r, msg.Params.URI))
 		return
+	}
+	if msg.Method == string(mcp.MethodToolsCall) && gd.g.unseen.Load() > 0 &&
+		gd.g.answerUnseen(ctx, &callState{call: cl, w: sw, id: msg.ID, body: body}) {
+		return // a tool of an upstream never seen (lastknown.go)
 	}
 	gd.serve(ctx, sw, r, cl.Event.Kind, msg, id)
 }
@@ -161,6 +173,12 @@ func (gd *guard) serve(ctx context.Context, sw http.ResponseWriter, r *http.Requ
 	if kind == audit.KindResponse && gd.g.sandboxAnswered(sid, msg) {
 		sw.WriteHeader(http.StatusAccepted)
 		return
+	}
+	if r.Method == http.MethodGet { // a standalone stream ends when the listener drains
+		var end context.CancelFunc
+		ctx, end = context.WithCancel(ctx)
+		defer end()
+		defer context.AfterFunc(gd.g.streams, end)()
 	}
 	if r.Method == http.MethodGet && sess != nil && gd.g.ownsStream(ctx, sid, r.Header.Get("Last-Event-ID")) {
 		sess.stream.serve(sw, r.WithContext(ctx), r.Header.Get("Last-Event-ID"))
@@ -382,8 +400,8 @@ func rpcErrorBody(id json.RawMessage, e rpcError) []byte {
 	return body
 }
 
-// countingWriter counts the response bytes and remembers the status; Unwrap keeps flushing
-// (SSE) working.
+// countingWriter counts the response bytes and remembers the status, and holds the end of a
+// held answer's response in an SSE stream (final.go); Unwrap keeps flushing (SSE) working.
 type countingWriter struct {
 	http.ResponseWriter
 	n    interface{ Add(int64) int64 }
@@ -391,6 +409,9 @@ type countingWriter struct {
 	// cl is the call answered: a refusal it ended with (a tool call over a rate limit,
 	// answered as a tool error result) sends its headers, Retry-After, as the proxy does.
 	cl *call.Call
+	// hold says the answer waits for its call's event; final is the response's held end.
+	hold  bool
+	final []byte
 }
 
 func (c *countingWriter) WriteHeader(code int) {
@@ -405,6 +426,12 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	if c.code == 0 {
 		c.refusalHeaders()
 		c.code = http.StatusOK
+	}
+	if held, err := c.writeHeld(b); held {
+		if err != nil {
+			return 0, err
+		}
+		return len(b), nil
 	}
 	n, err := c.ResponseWriter.Write(b)
 	c.n.Add(int64(n))

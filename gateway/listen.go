@@ -30,9 +30,12 @@ const (
 // other refusal of this listener; a path other than /mcp is refused the same way (404
 // not_found). An idle connection holds no read or write buffer.
 //
-// A sandbox's standalone GET stream is a request in flight: at shutdown it is closed after
-// grace, not counted as an error (the sandbox reconnects, to another replica if there is one).
+// A sandbox's standalone GET stream is no call waiting for its answer: it ends as soon as the
+// listener stops accepting (the sandbox reconnects, to another replica if there is one), so that
+// only calls hold the drain. A call still running after grace is cut, with its event.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	stop := context.AfterFunc(ctx, g.endStreams)
+	defer stop()
 	srv := &httpconn.Server{Handler: http.HandlerFunc(g.serveListener), Flagged: g.flagged, Reject: g.rejectConn,
 		Refusal: rpcRefusal, MaxHeaderBytes: maxHeaderBytes, HeaderTimeout: headerTimeout, IdleTimeout: idleTimeout}
 	err := srv.Serve(ctx, ln, grace)

@@ -41,7 +41,7 @@ func startChattyUpstream(t testing.TB, n int) string {
 					map[string]any{"progressToken": token, "progress": i + 1, "total": n})
 			}
 		}
-		return mcp.NewToolResultText("done"), nil
+		return mcp.NewToolResultText("done" + req.GetString("then", "")), nil
 	})
 	srv := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true),
 		server.WithEventStore(server.NewInMemoryEventStore()), // mcp-go orders notifications before the result only with one

@@ -44,6 +44,9 @@ type catalog struct {
 // upstreamHooks is how an upstream reports to the gateway.
 type upstreamHooks struct {
 	catalogChanged func()
+	// listed receives every catalog the upstream listed (to save it, lastknown.go); first says
+	// it is the first catalog known of the upstream since start.
+	listed func(u *upstream, c catalog, first bool)
 	// conn is what one connection to u reports to: the shared connection (sid "") or the
 	// upstream session of sandbox session sid.
 	conn func(u *upstream, sid string) connHooks
@@ -105,13 +108,22 @@ type upstream struct {
 	// again; subscribed is the resources sandboxes subscribed to on the shared connection.
 	stopListen context.CancelFunc
 	subscribed func() []string
+
+	// tried is closed when the first connection attempt ended; known is set once a catalog of
+	// the upstream is known (saved from an earlier run, or listed); saved is the last catalog
+	// saved (lastknown.go).
+	tried     chan struct{}
+	triedOnce sync.Once
+	known     bool
+	saveMu    sync.Mutex
+	saved     []byte
 }
 
 func newUpstream(cfg config.Upstream, creds *credential.Store, hc *http.Client, hooks upstreamHooks, idle time.Duration, log *slog.Logger) *upstream {
 	u := &upstream{cfg: cfg, creds: creds, http: hc, hooks: hooks, idle: idle, log: log.With("upstream", cfg.Name),
 		pool: sandboxSessions{conns: map[string]*sandboxConn{}},
 		err:  errors.New("not connected yet"), downSince: time.Now(),
-		kick: make(chan struct{}, 1), refresh: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), refresh: make(chan struct{}, 1), tried: make(chan struct{})}
 	u.brk = u.newBreaker()
 	return u
 }
@@ -140,6 +152,20 @@ func (u *upstream) catalog() catalog {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
 	return u.cat
+}
+
+// remember sets the catalog saved by an earlier run, until the upstream lists its own.
+func (u *upstream) remember(c catalog) {
+	u.mu.Lock()
+	u.cat, u.known = c, true
+	u.mu.Unlock()
+}
+
+// seen reports that a catalog of the upstream is known.
+func (u *upstream) seen() bool {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	return u.known
 }
 
 // broken reports that a call found the connection of generation gen unusable; the supervisor
@@ -188,7 +214,9 @@ func (u *upstream) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		cli, gen, _ := u.client()
 		if cli == nil {
-			if err := u.connect(ctx); err != nil {
+			err := u.connect(ctx)
+			u.triedOnce.Do(func() { close(u.tried) })
+			if err != nil {
 				u.mu.Lock()
 				u.err = err
 				u.mu.Unlock()
@@ -451,10 +479,14 @@ func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) err
 		u.mu.Unlock()
 		return nil
 	}
-	u.cat = cat
+	first := !u.known
+	u.cat, u.known = cat, true
 	u.mu.Unlock()
 	u.classes.reset()
 	u.hooks.catalogChanged()
+	if u.hooks.listed != nil {
+		u.hooks.listed(u, cat, first)
+	}
 	// Ready only once the catalog is served: a sandbox sent here by readiness finds its tools.
 	u.mu.Lock()
 	if u.gen == gen {

@@ -232,6 +232,9 @@ func (l *lease) drop(err error) {
 // opens a new one and retries once: the request was not processed.
 func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *client.Client) (T, error)) (T, error) {
 	var zero T
+	if err := u.awaitFirstTry(ctx); err != nil { // a call at start waits for the first connection
+		return zero, err
+	}
 	if err := u.allow(); err != nil {
 		return zero, err
 	}

@@ -59,6 +59,9 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 		closed := func() {
 			p.untrack(cc)
 			_ = cc.Close()
+			if p.closing() && x.ev().Outcome.Error == "" {
+				x.ev().Outcome.Error = call.CodeShutdown // cut by the end of the shutdown drain
+			}
 			x.finish()
 			p.m.tunnels.Add(context.Background(), -1)
 			p.releaseTunnel(key)
@@ -219,6 +222,7 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 	_ = client.SetDeadline(time.Time{})
 	t := &tunnelRequests{p: p, id: x.ev().Identity, dest: x.dest, he: he}
 	srv := p.connServer(t, t.flagged)
+	srv.Base = p.tunnelsDrain.base
 	served = true
 	defer func() {
 		_ = tc.Close()
@@ -248,6 +252,8 @@ func (t *tunnelRequests) flagged(w http.ResponseWriter, r *http.Request, rf *cal
 }
 
 func (t *tunnelRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t.p.tunnelsDrain.inflight.Add(1)
+	defer t.p.tunnelsDrain.inflight.Add(-1)
 	x := t.exchange(r, audit.KindHTTPRequest)
 	if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
 		rf := call.Refuse(call.CodeAbsoluteURIInTunnel, "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests")

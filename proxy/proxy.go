@@ -65,6 +65,9 @@ type Options struct {
 	// Tracer starts a span per request and tunnel; its W3C traceparent replaces the sandbox's
 	// on every forwarded request. nil makes no spans (a sandbox's traceparent then passes as is).
 	Tracer trace.TracerProvider
+	// Drain bounds how long Serve lets the requests in flight finish once ctx ended (default
+	// 10s; shutdown.drain); then they are cut, each with its event, and every tunnel closed.
+	Drain time.Duration
 }
 
 // Proxy is the egress policy proxy. Serve it on the proxy listener; it is an http.Handler as
@@ -132,6 +135,8 @@ type Proxy struct {
 	tunnels map[string]int
 	conns   map[net.Conn]struct{}
 	closed  bool
+
+	tunnelsDrain *tunnelDrain // requests in flight inside tunnels (drain.go)
 }
 
 type hostEntry struct {
@@ -180,7 +185,7 @@ func New(o Options) (*Proxy, error) {
 		}
 	}
 	p := &Proxy{opts: o, core: o.Core, cfg: cfg, log: o.Log, m: m, tracer: o.Tracer.Tracer("github.com/sandgate/sandgate/proxy"), routes: map[string]*upstream{}, hosts: map[string]*hostEntry{},
-		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}, scrub: newScrubber(o.Credentials, cfg)}
+		tunnels: map[string]int{}, conns: map[net.Conn]struct{}{}, scrub: newScrubber(o.Credentials, cfg), tunnelsDrain: newTunnelDrain()}
 	if p.guard, err = newDialGuard(o, cfg, m); err != nil {
 		return nil, err
 	}
@@ -288,11 +293,18 @@ func defaultPort(scheme string) int {
 }
 
 // Serve accepts sandbox connections on ln until ctx ends, then stops accepting, waits up to
-// 10 seconds for requests in flight and closes every tunnel (internal/httpconn serves each
-// connection, its head guard included).
+// Options.Drain for the requests in flight (inside tunnels too), cuts what is left, each cut
+// request with its event, and closes every tunnel (internal/httpconn serves each connection,
+// its head guard included).
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	err := p.connServer(p, p.flagged).Serve(ctx, ln, 10*time.Second)
-	p.Close()
+	began := make(chan time.Time, 1)
+	stop := context.AfterFunc(ctx, func() { began <- time.Now() })
+	err := p.connServer(p, p.flagged).Serve(ctx, ln, p.drainFor())
+	if !stop() { // ctx ended: the drain began then
+		p.drain(<-began)
+	} else {
+		p.Close()
+	}
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("serve proxy: %w", err)
 	}

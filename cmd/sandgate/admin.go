@@ -123,7 +123,7 @@ func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.C
 }
 
 // httpComponent runs an http.Server on addr until ctx ends, then shuts it down gracefully
-// within shutdownGrace. An empty addr disables it.
+// within adminGrace. An empty addr disables it.
 func httpComponent(name, addr string, h http.Handler, d *serveDeps) component {
 	return listenerComponent(name, addr, d, func(ctx context.Context, ln net.Listener) error {
 		srv := &http.Server{
@@ -139,7 +139,7 @@ func httpComponent(name, addr string, h http.Handler, d *serveDeps) component {
 			return fmt.Errorf("%s listener: %w", name, err)
 		case <-ctx.Done():
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		sctx, cancel := context.WithTimeout(context.Background(), adminGrace)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("%s shutdown: %w", name, err)

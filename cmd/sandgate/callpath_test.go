@@ -71,6 +71,7 @@ func startCallPath(t *testing.T) *callPath {
 	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q, max_conns_per_source: 8}
 policy: {dir: %q}
 audit: {file: {dir: %q, fsync: never}}
+shutdown: {delay: 0s}
 credentials:
   - {name: anthropic, file: anthropic}
 limits:

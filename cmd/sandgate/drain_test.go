@@ -37,6 +37,7 @@ func TestShutdownDrainsCallsInFlight(t *testing.T) {
 	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
 policy: {dir: %q}
 audit: {file: {dir: %q, fsync: never}}
+shutdown: {delay: 0s}
 gateway:
   upstreams:
     - {name: github, url: %q, prefix: never}

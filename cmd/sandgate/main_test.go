@@ -116,6 +116,10 @@ func TestCheckConfig(t *testing.T) {
 			"credentials:\n  - {name: k, file: /nonexistent/k}\n  - {name: e, env: UNSET_IN_TEST}\nproxy:\n  ca: {cert: /nonexistent/ca.crt, key: /nonexistent/ca.key}\n"+
 			"gateway:\n  upstreams:\n    - {name: a, command: /nonexistent/server}\n")}, nil, 0, "is valid (offline: credentials, CA and policies not checked)"},
 		{"offline still checks the fields", []string{"--offline", "--config", writeFile(t, dir, "podport.yaml", "listen:\n  proxy: :99999\n")}, nil, 1, "listen.proxy: port 99999 out of range 1-65535"},
+		{"audit reserve larger than its volume is refused", []string{"--config", podConfig(t, dir, "reserve.yaml", "audit:\n  file:\n    dir: "+filepath.Join(dir, "audit")+"\n    reserve_mb: 1073741824\n")}, nil, 1,
+			"audit.file.reserve_mb: 1073741824 MiB is more than the whole volume holding " + filepath.Join(dir, "audit")},
+		{"two listeners on one address are refused", []string{"--offline", "--config", writeFile(t, dir, "twice.yaml", "listen:\n  mcp: ':8080'\n  proxy: 0.0.0.0:8080\n")}, nil, 1,
+			`listen.proxy: "0.0.0.0:8080" is the address of listen.mcp too`},
 		{"offline still checks the audit folder", []string{"--offline", "--config", writeFile(t, dir, "podaudit.yaml", "audit:\n  file:\n    dir: "+writeFile(t, dir, "bfile", "")+"\n")}, nil, 1, "is a file, not a folder"},
 	}
 	for _, tc := range cases {
@@ -206,6 +210,8 @@ policy:
 audit:
   file:
     dir: %s
+shutdown:
+  delay: 0s
 identity:
   static:
     - addresses: ["127.0.0.2"]

@@ -43,6 +43,7 @@ policy:
   shadow: {dir: %q}
   decision_log: {file: %q}
 audit: {file: {dir: %q, fsync: never}}
+shutdown: {delay: 0s}
 gateway:
   upstreams:
     - {name: github, url: %q, prefix: never}

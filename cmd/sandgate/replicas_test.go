@@ -61,6 +61,7 @@ func startReplicaOn(t *testing.T, name, redisYAML, templatesYAML, githubURL, mod
 	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
 policy: {dir: %q}
 audit: {file: {dir: %q, fsync: never}}
+shutdown: {delay: 0s}
 credentials:
   - {name: admin-token, file: admin-token}
   - {name: anthropic, file: anthropic}

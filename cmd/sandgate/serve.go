@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/internal/admission"
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
@@ -49,7 +49,9 @@ type serveDeps struct {
 	grants    grants.Store
 	admission *admission.Admission
 	sessions  mcpsessions.Store // nil: MCP sessions stay on their replica
-	tracer    trace.TracerProvider
+	// catalogs keeps the upstreams' last known catalogs: in Redis, else beside the audit log.
+	catalogs gateway.CatalogStore
+	tracer   trace.TracerProvider
 	// core is the one request path both halves call (internal/call).
 	core *call.Core
 	// policyLoops keep the policies current (watches, bundle polling) and run the shadow.
@@ -66,10 +68,10 @@ type componentFunc func(ctx context.Context) error
 
 func (f componentFunc) Serve(ctx context.Context) error { return f(ctx) }
 
-// shutdownGrace bounds how long listeners may take to drain on SIGTERM; the audit log is
-// flushed after them, within its own bound.
+// adminGrace bounds how long the admin listener's requests may take once the sandbox listeners
+// have drained (serve_shutdown.go); the audit log is flushed after them, within its own bound.
 const (
-	shutdownGrace    = 20 * time.Second
+	adminGrace       = time.Second
 	auditFlushBound  = 10 * time.Second
 	credentialPoll   = 5 * time.Second
 	defaultConfigRel = "examples/sandgate.yaml"
@@ -136,12 +138,8 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	defer tel.Shutdown(context.Background())
 	ready := &readiness{}
 	// Not ready from the moment shutdown begins, so a Service stops sending while calls drain.
-	ready.Add("shutdown", func() error {
-		if ctx.Err() != nil {
-			return errors.New("shutting down: draining the calls in flight")
-		}
-		return nil
-	})
+	shutdown := &shutdownState{}
+	ready.Add("shutdown", shutdown.check)
 	ps, err := newPolicySide(ctx, cfg, log, tel, ready)
 	if err != nil {
 		return err
@@ -159,6 +157,12 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
+	if r, ok := sink.(audit.Recoverer); ok && r.Recovered() != nil {
+		rc := r.Recovered()
+		log.Warn("the audit log ended with a torn tail (a crash during a write): it was cut and kept aside, "+
+			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
+			"offset", rc.Offset, "reason", rc.Reason)
+	}
 	writer := audit.NewWriter(shared.wrapSink(sink), writerOpts...)
 	ready.Add("audit", writer.Healthy)
 	if err := errors.Join(observeAudit(tel.MeterProvider(), writer), observeReadiness(tel.MeterProvider(), ready)); err != nil {
@@ -169,7 +173,8 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer,
-		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider()}
+		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider(),
+		catalogs: shared.catalogs(cfg)}
 	if d.admission, err = shared.admission(d); err != nil {
 		return err
 	}
@@ -178,18 +183,14 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer closeDecisions()
-	comps, err := serveComponents(d, creds, shared, tel, kubeComps)
+	listeners, background, err := serveComponents(d, creds, shared, tel, kubeComps)
 	if err != nil {
 		return err
 	}
 
 	log.Info("sandgate starting", "version", version, "policy_revision", ps.engine.Revision(),
 		"mcp", cfg.Listen.MCP, "proxy", cfg.Listen.Proxy, "admin", cfg.Listen.Admin)
-	g, gctx := errgroup.WithContext(ctx)
-	for _, c := range comps {
-		g.Go(func() error { return c.Serve(gctx) })
-	}
-	runErr := g.Wait()
+	runErr := runComponents(ctx, cfg.Shutdown, shutdown, d.core, listeners, background)
 
 	// Listeners have drained: every call they accepted has recorded its event, and the counts of
 	// suppressed rejection events are written now. Flush them.
@@ -239,9 +240,10 @@ func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string,
 	return closeDecisions, nil
 }
 
-// serveComponents is everything serve runs: the admin listener, the Kubernetes controllers,
-// the shared state's loops, the policy and credential watchers and the sandbox listeners.
-func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, kubeComps []component) ([]component, error) {
+// serveComponents is everything serve runs: the sandbox listeners, and in the background the
+// admin listener, the Kubernetes controllers, the shared state's loops and the policy and
+// credential watchers, which keep serving until the listeners have drained.
+func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, kubeComps []component) (listeners, background []component, _ error) {
 	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
 	comps = append(comps, shared.components()...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
@@ -250,11 +252,11 @@ func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState,
 	for _, build := range listenerBuilders(d.cfg) {
 		c, err := build(d)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		comps = append(comps, c)
+		listeners = append(listeners, c)
 	}
-	return comps, nil
+	return listeners, comps, nil
 }
 
 // observeAudit exports the audit writer's queue depth: a queue near its capacity means the sink
@@ -305,7 +307,11 @@ func boolGauge(b bool) int64 {
 // outside the pod holds a copy that reveals an audit log cut off or replaced later
 // (sandgate audit verify --checkpoint).
 func auditWriterOptions(cfg *config.Config, creds *credential.Store, log *slog.Logger) ([]audit.Option, error) {
-	var opts []audit.Option
+	delivery, err := audit.ParseDelivery(cfg.Audit.Delivery)
+	if err != nil {
+		return nil, err
+	}
+	opts := []audit.Option{audit.WithDelivery(delivery)}
 	if name := cfg.Audit.ChainKeyCredential; name != "" {
 		v, ok := creds.Get(name)
 		if !ok {
@@ -405,11 +411,13 @@ func newLogger(env *cliEnv, lc config.Log) *slog.Logger {
 	if lc.Format == "text" {
 		h = slog.NewTextHandler(w, opts)
 	}
-	// A Redis outage fails every call that touches Redis: one warning per message and period
-	// says so, with the count of those held back, instead of one per call.
+	// A Redis outage fails every call that touches Redis, and an audit log that cannot be
+	// written (a full disk, a reserve that does not fit) every call: one warning per message and
+	// period says so, with the count of those held back, instead of one per call.
 	h = telemetry.ThrottledHandler(h, telemetry.NewThrottle(warnPeriod, nil), func(r slog.Record) bool {
 		return r.Level >= slog.LevelWarn && telemetry.RecordHasError(r, func(err error) bool {
-			return errors.Is(err, redisconn.ErrUnavailable)
+			return errors.Is(err, redisconn.ErrUnavailable) || errors.Is(err, audit.ErrUnhealthy) ||
+				errors.Is(err, audit.ErrReserveExhausted) || errors.Is(err, audit.ErrNotDelivered)
 		})
 	})
 	return slog.New(h)

@@ -16,6 +16,7 @@ func newProxyComponent(d *serveDeps) (component, error) {
 		Meters:      d.meters,
 		Tracer:      d.tracer,
 		Log:         d.log.With("component", "proxy"),
+		Drain:       d.cfg.Shutdown.DrainD(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build proxy: %w", err)

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/internal/admission"
+	"github.com/sandgate/sandgate/internal/catalogs"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/grants"
@@ -115,6 +118,15 @@ func sentinelCredential(rc config.Redis) string {
 		return ""
 	}
 	return rc.Sentinel.PasswordCredential
+}
+
+// catalogs keeps the gateway upstreams' last known catalogs: shared in Redis when it is
+// configured, else in a file beside the audit log.
+func (s *sharedState) catalogs(cfg *config.Config) gateway.CatalogStore {
+	if s.client != nil {
+		return catalogs.NewRedis(s.client, cfg.Redis.KeyPrefix, cfg.Redis.OpTimeout.D())
+	}
+	return catalogs.NewFile(filepath.Join(cfg.Audit.File.Dir, catalogs.FileName))
 }
 
 // admission is the request path's view of the shared state (gateway and proxy use the same).

@@ -63,6 +63,9 @@ type Core struct {
 	tracer  trace.Tracer
 	metrics *metrics
 	rejects *rejections
+	// blocking says the recorder returns once an event is written: answers are held for it.
+	blocking bool
+	inflight atomic.Int64
 }
 
 // New builds the Core.
@@ -84,6 +87,9 @@ func New(opts Options) (*Core, error) {
 		return nil, err
 	}
 	c := &Core{opts: opts, log: opts.Log, metrics: m, tracer: opts.Tracer.Tracer("github.com/sandgate/sandgate")}
+	if b, ok := opts.Audit.(blockingRecorder); ok {
+		c.blocking = b.Blocking()
+	}
 	c.rejects = newRejections(opts.Rejections.withDefaults())
 	return c, nil
 }
@@ -129,6 +135,8 @@ type Call struct {
 	// refusal is what Refuse ended the call with, for the headers of an answer written after
 	// it (an MCP tool result: Retry-After).
 	refusal atomic.Pointer[Refusal]
+	// release is the request's answer as its connection server holds it (nil: none).
+	release *Release
 }
 
 type callKey struct{}
@@ -141,7 +149,11 @@ func From(ctx context.Context) *Call {
 
 // Begin starts a call of kind by id and returns a context that carries it (and its span).
 func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity) (context.Context, *Call) {
-	cl := &Call{core: c, start: time.Now()}
+	cl := &Call{core: c, start: time.Now(), release: ReleaseFrom(ctx)}
+	c.inflight.Add(1)
+	if c.blocking && cl.release != nil {
+		cl.release.hold.Store(true) // the answer's final bytes wait for this call's event
+	}
 	ctx, cl.span = c.tracer.Start(ctx, string(kind), trace.WithSpanKind(trace.SpanKindServer))
 	cl.Event = audit.Event{Kind: kind, Identity: id}
 	// Minted now, not when the event is recorded, so the decision log can name the event.
@@ -261,11 +273,18 @@ func (cl *Call) Fail(r *Refusal) int {
 }
 
 // Finish writes the call's one audit event and its metrics and ends its span. The event gets
-// the serving revision when no decision named one, the duration, bytes and tokens.
+// the serving revision when no decision named one, the duration, bytes and tokens; a call cut
+// by the end of the shutdown drain gets CodeShutdown.
+//
+// With blocking delivery Finish returns once the event is written: this is where an answer
+// waits for its event. The half calls it before its handler returns, and the connection server
+// sends the answer's final bytes only after that, and never when the write was not confirmed
+// (Release).
 func (cl *Call) Finish() {
 	if cl.done.Swap(true) {
 		return
 	}
+	defer cl.core.inflight.Add(-1)
 	core := cl.core
 	elapsed := time.Since(cl.start)
 	ev := &cl.Event
@@ -281,6 +300,9 @@ func (cl *Call) Finish() {
 	}
 	if cl.counting.Uncounted() {
 		ev.Limits = audit.LimitsUnavailable
+	}
+	if cl.ctx.Err() != nil && errors.Is(context.Cause(cl.ctx), ErrShutdown) {
+		ev.Outcome.Error = CodeShutdown
 	}
 	if !cl.decided && ev.Outcome.Error == "" && ev.Decision.Reason == "" {
 		// A request no policy decides (ping, initialize …) that Sandgate served.
@@ -310,8 +332,8 @@ func (cl *Call) Finish() {
 }
 
 // record writes ev, on the call's slot when it has one. A write error after the call happened
-// cannot undo it: it is logged and counted, and the next calls are refused while the recorder
-// reports unhealthy. With a slot the only such errors are a closed writer (shutdown) and a queue
+// cannot undo it: it is logged and counted, the next calls are refused while the recorder
+// reports unhealthy, and with blocking delivery the answer is cut (Release.Cut). With a slot the only such errors are a closed writer (shutdown) and a queue
 // that stayed full; without one (a call refused because the log had no room), the refusal's
 // event is not written while the log cannot take it: counted in sandgate_audit_write_errors_total.
 func (c *Core) record(ctx context.Context, ev *audit.Event, cl *Call) {
@@ -322,6 +344,9 @@ func (c *Core) record(ctx context.Context, ev *audit.Event, cl *Call) {
 		err = c.opts.Audit.Record(ev)
 	}
 	if err != nil {
+		if c.blocking {
+			cl.release.cutAnswer()
+		}
 		c.metrics.auditErrors.Add(ctx, 1)
 		c.log.Error("audit event not recorded", "kind", ev.Kind, "sandbox", ev.Identity.Key(),
 			"allow", ev.Decision.Allow, "code", ev.Outcome.Error, "err", err)

@@ -72,9 +72,12 @@ var classes = map[Class]classInfo{
 // Codes Sandgate itself refuses with. A policy's own codes (the decision's `code`) are
 // ClassPolicy; limit codes come from package limits.
 const (
-	CodeAuditUnavailable        = "audit_unavailable"
-	CodeUnknownCaller           = "unknown_caller"
-	CodeShuttingDown            = "shutting_down"
+	CodeAuditUnavailable = "audit_unavailable"
+	CodeUnknownCaller    = "unknown_caller"
+	CodeShuttingDown     = "shutting_down"
+	// CodeShutdown is the outcome of a call still running when the shutdown drain was over:
+	// it was cut (its answer incomplete) and its event says so.
+	CodeShutdown                = "shutdown"
 	CodeNotFound                = "not_found"
 	CodeNoRoute                 = "no_route"
 	CodeSessionNotOwned         = "session_not_owned"
@@ -128,6 +131,7 @@ var codes = map[string]Class{
 	CodeAuditUnavailable:                ClassUnavailable,
 	CodeUnknownCaller:                   ClassPolicy,
 	CodeShuttingDown:                    ClassUnavailable,
+	CodeShutdown:                        ClassUnavailable,
 	CodeNotFound:                        ClassNotFound,
 	CodeNoRoute:                         ClassNotFound,
 	CodeSessionNotOwned:                 ClassNotFound, // as the MCP spec answers an unknown session: nothing tells it exists

@@ -35,3 +35,40 @@ func validateHostPort(errs *fieldErrors, field, addr, example string) {
 		errs.add(field, "host %q is neither an IP address nor a host name", host)
 	}
 }
+
+// listenersOverlap refuses two listeners on one address: the second bind would fail at start
+// (address already in use). Addresses overlap when their ports are equal and their hosts are
+// equal or one of them is every interface ("", 0.0.0.0, ::).
+func listenersOverlap(errs *fieldErrors, l Listen) {
+	addrs := []struct{ field, addr string }{{"listen.mcp", l.MCP}, {"listen.proxy", l.Proxy}, {"listen.admin", l.Admin}}
+	for i, a := range addrs {
+		for _, b := range addrs[:i] {
+			if a.addr != "" && b.addr != "" && sameListenAddr(a.addr, b.addr) {
+				errs.add(a.field, "%q is the address of %s too; each listener needs its own port", a.addr, b.field)
+			}
+		}
+	}
+}
+
+func sameListenAddr(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb {
+		return false
+	}
+	if anyHost(ha) || anyHost(hb) {
+		return true
+	}
+	ia, errA := netip.ParseAddr(ha)
+	ib, errB := netip.ParseAddr(hb)
+	if errA == nil && errB == nil {
+		return ia.Unmap() == ib.Unmap()
+	}
+	return strings.EqualFold(ha, hb)
+}
+
+// anyHost is a listen host that means every interface.
+func anyHost(h string) bool {
+	ip, err := netip.ParseAddr(h)
+	return h == "" || err == nil && ip.IsUnspecified()
+}

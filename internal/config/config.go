@@ -32,6 +32,7 @@ type Config struct {
 	Kubernetes  Kubernetes   `json:"kubernetes"`
 	Redis       Redis        `json:"redis"`
 	Limits      Limits       `json:"limits"`
+	Shutdown    Shutdown     `json:"shutdown"`
 	Log         Log          `json:"log"`
 
 	// Dir is the folder of the config file; relative paths in it are resolved against Dir.
@@ -114,6 +115,11 @@ func (p Policy) WatchEnabled() bool { return p.Watch == nil || *p.Watch }
 // Audit configures the audit log.
 type Audit struct {
 	File AuditFile `json:"file"`
+	// Delivery is "blocking" (default: a call's answer, for a stream its final bytes, is
+	// released only once its event is written to the file, so killing the process loses no
+	// answered call's event) or "async" (the answer does not wait; a crash loses the events of
+	// the last few milliseconds' calls). docs/audit.md, "Delivery".
+	Delivery string `json:"delivery"`
 	// ChainKeyCredential names the credential whose value keys the hash chain: each line's hash
 	// is then an HMAC-SHA-256 under it, which someone who can write the files cannot recompute
 	// (docs/audit.md). At least 32 bytes. Empty: plain SHA-256.
@@ -121,6 +127,12 @@ type Audit struct {
 	// Checkpoint adds signed checkpoints to the log (off unless signing_key_credential is set).
 	Checkpoint AuditCheckpoint `json:"checkpoint"`
 }
+
+// Audit delivery modes (Audit.Delivery).
+const (
+	AuditBlocking = "blocking"
+	AuditAsync    = "async"
+)
 
 // AuditCheckpoint configures signed checkpoints: statements of the log's line count and head
 // hash, signed with Ed25519, written into the log and into Sandgate's own log.
@@ -359,6 +371,9 @@ func (c *Config) applyDefaults() {
 	if c.Audit.File.Dir == "" {
 		c.Audit.File.Dir = "var/audit"
 	}
+	if c.Audit.Delivery == "" {
+		c.Audit.Delivery = AuditBlocking
+	}
 	if c.Audit.File.ReserveMB == 0 {
 		c.Audit.File.ReserveMB = 32
 	}
@@ -429,6 +444,7 @@ func (l Listen) validate(errs *fieldErrors) {
 			validateHostPort(errs, a.field, a.addr, "127.0.0.1:8080 or :8080")
 		}
 	}
+	listenersOverlap(errs, l)
 	if l.MaxConnsPerSource < 0 {
 		errs.add("listen.max_conns_per_source", "must not be negative, got %d", l.MaxConnsPerSource)
 	}
@@ -441,6 +457,11 @@ func (c *Config) validate() error {
 	case "batch", "always", "never":
 	default:
 		errs.add("audit.file.fsync", "%q is not one of batch, always, never", c.Audit.File.Fsync)
+	}
+	switch c.Audit.Delivery {
+	case AuditBlocking, AuditAsync:
+	default:
+		errs.add("audit.delivery", "%q is not one of blocking, async", c.Audit.Delivery)
 	}
 	c.Policy.validate(&errs)
 	if c.Audit.File.MaxSizeMB < 0 {
@@ -497,6 +518,7 @@ func (c *Config) validate() error {
 	c.Kubernetes.validate(c, &errs)
 	c.Redis.validate(c, &errs)
 	c.Limits.validate(&errs)
+	c.Shutdown.validate(&errs)
 	return errs.err()
 }
 

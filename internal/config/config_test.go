@@ -56,6 +56,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"checkpoint interval that does not parse", "audit:\n  checkpoint:\n    every: often\n", `want a duration such as "500ms" or "5s", got "often"`},
 		{"misspelt checkpoint field", "audit:\n  checkpoint:\n    every_event: 5\n", `unknown field "audit.checkpoint.every_event"`},
 		{"not YAML at all", "listen: [\n", "decode:"},
+		{"two listeners on one address", "listen:\n  mcp: 127.0.0.1:8080\n  proxy: 127.0.0.1:8080\n", `listen.proxy: "127.0.0.1:8080" is the address of listen.mcp too`},
+		{"a listener on every interface and one on the same port", "listen:\n  mcp: :9090\n  admin: 127.0.0.1:9090\n", `listen.admin: "127.0.0.1:9090" is the address of listen.mcp too`},
+		{"IPv4 any and a host name on one port", "listen:\n  proxy: 0.0.0.0:3128\n  admin: sandgate:3128\n", `listen.admin: "sandgate:3128" is the address of listen.proxy too`},
+		{"audit delivery out of range", "audit:\n  delivery: batch\n", `audit.delivery: "batch" is not one of blocking, async`},
+		{"shutdown delay too long", "shutdown:\n  delay: 1h\n", "shutdown.delay: 1h0m0s is longer than 10m0s"},
+		{"shutdown drain that is no duration", "shutdown:\n  drain: 20\n", `shutdown.drain: want a duration with a unit`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,6 +77,30 @@ func TestListenAddressesThatParse(t *testing.T) {
 		_, err := config.Parse([]byte("listen:\n  mcp: \""+addr+"\"\n"), "/")
 		assert.NoError(t, err, addr)
 	}
+}
+
+func TestListenersOnDistinctAddressesLoad(t *testing.T) {
+	for _, doc := range []string{
+		"listen: {mcp: 127.0.0.1:8080, proxy: 127.0.0.1:3128, admin: 127.0.0.1:9090}\n",
+		"listen: {mcp: 127.0.0.2:8080, proxy: 127.0.0.3:8080}\n",
+		"listen: {mcp: ':8080', proxy: ':3128', admin: ''}\n",
+	} {
+		_, err := config.Parse([]byte(doc), "/")
+		assert.NoError(t, err, doc)
+	}
+}
+
+func TestShutdownAndDeliveryDefaults(t *testing.T) {
+	c, err := config.Parse(nil, "/")
+	require.NoError(t, err)
+	assert.Equal(t, config.AuditBlocking, c.Audit.Delivery)
+	assert.Equal(t, 5*time.Second, c.Shutdown.DelayD())
+	assert.Equal(t, 20*time.Second, c.Shutdown.DrainD())
+	c, err = config.Parse([]byte("audit: {delivery: async}\nshutdown: {delay: 0s, drain: 3s}\n"), "/")
+	require.NoError(t, err)
+	assert.Equal(t, config.AuditAsync, c.Audit.Delivery)
+	assert.Equal(t, time.Duration(0), c.Shutdown.DelayD(), "0s is kept, not taken for unset")
+	assert.Equal(t, 3*time.Second, c.Shutdown.DrainD())
 }
 
 func TestDurationNullKeepsTheDefault(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // CheckFiles checks the files and folders the config names, which Load leaves alone (audit
 // query and netpol load configs written for a pod on machines that do not have its files):
 // the audit folder is a folder or can be created (it is not a file, nor under one), and, unless
-// offline, each credential file can be read, the proxy CA files exist, the policy folder is a
+// offline, the volume holding it has room for the audit reserve, each credential file can be read, the proxy CA files exist, the policy folder is a
 // folder, the kubeconfig can be read and each stdio upstream's command is an executable.
 // Offline is for a rendered config checked outside its pod: the files only the pod has are
 // skipped. Every error names the field. Reading the credentials' values, parsing the CA and
@@ -24,6 +24,7 @@ func (c *Config) CheckFiles(offline bool) error {
 	if offline {
 		return errs.err()
 	}
+	checkReserveFits(&errs, c.Audit.File.Dir, c.Audit.File.ReserveMB)
 	for i, cr := range c.Credentials {
 		if cr.File != "" {
 			checkReadableFile(&errs, fmt.Sprintf("credentials[%d].file", i), cr.File)

@@ -42,6 +42,9 @@ func TestCheckFiles(t *testing.T) {
 			`gateway.upstreams[0].command: "no-such-mcp-server-in-path": executable file not found in $PATH`,
 		}},
 		{name: "offline skips the files only the pod has", doc: podOnly + "policy: {dir: /nonexistent/policies}\n", offline: true},
+		{name: "audit reserve larger than the volume", doc: "audit: {file: {dir: " + filepath.Join(dir, "var", "audit") + ", reserve_mb: 1073741824}}\n",
+			wantErr: []string{"audit.file.reserve_mb: 1073741824 MiB is more than the whole volume holding " + filepath.Join(dir, "var", "audit")}},
+		{name: "offline does not know the pod's volume", doc: "audit: {file: {dir: " + dir + ", reserve_mb: 1073741824}}\n", offline: true},
 		{name: "offline still checks the audit folder", doc: "audit: {file: {dir: " + file + "}}\n", offline: true,
 			wantErr: []string{"audit.file.dir: " + file + " is a file, not a folder"}},
 	}

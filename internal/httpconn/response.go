@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/sandgate/sandgate/internal/call"
 )
 
 // response is the http.ResponseWriter of one request inside an intercepted tunnel: an
@@ -17,6 +19,14 @@ import (
 // first write, Content-Length when the handler set one, chunked otherwise, trailers after the
 // last chunk), buffered until the handler flushes or returns, so a small response leaves in one
 // TLS record.
+//
+// While its call holds the answer (call.Release: blocking audit delivery), the response keeps
+// back the end of what the handler wrote, from its last byte that is not white space on (held),
+// until the handler writes more, flushes, or returns: the answer is not complete, by its framing
+// (Content-Length, the last chunk) nor by its content (a JSON value's closing bracket), before
+// the handler has returned, and the handler returns after its call's event is written. When the
+// call's event was not confirmed written (Release.Cut) the held bytes and the end of the body
+// are never sent: the connection closes.
 type response struct {
 	c      *conn
 	req    *http.Request
@@ -33,6 +43,10 @@ type response struct {
 	trailers []string // trailer names the handler declared before the head was written
 	hijacked bool
 	err      error // the first write error: the client is gone
+
+	rel     call.Release // the call's word on the answer (see call.Release)
+	held    []byte       // the end of the body held back; aliases heldBuf while it fits
+	heldBuf [8]byte
 }
 
 func (w *response) Header() http.Header { return w.header }
@@ -150,19 +164,70 @@ func (w *response) Write(p []byte) (int, error) {
 		return 0, http.ErrContentLength
 	}
 	w.n += int64(len(p))
-	b := w.buf()
-	if w.chunked && len(p) > 0 {
-		_, _ = b.WriteString(strconv.FormatInt(int64(len(p)), 16))
-		_, _ = b.WriteString("\r\n")
-		_, _ = b.Write(p)
-		_, w.err = b.WriteString("\r\n")
+	if w.rel.Holds() {
+		w.err = w.writeHolding(p)
 	} else {
-		_, w.err = b.Write(p)
+		w.err = w.writeBody(nil, p)
 	}
 	if w.err != nil {
 		return 0, w.err
 	}
 	return len(p), nil
+}
+
+// maxHeld bounds what is held: a body that ends in more white space than this keeps only its
+// last maxHeld bytes back (the byte before them went out).
+const maxHeld = 256
+
+// writeHolding writes what was held and p, except p's end from its last byte that is not
+// white space on, which it holds instead (all of p when p is white space).
+func (w *response) writeHolding(p []byte) error {
+	end := len(p)
+	for end > 0 && isSpace(p[end-1]) {
+		end--
+	}
+	if end > 0 {
+		end-- // the last byte that is not white space is held too
+		err := w.writeBody(w.held, p[:end])
+		w.held = append(w.heldBuf[:0], p[end:]...)
+		return err
+	}
+	w.held = append(w.held, p...)
+	if over := len(w.held) - maxHeld; over > 0 {
+		err := w.writeBody(w.held[:over], nil)
+		w.held = append(w.heldBuf[:0], w.held[over:]...)
+		return err
+	}
+	return nil
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }
+
+// writeBody writes a then b as body bytes: one chunk when chunked.
+func (w *response) writeBody(a, b []byte) error {
+	n := len(a) + len(b)
+	if n == 0 {
+		return nil
+	}
+	bw := w.buf()
+	if w.chunked {
+		_, _ = bw.WriteString(strconv.FormatInt(int64(n), 16))
+		_, _ = bw.WriteString("\r\n")
+	}
+	_, _ = bw.Write(a)
+	_, err := bw.Write(b)
+	if w.chunked {
+		_, err = bw.WriteString("\r\n")
+	}
+	return err
+}
+
+// releaseHeld writes what is held.
+func (w *response) releaseHeld() {
+	if len(w.held) > 0 && w.err == nil {
+		w.err = w.writeBody(w.held, nil)
+	}
+	w.held = w.held[:0]
 }
 
 // FlushError sends what is buffered (http.ResponseController's flush).
@@ -173,6 +238,7 @@ func (w *response) FlushError() error {
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.releaseHeld() // a flush sends everything: a stream's end is its last chunk
 	w.flush()
 	return w.err
 }
@@ -207,15 +273,22 @@ func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // finish ends the response after the handler returned: the head if nothing was written, the
-// last chunk and the trailers, everything flushed, the writer back in its pool. A body shorter
-// than its Content-Length closes the connection.
+// held bytes, the last chunk and the trailers, everything flushed, the writer back in its pool.
+// A body shorter than its Content-Length closes the connection. An answer whose call's event was
+// not confirmed written (Release.Cut) is cut instead: what is still buffered is dropped and the
+// connection closes, so the client never sees a complete answer.
 func (w *response) finish() {
+	if w.rel.Cut() {
+		w.abort()
+		return
+	}
 	if !w.wrote {
 		if _, ok := w.header["Content-Length"]; !ok {
 			w.header.Set("Content-Length", "0")
 		}
 		w.WriteHeader(http.StatusOK)
 	}
+	w.releaseHeld()
 	if w.chunked && w.err == nil {
 		b := w.buf()
 		_, _ = b.WriteString("0\r\n")
@@ -232,6 +305,16 @@ func (w *response) finish() {
 	}
 	if w.err != nil {
 		w.close = true
+	}
+}
+
+// abort drops what is buffered and closes the connection after a cut answer.
+func (w *response) abort() {
+	w.close = true
+	w.held = nil
+	if w.bw != nil {
+		putWriter(w.bw)
+		w.bw = nil
 	}
 }
 

@@ -62,6 +62,26 @@ type Server struct {
 	HeaderTimeout time.Duration
 	// IdleTimeout closes a connection with no request this long after the last one.
 	IdleTimeout time.Duration
+	// Base, if set, is the context every request's context derives from; cancelling it with
+	// cause call.ErrShutdown cuts the requests (ServeConn's owner does that at the end of a
+	// shutdown drain; Serve cuts its own requests itself).
+	Base context.Context
+
+	base context.Context // Base (or the background) with http.ServerContextKey; set by prepare
+	cut  context.CancelCauseFunc
+	once sync.Once
+}
+
+// prepare derives the requests' base context once: Base, or the background, with the value
+// httputil.ReverseProxy looks for (serverContext), cancelable for Serve's cut.
+func (s *Server) prepare() {
+	s.once.Do(func() {
+		parent := s.Base
+		if parent == nil {
+			parent = context.Background()
+		}
+		s.base, s.cut = context.WithCancelCause(context.WithValue(parent, http.ServerContextKey, serverContext.Value(http.ServerContextKey)))
+	})
 }
 
 // idleBuffer is how long a connection keeps its read buffer after a request: one busy with
@@ -116,6 +136,7 @@ func (s *Server) wrap(c net.Conn) *guard {
 // ServeConn serves c's requests until it ends (see conn.serve) and reports whether a handler
 // took c over (a CONNECT, an upgrade); else c is closed.
 func (s *Server) ServeConn(c net.Conn) (hijacked bool) {
+	s.prepare()
 	g := s.wrap(c)
 	hijacked = s.newConn(g).serve()
 	if !hijacked {
@@ -347,8 +368,9 @@ func (c *conn) serveOne(req *http.Request) (keep, hijacked bool) {
 		body.c = c
 		req.Body = body
 	}
-	req, watch := c.watchRequest(req, body)
-	w := &response{c: c, req: req, body: body, header: make(http.Header), cl: -1}
+	w := &response{c: c, body: body, header: make(http.Header), cl: -1}
+	req, watch := c.watchRequest(req, body, &w.rel)
+	w.req = req
 	defer watch.stop()
 	defer func() {
 		if v := recover(); v != nil {

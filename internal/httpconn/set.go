@@ -8,15 +8,20 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/call"
 )
 
 // Serve serves every connection ln accepts until ctx ends or ln fails, then shuts down as
 // net/http's server does: it stops accepting, closes the connections waiting for a request, lets
-// those serving one finish it for up to grace, then closes the rest and says how many there
-// were. A connection a handler took over (a CONNECT tunnel) leaves the set: its new owner ends
-// it.
+// those serving one finish it for up to grace, then cuts the rest: their requests' contexts are
+// cancelled with cause call.ErrShutdown (so that each call's event says so), their connections
+// closed, and Serve waits up to cutWait for their handlers to return, then says how many
+// connections there were. A connection a handler took over (a CONNECT tunnel) leaves the set:
+// its new owner ends it.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	cs := &connSet{conns: map[*conn]bool{}}
+	s.prepare()
+	cs := &connSet{conns: map[*conn]bool{}, cut: s.cut}
 	errc := make(chan error, 1)
 	go func() {
 		errc <- accept(ln, func(nc net.Conn) {
@@ -48,7 +53,12 @@ type connSet struct {
 	conns   map[*conn]bool
 	closing bool
 	wg      sync.WaitGroup
+	cut     context.CancelCauseFunc // cancels every request's context
 }
+
+// cutWait bounds the wait for the handlers of cut requests to return: their contexts are
+// cancelled and their connections closed, so they have only their event left to write.
+var cutWait = 500 * time.Millisecond
 
 // add tracks a new connection; false once the set is shutting down.
 func (cs *connSet) add(c *conn) bool {
@@ -95,7 +105,7 @@ func (cs *connSet) hijacked(c *conn) {
 }
 
 // shutdown closes the idle connections and waits up to wait for the others to finish their
-// request; then it closes what is left and says so.
+// request; then it cuts what is left (see Serve) and says so.
 func (cs *connSet) shutdown(wait time.Duration) error {
 	cs.mu.Lock()
 	cs.closing = true
@@ -107,18 +117,27 @@ func (cs *connSet) shutdown(wait time.Duration) error {
 	cs.mu.Unlock()
 	done := make(chan struct{})
 	go func() { cs.wg.Wait(); close(done) }()
+	grace := time.NewTimer(wait)
+	defer grace.Stop()
 	select {
 	case <-done:
 		return nil
-	case <-time.After(wait):
+	case <-grace.C:
 	}
+	cs.cut(call.ErrShutdown)
 	cs.mu.Lock()
 	n := len(cs.conns)
 	for c := range cs.conns {
 		_ = c.g.Close()
 	}
 	cs.mu.Unlock()
-	return fmt.Errorf("%w: %d connections still serving a request after %s were closed", ErrGraceOver, n, wait)
+	handlers := time.NewTimer(cutWait)
+	defer handlers.Stop()
+	select {
+	case <-done:
+	case <-handlers.C:
+	}
+	return fmt.Errorf("%w: %d connections still serving a request after %s were cut", ErrGraceOver, n, wait)
 }
 
 // acceptRetry reports an Accept error worth waiting out (descriptors or memory running short, a

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/call"
 )
 
 // watchAfter is how long a handler may run before its connection is watched for the client
@@ -35,10 +37,11 @@ type watch struct {
 	running chan struct{} // closed when the watching read returned
 }
 
-// watchRequest arms a watch for req and returns the request with its cancelable context.
-func (c *conn) watchRequest(req *http.Request, body *connBody) (*http.Request, *watch) {
-	ctx, cancel := context.WithCancel(serverContext)
-	req = req.WithContext(ctx)
+// watchRequest arms a watch for req and returns the request with its cancelable context, which
+// carries rel, the release of its answer (call.Release).
+func (c *conn) watchRequest(req *http.Request, body *connBody, rel *call.Release) (*http.Request, *watch) {
+	ctx, cancel := context.WithCancel(c.srv.base)
+	req = req.WithContext(call.WithRelease(ctx, rel))
 	w := &watch{c: c, body: body, cancel: cancel}
 	if req.Method != http.MethodConnect && req.Header.Get("Upgrade") == "" {
 		w.timer = time.AfterFunc(watchAfter, w.start)

@@ -240,11 +240,39 @@ func TestChartSchemaRejectsWrongValues(t *testing.T) {
 			}
 		})
 	}
+	for _, tc := range []struct {
+		name, want string
+		set        []string
+	}{
+		{"audit reserve larger than its volume", "config.audit.file.reserve_mb (4096 MiB) does not fit the audit volume (2Gi)", []string{"config.audit.file.reserve_mb=4096"}},
+		{"grace shorter than the shutdown", "terminationGracePeriodSeconds 20 is shorter than shutdown.delaySeconds + shutdown.drainSeconds + 10 (35)", []string{"terminationGracePeriodSeconds=20"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errOut, err := helm(t, append([]string{"template", "sandgate", chartDir}, valuesArgs(chartCase{}, tc.set...)...)...)
+			require.Error(t, err)
+			assert.Contains(t, errOut, tc.want)
+		})
+	}
 	t.Run("several replicas on one ReadWriteOnce audit volume", func(t *testing.T) {
 		_, errOut, err := helm(t, append([]string{"template", "sandgate", chartDir}, valuesArgs(chartCase{}, "audit.persistence.enabled=true", "replicaCount=2")...)...)
 		require.Error(t, err)
 		assert.Contains(t, errOut, "several replicas cannot share a ReadWriteOnce volume")
 	})
+}
+
+// The pod's grace covers what serve does on SIGTERM: the delay, the drain and the audit flush.
+func TestChartGraceFollowsTheShutdown(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want int64
+	}{{nil, 35}, {[]string{"shutdown.drainSeconds=60"}, 75}, {[]string{"terminationGracePeriodSeconds=120"}, 120}} {
+		out, errOut, err := helm(t, append([]string{"template", "sandgate", chartDir}, valuesArgs(chartCase{}, tc.set...)...)...)
+		require.NoError(t, err, errOut)
+		var dep appsv1.Deployment
+		typed(t, one(t, parseObjects(t, out), "Deployment", "sandgate"), &dep)
+		require.NotNil(t, dep.Spec.Template.Spec.TerminationGracePeriodSeconds)
+		assert.Equal(t, tc.want, *dep.Spec.Template.Spec.TerminationGracePeriodSeconds, "%v", tc.set)
+	}
 }
 
 // charts/sandgate/policies is a copy of policies/ (Helm cannot read outside the chart).

@@ -57,14 +57,15 @@ const (
 // wait bounds every wait of the suite for something to happen.
 const wait = 30 * time.Second
 
-// gate is one running "sandgate serve" process.
+// gate is one "sandgate serve" process, restarted on the same config by restart.
 type gate struct {
-	t                           *testing.T
-	mcp, admin, auditDir, logTo string
-	cmd                         *exec.Cmd
-	exited                      chan struct{}
-	exitCode                    int
-	answered                    atomic.Int64 // HTTP answers its sandboxes got (sandbox.post)
+	t                                  *testing.T
+	mcp, proxy, admin, auditDir, logTo string
+	cfgPath                            string
+	cmd                                *exec.Cmd
+	exited                             chan struct{}
+	exitCode                           int
+	answered                           atomic.Int64 // HTTP answers its sandboxes got (sandbox.post)
 }
 
 // startGate runs sandgate with listeners on free loopback ports, the shipped policies and extra
@@ -80,32 +81,39 @@ func startGate(t *testing.T, extra string) *gate {
 // startGateOn is startGate with the policy section given (a YAML flow mapping).
 func startGateOn(t *testing.T, policy, extra string) *gate {
 	t.Helper()
+	g := newGate(t, policy, extra)
+	g.start()
+	g.eventually("sandgate ready with its upstreams connected", func() bool {
+		code, body := g.readyz()
+		return code == http.StatusOK && !strings.Contains(fmt.Sprint(body["degraded"]), "upstream")
+	})
+	return g
+}
+
+// newGate writes the config of a gate; start runs it.
+func newGate(t *testing.T, policy, extra string) *gate {
+	t.Helper()
 	dir := t.TempDir()
-	g := &gate{t: t, mcp: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit"), logTo: filepath.Join(dir, "sandgate.log"), exited: make(chan struct{})}
+	g := &gate{t: t, mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit"), logTo: filepath.Join(dir, "sandgate.log")}
+	shutdown := "shutdown: {delay: 0s}\n"
+	if strings.Contains(extra, "shutdown:") {
+		shutdown = ""
+	}
 	cfg := fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
 policy: %s
 audit: {file: {dir: %q, fsync: never}}
-identity:
+%sidentity:
   static:
     - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
     - {addresses: [%q], namespace: agents, sandbox: coder-2, template: coding-agent}
 log: {level: info, format: text}
-%s`, g.mcp, freeAddr(t), g.admin, policy, g.auditDir, coder1, coder2, extra)
-	path := filepath.Join(dir, "sandgate.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
-	logFile, err := os.Create(g.logTo)
-	require.NoError(t, err)
-	defer logFile.Close()
-	g.cmd = exec.Command(sandgateBin, "serve", "--config", path)
-	g.cmd.Stdout, g.cmd.Stderr = logFile, logFile
-	g.cmd.Env = append(os.Environ(), "SANDGATE_REPLICA=faults")
-	require.NoError(t, g.cmd.Start())
-	go func() {
-		_ = g.cmd.Wait()
-		g.exitCode = g.cmd.ProcessState.ExitCode()
-		close(g.exited)
-	}()
+%s`, g.mcp, g.proxy, g.admin, policy, g.auditDir, shutdown, coder1, coder2, extra)
+	g.cfgPath = filepath.Join(dir, "sandgate.yaml")
+	require.NoError(t, os.WriteFile(g.cfgPath, []byte(cfg), 0o600))
 	t.Cleanup(func() {
+		if g.cmd == nil {
+			return
+		}
 		_ = g.cmd.Process.Kill()
 		<-g.exited
 		if t.Failed() {
@@ -113,11 +121,26 @@ log: {level: info, format: text}
 			t.Logf("sandgate log:\n%s", tail(string(b), 4000))
 		}
 	})
-	g.eventually("sandgate ready with its upstreams connected", func() bool {
-		code, body := g.readyz()
-		return code == http.StatusOK && !strings.Contains(fmt.Sprint(body["degraded"]), "upstream")
-	})
 	return g
+}
+
+// start runs the process (again, after an exit), its output appended to the log file.
+func (g *gate) start() {
+	g.t.Helper()
+	logFile, err := os.OpenFile(g.logTo, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	require.NoError(g.t, err)
+	defer logFile.Close()
+	cmd := exec.Command(sandgateBin, "serve", "--config", g.cfgPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), "SANDGATE_REPLICA=faults")
+	require.NoError(g.t, cmd.Start())
+	exited := make(chan struct{})
+	g.cmd, g.exited = cmd, exited
+	go func() {
+		_ = cmd.Wait()
+		g.exitCode = cmd.ProcessState.ExitCode()
+		close(exited)
+	}()
 }
 
 // eventually polls cond until it holds, for at most wait; the test fails otherwise.
@@ -218,16 +241,28 @@ type sandbox struct {
 // connect opens an MCP session from src (initialize, then notifications/initialized).
 func (g *gate) connect(src string) *sandbox {
 	g.t.Helper()
+	s, err := g.tryConnect(src)
+	require.NoError(g.t, err)
+	return s
+}
+
+// tryConnect is connect that returns its error.
+func (g *gate) tryConnect(src string) (*sandbox, error) {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
 	s := &sandbox{g: g, client: &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: wait}}
 	res, hdr, err := s.post("initialize", map[string]any{"protocolVersion": "2025-06-18",
 		"capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "faults", "version": "1"}})
-	require.NoError(g.t, err)
-	require.NotNil(g.t, res["result"], "initialize: %v", res)
+	if err != nil {
+		return nil, err
+	}
+	if res["result"] == nil {
+		return nil, fmt.Errorf("initialize: %v", res)
+	}
 	s.session = hdr.Get("Mcp-Session-Id")
-	_, _, err = s.post("notifications/initialized", nil)
-	require.NoError(g.t, err)
-	return s
+	if _, _, err = s.post("notifications/initialized", nil); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // call calls a tool; ok is false for a tool error result (a refusal included), and text is

@@ -47,8 +47,9 @@ func main() {
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
 	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ",")+
-		`; "declog": only route and mcp, with -policy-variants`)
+		`; "declog": only route and mcp, with -policy-variants; "delivery": only route and mcp, with -delivery-variants`)
 	flag.BoolVar(&o.PolicyVariants, "policy-variants", false, `also run Sandgate with the decision log on ("declog") and with a shadow policy ("shadow"), interleaved, on route and mcp`)
+	flag.BoolVar(&o.DeliveryVariants, "delivery-variants", false, `also run Sandgate with audit.delivery: async ("async") beside the default blocking one, interleaved, on route and mcp`)
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
 	flag.Parse()
 	if *fromRaw != "" {
@@ -68,8 +69,11 @@ func main() {
 	if !containsInt(o.Sweep, o.Sandboxes) {
 		o.Sweep = append(o.Sweep, o.Sandboxes)
 	}
-	if *workloads == "declog" {
+	switch *workloads {
+	case "declog":
 		*workloads, o.PolicyVariants = bench.WRoute+","+bench.WMCP, true
+	case "delivery":
+		*workloads, o.DeliveryVariants = bench.WRoute+","+bench.WMCP, true
 	}
 	if *workloads != "" {
 		o.Workloads = strings.Split(*workloads, ",")

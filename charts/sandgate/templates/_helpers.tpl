@@ -111,6 +111,7 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
   "policy" (dict "dir" "/etc/sandgate/policies")
   "audit" $audit
   "gateway" (dict "allowed_hosts" $hosts)
+  "shutdown" (dict "delay" (printf "%ds" (int .Values.shutdown.delaySeconds)) "drain" (printf "%ds" (int .Values.shutdown.drainSeconds)))
   "kubernetes" $kube
   "log" (dict "format" "json" "level" "info") -}}
 {{- with .Values.policies.bundle -}}
@@ -133,6 +134,52 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
 {{- $_ := unset $merged "credentials" -}}
 {{- end -}}
 {{- toYaml $merged -}}
+{{- end -}}
+
+{{/*
+terminationGracePeriodSeconds: the shutdown's delay and drain, plus 10 s for the audit log's
+flush and the process's exit; a value set shorter than that fails the rendering.
+*/}}
+{{- define "sandgate.terminationGrace" -}}
+{{- $need := add (int .Values.shutdown.delaySeconds) (int .Values.shutdown.drainSeconds) 10 -}}
+{{- $set := .Values.terminationGracePeriodSeconds -}}
+{{- if and (not (kindIs "invalid" $set)) (lt (int $set) (int $need)) -}}
+{{- fail (printf "terminationGracePeriodSeconds %d is shorter than shutdown.delaySeconds + shutdown.drainSeconds + 10 (%d): Kubernetes would kill calls still draining and the audit flush" (int $set) (int $need)) -}}
+{{- end -}}
+{{- if kindIs "invalid" $set }}{{ $need }}{{ else }}{{ int $set }}{{ end -}}
+{{- end -}}
+
+{{/*
+sandgate.mebibytes is a Kubernetes quantity in whole MiB (Ki, Mi, Gi, Ti, k, M, G, T or bytes);
+0 when it cannot tell (a fraction, an exponent).
+*/}}
+{{- define "sandgate.mebibytes" -}}
+{{- $q := toString . -}}
+{{- $units := list (list "Ti" 1099511627776) (list "Gi" 1073741824) (list "Mi" 1048576) (list "Ki" 1024) (list "T" 1000000000000) (list "G" 1000000000) (list "M" 1000000) (list "k" 1000) -}}
+{{- $bytes := 0 -}}
+{{- $found := false -}}
+{{- range $units -}}
+{{- if and (not $found) (hasSuffix (index . 0) $q) (regexMatch "^[0-9]+$" (trimSuffix (index . 0) $q)) -}}
+{{- $bytes = mul (trimSuffix (index . 0) $q | int64) (index . 1) -}}
+{{- $found = true -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not $found) (regexMatch "^[0-9]+$" $q) }}{{ $bytes = $q | int64 }}{{ end -}}
+{{- div $bytes 1048576 -}}
+{{- end -}}
+
+{{/*
+sandgate.checkReserve fails a rendering whose audit reserve (config.audit.file.reserve_mb,
+default 32) does not fit the audit volume: serve would never become ready.
+*/}}
+{{- define "sandgate.checkReserve" -}}
+{{- $reserve := int (dig "audit" "file" "reserve_mb" 32 (.Values.config | default dict)) -}}
+{{- $size := .Values.audit.emptyDir.sizeLimit -}}
+{{- if .Values.audit.persistence.enabled }}{{ $size = .Values.audit.persistence.size }}{{ end -}}
+{{- $volume := include "sandgate.mebibytes" $size | int -}}
+{{- if and (gt $volume 0) (ge $reserve $volume) -}}
+{{- fail (printf "config.audit.file.reserve_mb (%d MiB) does not fit the audit volume (%s): set it well below the volume's size, or make the volume larger" $reserve (toString $size)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The Secret holding the audit log's keys: the user's, or the one the chart makes. */}}

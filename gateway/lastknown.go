@@ -1,0 +1,290 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandgate/sandgate/internal/call"
+)
+
+// A gateway starts ready, not early, and keeps an upstream's tools through its outages
+// (docs/mcp-gateway.md, "When an upstream is down"):
+//   - each upstream's catalog is saved whenever it is listed (Options.Catalogs: a file beside
+//     the audit log, or Redis), and loaded at start, so that an upstream that is down, or slow to
+//     connect, keeps its tools listed; their calls answer upstream_unavailable (503) until it
+//     connects;
+//   - a call that comes while an upstream's first connection attempt is still under way waits
+//     for it (connect_timeout at most), and /readyz says not ready until every upstream was
+//     tried once (Tried);
+//   - an upstream never seen (no catalog saved, not connected) answers upstream_unavailable for
+//     any tool under its prefix (unseenFor), rather than "tool not found".
+
+// CatalogStore keeps each upstream's last listed catalog across restarts (internal/catalogs).
+type CatalogStore interface {
+	// Load returns what Save stored for upstream, nil when nothing was.
+	Load(ctx context.Context, upstream string) ([]byte, error)
+	Save(ctx context.Context, upstream string, b []byte) error
+}
+
+// catalogTimeout bounds a load or save of a catalog.
+const catalogTimeout = 2 * time.Second
+
+// savedCatalog is a catalog as stored: every entry verbatim, and the upstream it was listed from.
+type savedCatalog struct {
+	// Source is the upstream's URL or command line: a catalog of another server is not used.
+	Source    string       `json:"source"`
+	Saved     time.Time    `json:"saved"`
+	Tools     []savedEntry `json:"tools,omitempty"`
+	Resources []savedEntry `json:"resources,omitempty"`
+	Templates []savedEntry `json:"templates,omitempty"`
+	Prompts   []savedEntry `json:"prompts,omitempty"`
+}
+
+type savedEntry struct {
+	ID  string          `json:"id"`
+	Raw json.RawMessage `json:"raw"`
+}
+
+// source names the server an upstream's catalog comes from.
+func (u *upstream) source() string {
+	if u.cfg.IsStdio() {
+		return "command:" + strings.Join(append([]string{u.cfg.Command}, u.cfg.Args...), " ")
+	}
+	return "url:" + u.cfg.URL
+}
+
+func saveEntries[T any](es []entry[T]) []savedEntry {
+	out := make([]savedEntry, len(es))
+	for i, e := range es {
+		out[i] = savedEntry{ID: e.id, Raw: e.raw}
+	}
+	return out
+}
+
+func loadEntries[T any](es []savedEntry, typed func(rawEntry) (T, error)) ([]entry[T], error) {
+	out := make([]entry[T], 0, len(es))
+	for _, e := range es {
+		re := rawEntry{id: e.ID, raw: e.Raw}
+		def, err := typed(re)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, entry[T]{re, def})
+	}
+	return out, nil
+}
+
+func encodeCatalog(u *upstream, c catalog) ([]byte, error) {
+	return json.Marshal(savedCatalog{Source: u.source(), Saved: time.Now().UTC(), Tools: saveEntries(c.tools),
+		Resources: saveEntries(c.resources), Templates: saveEntries(c.templates), Prompts: saveEntries(c.prompts)})
+}
+
+func decodeCatalog(u *upstream, b []byte) (catalog, error) {
+	var s savedCatalog
+	if err := json.Unmarshal(b, &s); err != nil {
+		return catalog{}, err
+	}
+	if s.Source != u.source() {
+		return catalog{}, fmt.Errorf("saved from %s, not %s", s.Source, u.source())
+	}
+	var c catalog
+	var err error
+	if c.tools, err = loadEntries(s.Tools, typedTool); err == nil {
+		if c.resources, err = loadEntries(s.Resources, typedJSON[mcp.Resource]); err == nil {
+			if c.templates, err = loadEntries(s.Templates, typedJSON[mcp.ResourceTemplate]); err == nil {
+				c.prompts, err = loadEntries(s.Prompts, typedJSON[mcp.Prompt])
+			}
+		}
+	}
+	return c, err
+}
+
+// loadCatalogs gives each upstream the catalog saved for it, when there is one of its server.
+func (g *Gateway) loadCatalogs() {
+	if g.opts.Catalogs == nil {
+		return
+	}
+	for _, u := range g.upstreams {
+		ctx, cancel := context.WithTimeout(context.Background(), catalogTimeout)
+		b, err := g.opts.Catalogs.Load(ctx, u.cfg.Name)
+		cancel()
+		if err != nil || b == nil {
+			if err != nil {
+				u.log.Warn("last known catalog not read; the upstream's tools are listed once it connects", "err", err)
+			}
+			continue
+		}
+		c, err := decodeCatalog(u, b)
+		if err != nil {
+			u.log.Warn("last known catalog not used", "err", err)
+			continue
+		}
+		u.remember(c)
+		u.log.Info("upstream listed from its last known catalog until it connects", "tools", len(c.tools))
+	}
+}
+
+// saveCatalog stores what u listed, when it changed since the last save.
+func (g *Gateway) saveCatalog(u *upstream, c catalog) {
+	if g.opts.Catalogs == nil {
+		return
+	}
+	b, err := encodeCatalog(u, c)
+	if err != nil {
+		u.log.Warn("catalog not saved", "err", err)
+		return
+	}
+	u.saveMu.Lock()
+	defer u.saveMu.Unlock()
+	if u.saved != nil && sameCatalog(u.saved, b) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), catalogTimeout)
+	defer cancel()
+	if err := g.opts.Catalogs.Save(ctx, u.cfg.Name, b); err != nil {
+		u.log.Warn("catalog not saved; a restart while the upstream is down will not list its tools", "err", err)
+		return
+	}
+	u.saved = b
+}
+
+// sameCatalog compares two saved catalogs but for the time they were saved.
+func sameCatalog(a, b []byte) bool {
+	var x, y savedCatalog
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	x.Saved, y.Saved = time.Time{}, time.Time{}
+	ea, _ := json.Marshal(x)
+	eb, _ := json.Marshal(y)
+	return string(ea) == string(eb)
+}
+
+// Tried is nil once every upstream's first connection attempt ended (connected or not): until
+// then /readyz says not ready, so that no sandbox is sent here before the catalog is known.
+func (g *Gateway) Tried() error {
+	var waiting []string
+	for _, u := range g.upstreams {
+		select {
+		case <-u.tried:
+		default:
+			waiting = append(waiting, u.cfg.Name)
+		}
+	}
+	if len(waiting) > 0 {
+		return fmt.Errorf("first connection attempt to %s under way", strings.Join(waiting, ", "))
+	}
+	return nil
+}
+
+// awaitFirstTry waits until u's first connection attempt ended, or ctx does.
+func (u *upstream) awaitFirstTry(ctx context.Context) error {
+	select {
+	case <-u.tried:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// unseenFor is the upstream a tool name that is in no catalog belongs to while that upstream
+// was never seen (no catalog known): the first such upstream whose prefix starts the name, else
+// the first such one whose tools may carry no prefix. nil when every upstream was seen.
+func (g *Gateway) unseenFor(name string) *upstream {
+	if g.unseen.Load() == 0 {
+		return nil
+	}
+	var bare *upstream
+	for _, u := range g.upstreams {
+		if u.seen() {
+			continue
+		}
+		if strings.HasPrefix(name, u.cfg.Name+"_") {
+			return u
+		}
+		if bare == nil && u.cfg.Prefix != "always" {
+			bare = u
+		}
+	}
+	return bare
+}
+
+var errNeverSeen = errors.New("never connected since start, and no catalog of it was saved")
+
+// answerUnseen answers a tools/call of a tool that is in no catalog, whose name belongs to an
+// upstream never seen (unseenFor), once that upstream's first connection attempt ended without
+// the tool: policy decides the call as a call to that upstream, and an allowed one answers
+// upstream_unavailable (a tool error result; 503 in its event). It reports whether it answered.
+func (g *Gateway) answerUnseen(ctx context.Context, cl *callState) bool {
+	name := toolName(cl.body)
+	if name == "" {
+		return false
+	}
+	if _, ok := g.tool(name); ok {
+		return false
+	}
+	u := g.unseenFor(name)
+	if u == nil {
+		return false
+	}
+	if u.awaitFirstTry(ctx) == nil {
+		if _, ok := g.tool(name); ok {
+			return false // it connected meanwhile and has the tool: mcp-go serves the call
+		}
+	}
+	tool := name
+	if u.cfg.Prefix == "always" || strings.HasPrefix(name, u.cfg.Name+"_") {
+		tool = strings.TrimPrefix(name, u.cfg.Name+"_")
+	}
+	c := cl.call
+	a := action{kind: c.Event.Kind, upstream: u, name: tool}
+	if rf := g.authorize(ctx, c, a); rf != nil {
+		c.Refuse(rf)
+		writeToolResult(cl.w, cl.id, mcp.NewToolResultError("denied by Sandgate policy: "+rf.Reason))
+		return true
+	}
+	err := fmt.Errorf("upstream %s is unavailable (%s): %w", u.cfg.Name, call.CodeUpstreamUnavailable, errNeverSeen)
+	c.Fail(call.Refuse(call.CodeUpstreamUnavailable, "upstream %s is unavailable: %v", u.cfg.Name, errNeverSeen))
+	writeToolResult(cl.w, cl.id, mcp.NewToolResultError(err.Error()))
+	return true
+}
+
+// callState is what answerUnseen needs of the guard's request.
+type callState struct {
+	call *call.Call
+	w    http.ResponseWriter
+	id   json.RawMessage
+	body []byte
+}
+
+// toolName reads params.name of a tools/call body ("" when it has none).
+func toolName(body []byte) string {
+	var m struct {
+		Params struct {
+			Name string `json:"name"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &m) != nil {
+		return ""
+	}
+	return m.Params.Name
+}
+
+// writeToolResult answers a tools/call with res.
+func writeToolResult(w http.ResponseWriter, id json.RawMessage, res *mcp.CallToolResult) {
+	b, _ := json.Marshal(struct {
+		JSONRPC string              `json:"jsonrpc"`
+		ID      json.RawMessage     `json:"id"`
+		Result  *mcp.CallToolResult `json:"result"`
+	}{"2.0", id, res})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
