@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
@@ -111,7 +112,7 @@ func newOTLPLogExporter(cfg OTLPConfig) (sdklog.Exporter, error) {
 		// hold a batch for up to a minute in memory and report nothing meanwhile.
 		opts := []otlploghttp.Option{otlploghttp.WithTimeout(cfg.Timeout), otlploghttp.WithRetry(otlploghttp.RetryConfig{Enabled: false})}
 		if cfg.Endpoint != "" {
-			opts = append(opts, otlploghttp.WithEndpointURL(cfg.Endpoint))
+			opts = append(opts, otlploghttp.WithEndpointURL(logsURL(cfg.Endpoint)))
 		}
 		if cfg.Insecure {
 			opts = append(opts, otlploghttp.WithInsecure())
@@ -148,6 +149,17 @@ func newOTLPLogExporter(cfg OTLPConfig) (sdklog.Exporter, error) {
 		return e, nil
 	}
 	return nil, fmt.Errorf("audit otlp exporter: protocol %q is not %s or %s", cfg.Protocol, OTLPProtocolGRPC, OTLPProtocolHTTP)
+}
+
+// logsURL gives an OTLP/HTTP URL without a path the logs path, /v1/logs, as
+// OTEL_EXPORTER_OTLP_ENDPOINT does: the exporter takes a URL it is given as it is.
+func logsURL(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Path != "" && u.Path != "/") {
+		return endpoint
+	}
+	u.Path = "/v1/logs"
+	return u.String()
 }
 
 // Send exports lines as one OTLP request (the exporter's Destination). It returns nil only when
