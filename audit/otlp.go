@@ -43,8 +43,10 @@ type OTLPConfig struct {
 	Endpoint string
 	// Insecure sends in plain text (an http:// endpoint); the caller decides when that is safe.
 	Insecure bool
-	// Headers are sent with every export (an auth header among them); values are secret.
+	// Headers are sent with every export; their values are not secret.
 	Headers map[string]string
+	// Auth, when set, gives an auth header for each export (a credential's current value).
+	Auth AuthHeader
 	// TLS is the client's TLS configuration (trusted roots, client certificate), nil for the
 	// system's roots.
 	TLS *tls.Config
@@ -123,6 +125,9 @@ func newOTLPLogExporter(cfg OTLPConfig) (sdklog.Exporter, error) {
 		if cfg.TLS != nil {
 			opts = append(opts, otlploghttp.WithTLSClientConfig(cfg.TLS))
 		}
+		if cfg.Auth != nil {
+			opts = append(opts, httpAuth(cfg))
+		}
 		e, err := otlploghttp.New(ctx, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("audit otlp exporter (http/protobuf): %w", err)
@@ -141,6 +146,9 @@ func newOTLPLogExporter(cfg OTLPConfig) (sdklog.Exporter, error) {
 		}
 		if cfg.TLS != nil {
 			opts = append(opts, otlploggrpc.WithTLSCredentials(credentials.NewTLS(cfg.TLS)))
+		}
+		if cfg.Auth != nil {
+			opts = append(opts, grpcAuth(cfg))
 		}
 		e, err := otlploggrpc.New(ctx, opts...)
 		if err != nil {

@@ -369,3 +369,39 @@ func TestOTLPExporterRecordMatchesItsEvent(t *testing.T) {
 	}
 	assert.Equal(t, "github.com/sandgate/sandgate/audit", got.Scope)
 }
+
+// TestOTLPExporterSendsTheCurrentAuthHeader: a Collector that wants a bearer token gets the
+// credential's value at each export, so a rotated credential is used without a restart; without
+// it the exporter reports the refusal and catches up once the header is right.
+func TestOTLPExporterSendsTheCurrentAuthHeader(t *testing.T) {
+	for _, protocol := range []string{OTLPProtocolHTTP, OTLPProtocolGRPC} {
+		t.Run(protocol, func(t *testing.T) {
+			col := otelcoltest.Start(t, otelcoltest.WithBearerToken("right-token"))
+			dir := t.TempDir()
+			writeLog(t, FileConfig{Dir: dir, Fsync: FsyncNever}, 3)
+			var mu sync.Mutex
+			token := "wrong-token"
+			endpoint := col.HTTPEndpoint()
+			if protocol == OTLPProtocolGRPC {
+				endpoint = col.GRPCEndpoint()
+			}
+			e, err := NewOTLPExporter(OTLPConfig{Dir: dir, Protocol: protocol, Endpoint: endpoint, Insecure: true, Timeout: 2 * time.Second,
+				Auth: func() (string, string) {
+					mu.Lock()
+					defer mu.Unlock()
+					return "Authorization", "Bearer " + token
+				}})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+
+			err = e.Sync(ctxTimeout(t, time.Second))
+			require.Error(t, err, "the Collector refuses a wrong token")
+			assert.Error(t, e.Healthy())
+			mu.Lock()
+			token = "right-token" // the credential was rotated
+			mu.Unlock()
+			require.NoError(t, e.Sync(ctxTimeout(t, 20*time.Second)))
+			sameIDs(t, logIDs(t, dir), waitForIDs(t, col, logIDs(t, dir)))
+		})
+	}
+}

@@ -39,18 +39,28 @@ type Collector struct {
 	// OTLP/JSON) a line, appended to across restarts.
 	Out string
 
-	t    testing.TB
-	bin  string
-	dir  string
-	conf string
+	t     testing.TB
+	bin   string
+	token string
+	dir   string
+	conf  string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
 
+// Option configures Start.
+type Option func(*options)
+
+type options struct{ token string }
+
+// WithBearerToken makes the receiver refuse exports without "Authorization: Bearer token" (the
+// bearertokenauth extension).
+func WithBearerToken(token string) Option { return func(o *options) { o.token = token } }
+
 // Start runs the Collector and waits until it accepts OTLP over HTTP.
-func Start(t testing.TB) *Collector {
+func Start(t testing.TB, opts ...Option) *Collector {
 	t.Helper()
 	bin := os.Getenv("SANDGATE_OTELCOL")
 	if bin == "" {
@@ -63,26 +73,36 @@ func Start(t testing.TB) *Collector {
 		}
 		t.Skip(msg)
 	}
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	dir := t.TempDir()
-	c := &Collector{t: t, bin: bin, dir: dir, GRPC: freeAddr(t), HTTP: freeAddr(t), Out: filepath.Join(dir, "logs.jsonl")}
+	c := &Collector{token: o.token, t: t, bin: bin, dir: dir, GRPC: freeAddr(t), HTTP: freeAddr(t), Out: filepath.Join(dir, "logs.jsonl")}
 	c.conf = filepath.Join(dir, "otelcol.yaml")
 	// No batch processor: the receiver answers an export once the file exporter has taken it, so
 	// an acknowledged record is in Out after a graceful stop. The Collector's own metrics are
 	// off (no listener of its own on a fixed port).
+	auth, ext := "", ""
+	if o.token != "" {
+		auth = ", auth: {authenticator: bearertokenauth}"
+		ext = fmt.Sprintf("extensions:\n  bearertokenauth: {token: %q}\n", o.token)
+	}
 	conf := fmt.Sprintf(`receivers:
   otlp:
     protocols:
-      grpc: {endpoint: %q}
-      http: {endpoint: %q}
-exporters:
+      grpc: {endpoint: %q%s}
+      http: {endpoint: %q%s}
+%sexporters:
   file: {path: %q, append: true, flush_interval: 50ms}
 service:
   telemetry:
     metrics: {level: none}
     logs: {level: warn}
+  extensions: [%s]
   pipelines:
     logs: {receivers: [otlp], exporters: [file]}
-`, c.GRPC, c.HTTP, c.Out)
+`, c.GRPC, auth, c.HTTP, auth, ext, c.Out, map[bool]string{true: "bearertokenauth"}[o.token != ""])
 	if err := os.WriteFile(c.conf, []byte(conf), 0o600); err != nil {
 		t.Fatalf("otelcoltest: %v", err)
 	}
@@ -149,7 +169,12 @@ func (c *Collector) start() error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		// An empty OTLP/HTTP export answers 200 once the pipeline runs (receivers start last).
-		resp, err := http.Post(c.HTTPEndpoint()+"/v1/logs", "application/json", strings.NewReader("{}"))
+		req, _ := http.NewRequest(http.MethodPost, c.HTTPEndpoint()+"/v1/logs", strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
