@@ -159,7 +159,12 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	writer := audit.NewWriter(shared.wrapSink(sink), writerOpts...)
+	export, err := newAuditExport(cfg, creds, replica, shared.mirror, log, getenv, tel.MeterProvider(), ready)
+	if err != nil {
+		return err
+	}
+	defer export.close()
+	writer := audit.NewWriter(export.wrapSink(sink), writerOpts...)
 	ready.Add("audit", writer.Healthy)
 	if err := errors.Join(observeAudit(tel.MeterProvider(), writer), observeReadiness(tel.MeterProvider(), ready)); err != nil {
 		return err
@@ -178,7 +183,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer closeDecisions()
-	comps, err := serveComponents(d, creds, shared, tel, kubeComps)
+	comps, err := serveComponents(d, creds, shared, tel, append(kubeComps, export.components()...))
 	if err != nil {
 		return err
 	}
@@ -200,7 +205,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		log.Error("audit flush on shutdown failed", "err", err)
 		runErr = errors.Join(runErr, fmt.Errorf("flush audit log: %w", err))
 	}
-	shared.sync(flushCtx, log)
+	syncAll(func() { shared.sync(flushCtx, log) }, func() { export.sync(flushCtx) })
 	log.Info("sandgate stopped")
 	return runErr
 }
@@ -239,10 +244,11 @@ func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string,
 	return closeDecisions, nil
 }
 
-// serveComponents is everything serve runs: the admin listener, the Kubernetes controllers,
-// the shared state's loops, the policy and credential watchers and the sandbox listeners.
-func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, kubeComps []component) ([]component, error) {
-	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
+// serveComponents is everything serve runs: the admin listener, the Kubernetes controllers and
+// the audit exporter (extra), the shared state's loops, the policy and credential watchers and
+// the sandbox listeners.
+func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, extra []component) ([]component, error) {
+	comps := append([]component{newAdminComponent(d, tel.Handler())}, extra...)
 	comps = append(comps, shared.components()...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
 	comps = append(comps, d.policyLoops...)
