@@ -62,17 +62,7 @@ func WithBearerToken(token string) Option { return func(o *options) { o.token = 
 // Start runs the Collector and waits until it accepts OTLP over HTTP.
 func Start(t testing.TB, opts ...Option) *Collector {
 	t.Helper()
-	bin := os.Getenv("SANDGATE_OTELCOL")
-	if bin == "" {
-		bin = filepath.Join(repoRoot(), ".tools", "bin", "otelcol")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		msg := fmt.Sprintf("%s is missing: run test/setup.sh to build it from test/otelcol", bin)
-		if os.Getenv("SANDGATE_REQUIRE_TOOLS") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	bin := binary(t)
 	var o options
 	for _, f := range opts {
 		f(&o)
@@ -358,8 +348,37 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// binary finds the Collector, or skips the test (fails it under SANDGATE_REQUIRE_TOOLS).
+func binary(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("SANDGATE_OTELCOL")
+	if bin == "" {
+		bin = filepath.Join(repoRoot(), ".tools", "bin", "otelcol")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		msg := fmt.Sprintf("%s is missing: run test/setup.sh to build it from test/otelcol", bin)
+		if os.Getenv("SANDGATE_REQUIRE_TOOLS") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return bin
+}
+
 // repoRoot is the folder of the main module.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Validate has the Collector check a configuration file (`otelcol validate`), with env added to
+// its environment; it returns the Collector's complaint when the file is not valid.
+func Validate(t testing.TB, path string, env ...string) error {
+	t.Helper()
+	cmd := exec.Command(binary(t), "validate", "--config", path)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("otelcol validate %s: %w\n%s", path, err, out)
+	}
+	return nil
 }
