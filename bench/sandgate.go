@@ -51,16 +51,11 @@ var policyVariants = []struct{ name, policy string }{
 	{"shadow", ", shadow: {dir: policies}"},
 }
 
-func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, policyExtra string) (cfgPath string, mcp, prx, admin string, err error) {
-	pol := filepath.Join(dir, "policies")
-	for _, d := range []string{pol, filepath.Join(dir, "audit"), filepath.Join(dir, "secrets")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
-		}
-	}
+// copyPolicies copies the shipped policies (not their tests) from policyDir into pol.
+func copyPolicies(pol, policyDir string) error {
 	regos, err := filepath.Glob(filepath.Join(policyDir, "*.rego"))
 	if err != nil || len(regos) == 0 {
-		return "", "", "", "", fmt.Errorf("sandgate files: no *.rego in %s", policyDir)
+		return fmt.Errorf("sandgate files: no *.rego in %s", policyDir)
 	}
 	for _, f := range regos {
 		if strings.HasSuffix(f, "_test.rego") {
@@ -68,11 +63,24 @@ func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, policyEx
 		}
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
+			return fmt.Errorf("sandgate files: %w", err)
 		}
 		if err := os.WriteFile(filepath.Join(pol, filepath.Base(f)), b, 0o600); err != nil {
+			return fmt.Errorf("sandgate files: %w", err)
+		}
+	}
+	return nil
+}
+
+func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, policyExtra string) (cfgPath string, mcp, prx, admin string, err error) {
+	pol := filepath.Join(dir, "policies")
+	for _, d := range []string{pol, filepath.Join(dir, "audit"), filepath.Join(dir, "secrets")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			return "", "", "", "", fmt.Errorf("sandgate files: %w", err)
 		}
+	}
+	if err := copyPolicies(pol, policyDir); err != nil {
+		return "", "", "", "", err
 	}
 	_, httpPort, _ := strings.Cut(up.HTTPAddr, ":")
 	if err := os.WriteFile(filepath.Join(pol, "data.yaml"), []byte(fmt.Sprintf(benchData, httpPort)), 0o600); err != nil {

@@ -120,7 +120,9 @@ func TestUpstreamEchoingItsCredentialHandsTheSandboxNone(t *testing.T) {
 			h.waitReady(t)
 			s := openRawSession(t, h.URL(), "127.0.0.2")
 			s.call("logging/setLevel", map[string]any{"level": "debug"})
+			leaks := 0 // calls whose upstream echoed the credential, each must be flagged
 			read := func(t *testing.T, tool string) (json.RawMessage, []rpcNotification) {
+				leaks++
 				res, notes := s.callStream("tools/call", map[string]any{"name": tool, "arguments": map[string]any{},
 					"_meta": map[string]any{"progressToken": "p"}})
 				all, _ := json.Marshal(notes)
@@ -144,6 +146,7 @@ func TestUpstreamEchoingItsCredentialHandsTheSandboxNone(t *testing.T) {
 					if _, notes := read(t, tool); len(notes) >= want {
 						return notes
 					}
+					leaks-- // the notifications came after the result: not this call's echo
 				}
 				t.Fatalf("%s: no notification arrived before the result in 20 calls", tool)
 				return nil
@@ -179,7 +182,8 @@ func TestUpstreamEchoingItsCredentialHandsTheSandboxNone(t *testing.T) {
 					echoed++
 				}
 			}
-			assert.GreaterOrEqual(t, echoed, 5, "the events say the credential was echoed")
+			assert.GreaterOrEqual(t, echoed, leaks, "the events say the credential was echoed")
+			assert.GreaterOrEqual(t, leaks, 4)
 		})
 	}
 }

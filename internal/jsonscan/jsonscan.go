@@ -319,35 +319,10 @@ func (s *Scanner) value(depth int, kt *keyTracker) error {
 				}
 			}
 			continue
-		case c == '"':
-			start := s.i
-			escaped, err := s.str()
-			if err != nil {
-				return err
-			}
-			if escaped && kt != nil {
-				if err := kt.value(s.b[start:s.i]); err != nil {
-					return err
-				}
-			}
-		case c == 't':
-			if err := s.literal("true"); err != nil {
-				return err
-			}
-		case c == 'f':
-			if err := s.literal("false"); err != nil {
-				return err
-			}
-		case c == 'n':
-			if err := s.literal("null"); err != nil {
-				return err
-			}
-		case c == '-' || c >= '0' && c <= '9':
-			if err := s.number(); err != nil {
-				return err
-			}
 		default:
-			return s.unexpected("looking for the beginning of a value")
+			if err := s.scalar(c, kt); err != nil {
+				return err
+			}
 		}
 		// A value ended: close the containers it ends, or go on to the next element.
 		for {
@@ -376,6 +351,29 @@ func (s *Scanner) value(depth int, kt *keyTracker) error {
 			break
 		}
 	}
+}
+
+// scalar scans one string, literal or number starting with c; with kt set, a string with escapes
+// goes to kt too.
+func (s *Scanner) scalar(c byte, kt *keyTracker) error {
+	switch {
+	case c == '"':
+		start := s.i
+		escaped, err := s.str()
+		if err != nil || !escaped || kt == nil {
+			return err
+		}
+		return kt.value(s.b[start:s.i])
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		return s.number()
+	}
+	return s.unexpected("looking for the beginning of a value")
 }
 
 func (s *Scanner) literal(word string) error {

@@ -66,7 +66,10 @@ func TestChartPointsAtASignedBundleInsteadOfTheConfigMap(t *testing.T) {
 			key := filepath.Join(root, "etc", "sandgate", "bundle-key", "public.pem")
 			mkdir(t, filepath.Dir(key))
 			writeFile(t, key, "-----BEGIN PUBLIC KEY-----\n-----END PUBLIC KEY-----\n")
-			mkdir(t, filepath.Join(root, "var", "lib", "sandgate", "audit"))
+			rooted, err := config.Parse([]byte(doc), filepath.Dir(conf))
+			require.NoError(t, err, doc)
+			writeCredentials(t, objs, rooted)
+			mkdir(t, rooted.Audit.File.Dir)
 			assert.Contains(t, run(t, sandgateBin(t), "serve", "--check-config", "--config", conf), "is valid")
 		})
 	}

@@ -216,6 +216,18 @@ func materialize(t testing.TB, objs []*unstructured.Unstructured) materialized {
 	for name, content := range policies {
 		writeFile(t, filepath.Join(m.policyDir, name), content)
 	}
+	writeCredentials(t, objs, cfg)
+	mkdir(t, cfg.Audit.File.Dir)
+	if cfg.Proxy.CA.Cert != "" {
+		run(t, sandgateBin(t), "ca", "init", "--dir", filepath.Dir(cfg.Proxy.CA.Cert))
+	}
+	return m
+}
+
+// writeCredentials writes each file-backed credential the config names: the audit keys from the
+// chart's rendered Secret, a fake value for every other credential.
+func writeCredentials(t testing.TB, objs []*unstructured.Unstructured, cfg *config.Config) {
+	t.Helper()
 	keys := auditKeys(t, objs)
 	for _, c := range cfg.Credentials {
 		if c.File != "" {
@@ -227,11 +239,6 @@ func materialize(t testing.TB, objs []*unstructured.Unstructured) materialized {
 			writeFile(t, c.File, content)
 		}
 	}
-	mkdir(t, cfg.Audit.File.Dir)
-	if cfg.Proxy.CA.Cert != "" {
-		run(t, sandgateBin(t), "ca", "init", "--dir", filepath.Dir(cfg.Proxy.CA.Cert))
-	}
-	return m
 }
 
 func readDir(t testing.TB, dir string) map[string]string {
