@@ -89,6 +89,9 @@ var ratioSpecs = []ratioSpec{
 	{WMCP, "sandgate", "declog", "CPU µs/request (c=64), decision log on vs off", 1.10, false, cpuC64, cpuOf},
 	{WRoute, "sandgate", "shadow", "p50 ms (fixed rate), shadow policy vs none", 1.10, false, rateMain, p50Of},
 	{WMCP, "sandgate", "shadow", "p50 ms (fixed rate), shadow policy vs none", 1.10, false, rateMain, p50Of},
+	// Issue #37: what exporting the audit log over OTLP costs (Options.ExportVariants).
+	{WRoute, "sandgate", "otlp", "CPU µs/request (c=64), audit OTLP export on vs off", 1.05, false, cpuC64, cpuOf},
+	{WMCP, "sandgate", "otlp", "CPU µs/request (c=64), audit OTLP export on vs off", 1.05, false, cpuC64, cpuOf},
 }
 
 // readsRateCell reports whether a target reads w's fixed-rate cell at the main sandbox count.

@@ -161,7 +161,7 @@ func startReplicaProcs(ctx context.Context, o Options, up *Upstreams, dir, name 
 		if err := os.MkdirAll(rdir, 0o700); err != nil {
 			return routes, procs, err
 		}
-		cfg, _, prx, admin, err := sandgateFiles(rdir, o.PolicyDir, up, sandboxes, "")
+		cfg, _, prx, admin, err := sandgateFiles(rdir, o.PolicyDir, up, sandboxes, variant{})
 		if err != nil {
 			return routes, procs, err
 		}

@@ -44,12 +44,19 @@ templates:
 // sandgateFiles writes Sandgate's bench config under dir: config, policies (the shipped *.rego
 // of policyDir, without tests, plus benchData), interception CA, credential, audit folder.
 // It returns the config path and the listener addresses.
-// policyVariants are Options.PolicyVariants' targets: the members each adds to the config's
-// policy section.
-var policyVariants = []struct{ name, policy string }{
-	{"declog", ", decision_log: {file: decisions/decisions.log}"},
-	{"shadow", ", shadow: {dir: policies}"},
+// variant is what a Sandgate measured beside "sandgate" adds to its config: members of the
+// policy section and of the audit section.
+type variant struct{ name, policy, audit string }
+
+// policyVariants are Options.PolicyVariants' targets.
+var policyVariants = []variant{
+	{name: "declog", policy: ", decision_log: {file: decisions/decisions.log}"},
+	{name: "shadow", policy: ", shadow: {dir: policies}"},
 }
+
+// exportVariant is Options.ExportVariants' target: the audit log exported over OTLP/HTTP to a
+// Collector (%s: its URL).
+var exportVariant = variant{name: "otlp", audit: ", otlp: {endpoint: %q, insecure: true}"}
 
 // copyPolicies copies the shipped policies (not their tests) from policyDir into pol.
 func copyPolicies(pol, policyDir string) error {
@@ -72,7 +79,7 @@ func copyPolicies(pol, policyDir string) error {
 	return nil
 }
 
-func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, policyExtra string) (cfgPath string, mcp, prx, admin string, err error) {
+func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, extra variant) (cfgPath string, mcp, prx, admin string, err error) {
 	pol := filepath.Join(dir, "policies")
 	for _, d := range []string{pol, filepath.Join(dir, "audit"), filepath.Join(dir, "secrets")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -108,7 +115,7 @@ func sandgateFiles(dir, policyDir string, up *Upstreams, sandboxes int, policyEx
 listen: {mcp: %q, proxy: %q, admin: %q}
 admin: {pprof: true}
 policy: {dir: policies, watch: false%s}
-audit: {file: {dir: audit, max_size_mb: 512, fsync: batch}}
+audit: {file: {dir: audit, max_size_mb: 512, fsync: batch}%s}
 credentials:
   - {name: anthropic, file: secrets/anthropic}
 gateway:
@@ -130,7 +137,7 @@ proxy:
 log: {level: warn, format: text}
 identity:
   static:
-`, mcp, prx, admin, policyExtra, up.MCPURL, caCert, caKey, modelHost, upstreamIP, modelHost, tlsPort, modelHost, tlsPort, upstreamIP, tlsPort)
+`, mcp, prx, admin, extra.policy, extra.audit, up.MCPURL, caCert, caKey, modelHost, upstreamIP, modelHost, tlsPort, modelHost, tlsPort, upstreamIP, tlsPort)
 	for i := range sandboxes {
 		fmt.Fprintf(&b, "    - {addresses: [%q], namespace: bench, sandbox: sb-%d, template: bench-agent}\n", sandboxAddr(i), i)
 	}
@@ -144,8 +151,8 @@ identity:
 // startSandgate starts `sandgate serve` with the bench config and waits until /readyz is 200.
 // SSL_CERT_FILE makes the stand-in's CA the upstream trust roots of that process only.
 // name is the target's name: "sandgate", or "baseline" for the A/B binary (Options.BaselineBin).
-func startSandgate(ctx context.Context, name, bin, dir, policyDir string, up *Upstreams, sandboxes int, policyExtra string) (*Target, error) {
-	cfg, mcp, prx, admin, err := sandgateFiles(dir, policyDir, up, sandboxes, policyExtra)
+func startSandgate(ctx context.Context, name, bin, dir, policyDir string, up *Upstreams, sandboxes int, extra variant) (*Target, error) {
+	cfg, mcp, prx, admin, err := sandgateFiles(dir, policyDir, up, sandboxes, extra)
 	if err != nil {
 		return nil, err
 	}

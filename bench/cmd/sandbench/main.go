@@ -43,8 +43,10 @@ func main() {
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
 	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ",")+
-		`; "declog": only route and mcp, with -policy-variants`)
+		`; "declog": only route and mcp, with -policy-variants; "otlp": only route and mcp, with -export-variants`)
 	flag.BoolVar(&o.PolicyVariants, "policy-variants", false, `also run Sandgate with the decision log on ("declog") and with a shadow policy ("shadow"), interleaved, on route and mcp`)
+	flag.BoolVar(&o.ExportVariants, "export-variants", false, `also run Sandgate exporting its audit log over OTLP to a Collector ("otlp"), interleaved, on route and mcp`)
+	flag.StringVar(&o.OtelcolBin, "otelcol", ".tools/bin/otelcol", "the OpenTelemetry Collector test/setup.sh builds (test/otelcol), for -export-variants")
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
 	flag.Parse()
 	if *quick {
@@ -61,8 +63,11 @@ func main() {
 	if !containsInt(o.Sweep, o.Sandboxes) {
 		o.Sweep = append(o.Sweep, o.Sandboxes)
 	}
-	if *workloads == "declog" {
+	switch *workloads {
+	case "declog":
 		*workloads, o.PolicyVariants = bench.WRoute+","+bench.WMCP, true
+	case "otlp":
+		*workloads, o.ExportVariants = bench.WRoute+","+bench.WMCP, true
 	}
 	if *workloads != "" {
 		o.Workloads = strings.Split(*workloads, ",")
