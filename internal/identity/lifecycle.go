@@ -20,13 +20,14 @@ const poolOther = "other"
 
 // lifecycle exports the Agent Sandbox lifecycle from the informers the resolver already runs:
 // how long a claim waits to be ready, how many ready sandboxes each warm pool holds, how long
-// sandboxes live. Labels: namespace (one of kubernetes.namespaces, a closed set from the config)
-// and pool (bounded above). All replicas export the same figures: aggregate with max, not sum.
+// sandboxes live. Labels: sandbox_namespace (one of kubernetes.namespaces, a closed set from the
+// config; not "namespace", which Prometheus's Kubernetes discovery sets to Sandgate's own) and
+// pool (bounded above). All replicas export the same figures: aggregate with max, not sum.
 type lifecycle struct {
 	now        func() time.Time
-	claimReady *prometheus.HistogramVec // namespace, pool
-	poolReady  *prometheus.GaugeVec     // namespace, pool
-	lifetime   *prometheus.HistogramVec // namespace
+	claimReady *prometheus.HistogramVec // sandbox_namespace, pool
+	poolReady  *prometheus.GaugeVec     // sandbox_namespace, pool
+	lifetime   *prometheus.HistogramVec // sandbox_namespace
 
 	mu sync.Mutex
 	// pools are the pool names labelled so far, per namespace (at most maxPoolLabels each).
@@ -41,18 +42,18 @@ func newLifecycle(now func() time.Time) *lifecycle {
 		now: now,
 		claimReady: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sandgate_sandbox_claim_ready_seconds",
-			Help:    "Time from a SandboxClaim's creation to its Ready condition, as this replica saw them, by namespace and warm pool.",
+			Help:    "Time from a SandboxClaim's creation to its Ready condition, as this replica saw them, by sandbox namespace and warm pool.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}, []string{"namespace", "pool"}),
+		}, []string{"sandbox_namespace", "pool"}),
 		poolReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sandgate_warm_pool_ready_sandboxes",
 			Help: "Ready sandboxes waiting in each SandboxWarmPool (its status.readyReplicas).",
-		}, []string{"namespace", "pool"}),
+		}, []string{"sandbox_namespace", "pool"}),
 		lifetime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sandgate_sandbox_lifetime_seconds",
-			Help:    "Lifetime of deleted Sandboxes, creation to deletion, by namespace.",
+			Help:    "Lifetime of deleted Sandboxes, creation to deletion, by sandbox namespace.",
 			Buckets: []float64{10, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600},
-		}, []string{"namespace"}),
+		}, []string{"sandbox_namespace"}),
 		pools:   map[string]map[string]bool{},
 		pending: map[string]time.Time{},
 	}

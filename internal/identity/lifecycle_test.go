@@ -51,7 +51,7 @@ func TestLifecycleMetricsWithController(t *testing.T) {
 	kubetest.SetPodIPs(t, admin, ns, pooled, "10.3.0.1")
 	setPodReady(t, admin, ns, pooled)
 
-	pool := map[string]string{"namespace": ns, "pool": "wp-coding"}
+	pool := map[string]string{"sandbox_namespace": ns, "pool": "wp-coding"}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m := metric(t, reg, "sandgate_warm_pool_ready_sandboxes", pool)
 		if assert.NotNil(c, m, "the pool has a gauge") {
@@ -72,7 +72,7 @@ func TestLifecycleMetricsWithController(t *testing.T) {
 
 	require.NoError(t, adminDyn.Resource(kubetest.SandboxGVR).Namespace(ns).Delete(ctx, pooled, metav1.DeleteOptions{}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		m := metric(t, reg, "sandgate_sandbox_lifetime_seconds", map[string]string{"namespace": ns})
+		m := metric(t, reg, "sandgate_sandbox_lifetime_seconds", map[string]string{"sandbox_namespace": ns})
 		if assert.NotNil(c, m, "a deleted sandbox's lifetime is observed") {
 			assert.GreaterOrEqual(c, m.GetHistogram().GetSampleCount(), uint64(1))
 		}
