@@ -71,6 +71,7 @@ func appendIdentity(b []byte, id *identity.Identity) []byte {
 	b = jsonenc.AppendString(b, id.SourceIP)
 	b = append(b, `,"known":`...)
 	b = strconv.AppendBool(b, id.Known)
+	b = appendOptString(b, `,"unverified":`, id.Unverified)
 	return append(b, '}')
 }
 

@@ -56,8 +56,7 @@ func (c completions) decide(ctx context.Context, kind audit.Kind, u *upstream, n
 	in := &policy.Input{Kind: kind, Identity: cl.Event.Identity, MCP: &policy.MCP{Upstream: u.cfg.Name, Tool: name}}
 	_, rf := cl.Authorize(ctx, in, false)
 	if rf != nil {
-		cl.Event.Outcome.Error = rf.Code
-		cl.Event.Outcome.Status = rf.Status()
+		cl.Refuse(rf)
 	}
 	return rf == nil
 }
@@ -68,8 +67,7 @@ func (c completions) forward(ctx context.Context, u *upstream, req mcp.CompleteR
 	})
 	if err != nil {
 		if cl := call.From(ctx); cl != nil {
-			cl.Event.Outcome.Error = call.CodeUpstreamError
-			cl.Event.Outcome.Status = 502
+			cl.Fail(call.Refuse(failureCode(err), "upstream %s: %v", u.cfg.Name, err))
 		}
 		return nil, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
 	}

@@ -86,7 +86,7 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := identity.FromRemoteAddr(gd.g.opts.Identity, r.RemoteAddr)
 	reject := func(rpcID json.RawMessage, rpcCode int, rf *call.Refusal) {
 		status := gd.g.core.Reject(r.Context(), audit.KindMCPRejected, id, audit.Target{Method: r.Method}, rf)
-		writeRPCError(w, status, rpcID, rpcCode, rf.Reason)
+		writeRPCError(w, status, rpcID, rpcCode, rf)
 	}
 	if !gd.hostAllowed(r.Host) {
 		reject(nil, codeInvalidRequest, call.Refuse(call.CodeBadHost, "Host header not allowed"))
@@ -124,16 +124,16 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rf := cl.AuditRefusal(); rf != nil {
 		// No room for this request's event (a full disk): nothing of it is answered but the
 		// refusal, whatever its method (docs/audit.md).
-		writeRPCError(w, cl.Refuse(rf), msg.ID, codeInternalError, rf.Reason)
+		writeRPCError(w, cl.Refuse(rf), msg.ID, codeInternalError, rf)
 		return
 	}
 	if r.Method == http.MethodPost {
 		if rf := readOnce(body, msg.Method); rf != nil {
-			writeRPCError(w, cl.Refuse(rf), msg.ID, codeInvalidParams, rf.Reason)
+			writeRPCError(w, cl.Refuse(rf), msg.ID, codeInvalidParams, rf)
 			return
 		}
 	}
-	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut}
+	rec := &countingWriter{ResponseWriter: w, n: &cl.BytesOut, cl: cl}
 	var echoed atomic.Bool
 	sw := newScrubWriter(rec, gd.g.guard.Current(), func() { echoed.Store(true) })
 	defer func() {
@@ -304,8 +304,10 @@ type rpcError struct {
 }
 
 // writeRPCError answers with a JSON-RPC error object (id null unless the request's id is known).
-func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
-	writeRPC(w, status, id, rpcError{Code: code, Message: msg})
+// The refusal's own headers (Retry-After) go with it, as on the proxy.
+func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, rf *call.Refusal) {
+	rf.SetHeaders(w.Header())
+	writeRPC(w, status, id, rpcError{Code: code, Message: rf.Reason})
 }
 
 // writeRPCResult answers a request with a JSON-RPC error in a 200 response, as a server does
@@ -340,10 +342,14 @@ type countingWriter struct {
 	http.ResponseWriter
 	n    interface{ Add(int64) int64 }
 	code int
+	// cl is the call answered: a refusal it ended with (a tool call over a rate limit,
+	// answered as a tool error result) sends its headers, Retry-After, as the proxy does.
+	cl *call.Call
 }
 
 func (c *countingWriter) WriteHeader(code int) {
 	if c.code == 0 && code >= 200 {
+		c.refusalHeaders()
 		c.code = code
 	}
 	c.ResponseWriter.WriteHeader(code)
@@ -351,6 +357,7 @@ func (c *countingWriter) WriteHeader(code int) {
 
 func (c *countingWriter) Write(b []byte) (int, error) {
 	if c.code == 0 {
+		c.refusalHeaders()
 		c.code = http.StatusOK
 	}
 	n, err := c.ResponseWriter.Write(b)
@@ -361,6 +368,12 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 func (c *countingWriter) Flush() {
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
+	}
+}
+
+func (c *countingWriter) refusalHeaders() {
+	if rf := c.cl.Refusal(); rf != nil {
+		rf.SetHeaders(c.Header())
 	}
 }
 

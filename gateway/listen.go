@@ -61,7 +61,7 @@ func (g *Gateway) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refus
 	if rf.Close {
 		w.Header().Set("Connection", "close")
 	}
-	writeRPCError(w, status, nil, codeInvalidRequest, rf.Reason)
+	writeRPCError(w, status, nil, codeInvalidRequest, rf)
 }
 
 // rejectConn audits a head refused before any request exists.

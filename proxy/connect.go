@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,9 +81,7 @@ func refusalResponse(r *http.Request, rf *call.Refusal) *http.Response {
 	b := refusalBody(rf, false)
 	status := rf.Status()
 	h := http.Header{"Content-Type": {"application/json"}, "Proxy-Status": {proxyStatus(rf)}}
-	if rf.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(rf.RetryAfter.Seconds()))))
-	}
+	rf.SetHeaders(h)
 	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)),
 		ProtoMajor: 1, ProtoMinor: 1, Request: r, Close: true, ContentLength: int64(len(b)),
 		Header: h, Body: io.NopCloser(strings.NewReader(string(b)))}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -102,9 +101,7 @@ func writeRefusal(w http.ResponseWriter, rf *call.Refusal, openAI bool) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	h.Set("Proxy-Status", proxyStatus(rf))
-	if rf.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(rf.RetryAfter.Seconds()))))
-	}
+	rf.SetHeaders(h)
 	w.WriteHeader(rf.Status())
 	_, _ = w.Write(b)
 }
@@ -206,11 +203,10 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 		Method: r.Method, Host: x.dest.Host, Port: x.dest.Port, Path: unescaped, Route: x.up.route, MaxTokens: -1}}
 	x.ev().Target.Path, x.rawPath = unescaped, path
 	if !in.Identity.Known {
-		// Identity first: an unknown caller's body is never read when policy refuses it anyway.
-		if _, rf := x.c.Authorize(r.Context(), in, false); rf != nil {
-			x.refuse(w, rf)
-			return
-		}
+		// Identity first, as ServeHTTP does for a new request: a caller that stopped being a
+		// sandbox mid-tunnel (its pod deleted) gets the same answer, its body never read.
+		x.refuse(w, call.Refuse(call.CodeUnknownCaller, "caller is not a known sandbox"))
+		return
 	}
 	l := p.cfg.Limits
 	x.body = call.BoundBody(w, r, call.BodyTiming{Timeout: l.BodyTimeout.D(), MinRate: l.MinBodyRate})
@@ -410,7 +406,9 @@ func upstreamRefusal(err error) *call.Refusal {
 	if errors.As(err, &de) {
 		switch de.Reason {
 		case "":
-			code := call.CodeUpstreamError
+			// Nothing answered (refused, unreachable): unavailable, 503, as the gateway answers
+			// a call to an upstream that is down; 502 is kept for an upstream that answered badly.
+			code := call.CodeUpstreamUnavailable
 			if errors.Is(err, context.DeadlineExceeded) {
 				code = call.CodeUpstreamTimeout
 			}

@@ -344,6 +344,10 @@ func (p *Proxy) CAPEM() []byte {
 // ServeHTTP dispatches: CONNECT to the forward proxy, /routes/NAME/... to the route,
 // absolute-URI http:// requests to plain forwarding; anything else is 404.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id := identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr); !id.Known {
+		p.refuseUnknown(w, r, id)
+		return
+	}
 	switch {
 	case r.Method == http.MethodConnect:
 		p.gp.ServeHTTP(w, r)
@@ -355,6 +359,30 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
 		x.refuse(w, call.Refuse(call.CodeNoRoute, "not a proxy request and no /routes/NAME/ prefix"))
 	}
+}
+
+// refuseUnknown answers a caller whose address maps to no sandbox before anything of its
+// request is read, dialled or decided, exactly as the gateway's guard does: 403 unknown_caller,
+// an http.rejected event under the per-source rejection budget (unknown_caller is a security
+// code, so a flood of noise never hides it), the event's identity saying which link of the
+// chain did not hold.
+func (p *Proxy) refuseUnknown(w http.ResponseWriter, r *http.Request, id identity.Identity) {
+	rf := call.Refuse(call.CodeUnknownCaller, "caller is not a known sandbox")
+	p.core.Reject(r.Context(), audit.KindHTTPRejected, id, audit.Target{Method: r.Method, Host: r.Host}, rf)
+	writeRefusal(w, rf, p.routeAPI(r) == config.APIOpenAI)
+}
+
+// routeAPI is the API of the route r names (/routes/NAME/...), or "" for none.
+func (p *Proxy) routeAPI(r *http.Request) string {
+	rest, ok := strings.CutPrefix(r.URL.Path, routePrefix)
+	if !ok || r.URL.IsAbs() {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	if up := p.routes[name]; up != nil {
+		return up.api
+	}
+	return ""
 }
 
 // flagged answers a request on the listener whose head the guard refused.

@@ -23,6 +23,8 @@ func proxyStatusError(rf *call.Refusal) string {
 	switch rf.Code {
 	case call.CodeResolveFailed, call.CodeNoAddress:
 		return "dns_error"
+	case call.CodeUpstreamUnavailable:
+		return "destination_unavailable"
 	}
 	switch rf.Class() {
 	case call.ClassPolicy, call.ClassLimit:

@@ -78,11 +78,11 @@ func TestRefusalsTakeTheProvidersShape(t *testing.T) {
 	})
 	t.Run("an upstream that refuses the connection is unreachable, not denied", func(t *testing.T) {
 		status, v, hdr := post("closed", `{}`)
-		assert.Equal(t, http.StatusBadGateway, status)
+		assert.Equal(t, http.StatusServiceUnavailable, status, "as the gateway answers a call to an upstream that is down")
 		e := v["error"].(map[string]any)
-		assert.Equal(t, "upstream_error", e["code"])
+		assert.Equal(t, "upstream_unavailable", e["code"])
 		assert.Regexp(t, `^sandgate: upstream unreachable \(dial tunnel\.test:[0-9]+: connect: connection refused\)$`, e["message"])
-		assert.Regexp(t, `^sandgate; error=destination_unavailable; details="upstream_error: upstream unreachable \(dial tunnel\.test:[0-9]+: connect: connection refused\)"$`, hdr.Get("Proxy-Status"))
+		assert.Regexp(t, `^sandgate; error=destination_unavailable; details="upstream_unavailable: upstream unreachable \(dial tunnel\.test:[0-9]+: connect: connection refused\)"$`, hdr.Get("Proxy-Status"))
 	})
 }
 

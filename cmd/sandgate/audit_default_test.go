@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -60,7 +61,15 @@ func serveExample(t *testing.T) (cfgText, root, processLog string) {
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+		// The admin listener can be up before the MCP one.
+		c, err := net.Dial("tcp", mcp)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
 	}, 30*time.Second, 20*time.Millisecond, "serve: %s", &stderr)
 	for i, src := range []string{"127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.9", "127.0.0.9"} {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+mcp+"/mcp", strings.NewReader(initialize))

@@ -78,12 +78,12 @@ limits:
     triage-agent: {requests_per_minute: 2}
 gateway:
   max_sessions_per_sandbox: 3
-  body_timeout: 300ms
+  body_timeout: 2s
   min_body_rate: 1000000000
   upstreams:
     - {name: github, url: %q, prefix: never}
 proxy:
-  limits: {client_handshake_timeout: 500ms, body_timeout: 300ms, min_body_rate: 1000000000}
+  limits: {client_handshake_timeout: 500ms, body_timeout: 2s, min_body_rate: 1000000000}
   routes:
     - {name: anthropic, upstream: %q, api: anthropic, allow_private: true,
        credential: {name: anthropic, header: x-api-key}}
@@ -91,17 +91,24 @@ identity:
   static:
     - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
     - {addresses: [%q], namespace: agents, sandbox: triage-1, template: triage-agent}
+    - {addresses: [%q], namespace: agents, sandbox: marker-1, template: coding-agent}
 log: {level: warn, format: text}
-`, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), modelAPI(t), cpCoder, cpTriage))
+`, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), modelAPI(t), cpCoder, cpTriage, cpMarker))
 	startServe(t, cfg, func(string) string { return "" })
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", cp.proxy)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond)
+	cp.waitReady(t)
 	return cp
+}
+
+// waitReady waits for /readyz: every listener is up (the proxy's alone can be up before the
+// MCP one) and every upstream was tried.
+func (cp *callPath) waitReady(t *testing.T) {
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + cp.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "readyz")
 }
 
 // post sends one JSON-RPC body to /mcp from src.
@@ -156,8 +163,8 @@ func (cp *callPath) events(t *testing.T) []audit.Event {
 	return res.Events
 }
 
-// eventsOf runs do and returns the events it caused. A marker request (an unknown caller on
-// the proxy, a route of its own) before and after brackets them: the audit log is written in
+// eventsOf runs do and returns the events it caused. A marker request (a sandbox of its own on
+// the proxy, a route that does not exist) before and after brackets them: the audit log is written in
 // acceptance order, so what lies between the two markers' events is do's.
 func (cp *callPath) eventsOf(t *testing.T, do func()) []audit.Event {
 	t.Helper()
@@ -282,7 +289,7 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+cp.proxy+"/routes/nope/x", nil)
 			send(t, cpCoder, req)
 		}, audit.KindHTTPRequest, "no_route", 404, false},
-		{"a proxy request from an address that is no sandbox", route(cpUnknown, haiku), audit.KindHTTPRequest, "unknown_identity", 403, false},
+		{"a proxy request from an address that is no sandbox is refused before policy, as on the gateway", route(cpUnknown, haiku), audit.KindHTTPRejected, "unknown_caller", 403, false},
 		{"a CONNECT to a host that is not configured", raw(cp.proxy, "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"), audit.KindHTTPConnect, "", 403, false},
 		{"a request with both Content-Length and Transfer-Encoding", raw(cp.proxy, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), audit.KindHTTPRejected, "request_smuggling", 400, false},
 		{"a conflicting Content-Length that net/http refuses itself", raw(cp.proxy, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"), audit.KindHTTPRejected, "malformed_request", 400, false},

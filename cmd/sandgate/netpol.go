@@ -19,7 +19,7 @@ import (
 //	sandgate netpol --config FILE                         every template of kubernetes.namespaces, read from the cluster
 //	sandgate netpol --template NS/NAME                    one template, read from the cluster
 //	sandgate netpol --template NS/NAME --management M     one template, offline
-//	sandgate netpol --apply                               server-side apply with field manager "sandgate"
+//	sandgate netpol --apply                               server-side apply with field manager "sandgate-netpol"
 //	sandgate netpol --rbac [--service-account NS/NAME]    the Roles and RoleBindings Sandgate needs
 func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "netpol", "netpol [--config FILE] [--template [NS/]NAME [--management Managed|Unmanaged]] [-o yaml|json] [--apply] [--kubeconfig FILE]\n       sandgate netpol --rbac [--service-account NS/NAME]")
@@ -27,7 +27,7 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 	template := fs.String("template", "", "render only this SandboxTemplate ([NS/]NAME; NS defaults to the first of kubernetes.namespaces)")
 	management := choiceFlag(fs, "management", "", "with --template: the template's `mode`, Managed or Unmanaged, rendered offline instead of read from the cluster", kube.Managed, kube.Unmanaged)
 	output := choiceFlag(fs, "o", "yaml", "output `format`: yaml or json", "yaml", "json")
-	apply := fs.Bool("apply", false, "apply with server-side apply (field manager \"sandgate\") instead of printing")
+	apply := fs.Bool("apply", false, "apply with server-side apply (field manager \""+kube.FieldManager+"\") instead of printing")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default kubernetes.kubeconfig, else in-cluster, else $KUBECONFIG)")
 	rbac := fs.Bool("rbac", false, "print the Roles and RoleBindings Sandgate needs and exit")
 	serviceAccount := fs.String("service-account", "sandgate/sandgate", "with --rbac: the ServiceAccount (NS/NAME) to bind")

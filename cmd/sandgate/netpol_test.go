@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,14 +54,18 @@ func TestNetpolOffline(t *testing.T) {
 		assert.Contains(t, out, "kind: SandboxTemplate")
 		assert.Contains(t, out, "networkPolicy:")
 	})
-	t.Run("--rbac prints a Role and RoleBinding per namespace", func(t *testing.T) {
+	t.Run("--rbac prints a Role and RoleBinding per namespace, and the ConfigMap the controller fills", func(t *testing.T) {
 		out, err := run("--rbac", "--service-account", "sandgate/sg")
 		require.NoError(t, err)
 		docs := bytes.Split([]byte(out), []byte("---\n"))
-		require.Len(t, docs, 4, "sandboxes and sandgate namespaces")
+		require.Len(t, docs, 5, "sandboxes and sandgate namespaces, then the ConfigMap")
 		var rb rbacv1.RoleBinding
 		require.NoError(t, yaml.Unmarshal(docs[1], &rb))
 		assert.Equal(t, "sg", rb.Subjects[0].Name)
+		var cm corev1.ConfigMap
+		require.NoError(t, yaml.Unmarshal(docs[4], &cm))
+		assert.Equal(t, "sandgate-template-rules", cm.Name)
+		assert.Empty(t, cm.Data, "Sandgate fills it; it may not create it")
 	})
 	t.Run("a template outside kubernetes.namespaces is refused", func(t *testing.T) {
 		_, err := run("--template", "other/x", "--management", "Managed")
@@ -125,7 +130,7 @@ func TestNetpolAgainstAPIServer(t *testing.T) {
 		assert.Contains(t, out, "applied 3 NetworkPolicies, 1 SandboxTemplate rule and 1 ConfigMap")
 		np, err := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(context.Background(), "sandgate-template-cilium", metav1.GetOptions{})
 		require.NoError(t, err)
-		assert.Equal(t, "sandgate", np.ManagedFields[0].Manager)
+		assert.Equal(t, "sandgate-netpol", np.ManagedFields[0].Manager)
 		cm, err := cs.CoreV1().ConfigMaps("sandgate").Get(context.Background(), kube.RulesConfigMapName, metav1.GetOptions{})
 		require.NoError(t, err, "the admission policy's parameter, for installs without the controller")
 		assert.Contains(t, cm.Data[kube.RulesConfigMapKey], "egress=ports:TCP:")

@@ -126,6 +126,9 @@ type Call struct {
 	// counting says whether admission let the call go on uncounted (limits store unreachable,
 	// fail_open): the event then says limits "unavailable".
 	counting admission.Counting
+	// refusal is what Refuse ended the call with, for the headers of an answer written after
+	// it (an MCP tool result: Retry-After).
+	refusal atomic.Pointer[Refusal]
 }
 
 type callKey struct{}
@@ -224,6 +227,7 @@ func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (po
 // Refuse ends the call as refused by r: the event says deny with r's reason and code and the
 // refusal's status. It returns r's status for the half's answer.
 func (cl *Call) Refuse(r *Refusal) int {
+	cl.refusal.Store(r)
 	cl.Event.Decision.Allow = false
 	cl.Event.Decision.Reason = r.Reason
 	cl.Event.Outcome.Error = r.Code
@@ -232,6 +236,9 @@ func (cl *Call) Refuse(r *Refusal) int {
 	cl.Finish()
 	return status
 }
+
+// Refusal is the refusal Refuse ended the call with, or nil.
+func (cl *Call) Refusal() *Refusal { return cl.refusal.Load() }
 
 // Hide ends the call as refused by r, answered as if what it asked for did not exist (404): a
 // hidden resource answers exactly like a missing one. The event keeps r's reason and code.

@@ -2,7 +2,9 @@ package call
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/limits"
@@ -206,4 +208,12 @@ func (r *Refusal) ErrorType(openAI bool) string {
 		return classes[r.Class()].openAIType
 	}
 	return classes[r.Class()].anthropicType
+}
+
+// SetHeaders sets the response headers every refusal carries on either half: Retry-After, in
+// whole seconds rounded up, when the refusal knows when a retry may pass (a limit's window).
+func (r *Refusal) SetHeaders(h http.Header) {
+	if r.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(r.RetryAfter.Seconds()))))
+	}
 }

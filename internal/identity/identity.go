@@ -23,7 +23,14 @@ type Identity struct {
 	SourceIP  string            `json:"source_ip"`
 	// Known is false for an address that maps to no sandbox.
 	Known bool `json:"known"`
+	// Unverified says why an address that belongs to a sandbox pod is nevertheless an unknown
+	// caller: UnverifiedPrefix and the link of the identity chain that could not be verified
+	// (Link). Empty for a known caller and for an address that maps to no sandbox pod at all.
+	Unverified string `json:"unverified,omitempty"`
 }
+
+// UnverifiedPrefix starts every Identity.Unverified value.
+const UnverifiedPrefix = "identity_unverified:"
 
 // Anonymous is the identity of an address that maps to no sandbox.
 func Anonymous(addr netip.Addr) Identity {

@@ -40,11 +40,12 @@ const (
 	SandboxClaimGroup = "extensions.agents.x-k8s.io"
 )
 
-// TemplateRefHash is the value of LabelTemplateRefHash for a template name: FNV-1a 32-bit,
-// eight lowercase hex digits, as the Agent Sandbox controller computes it (NameHash).
-func TemplateRefHash(template string) string {
+// NameHash is the Agent Sandbox controller's NameHash: FNV-1a 32-bit of a name, eight lowercase
+// hex digits. It is the value of LabelSandboxNameHash for a Sandbox's name and of
+// LabelTemplateRefHash for a template's.
+func NameHash(name string) string {
 	h := fnv.New32a()
-	h.Write([]byte(template))
+	h.Write([]byte(name))
 	return fmt.Sprintf("%08x", h.Sum32())
 }
 
@@ -69,14 +70,14 @@ const podsBySandbox = "sandbox"
 
 // Kube resolves pod IPs to sandboxes from informer caches of the configured namespaces.
 //
-// A pod maps only while it is live: it carries LabelSandboxNameHash, is controlled by a Sandbox
-// that exists with the UID of the ownerReference, is not being deleted and has not finished.
-// Its template and claim come only from facts the Sandbox's creator cannot write (see
-// provenance); when those do not agree the pod is an unknown caller, logged and counted in
-// sandgate_identity_unverified_total. A deleted pod stops mapping as soon as its delete event
-// arrives. An address claimed by several live pods belongs to the newest (creation time, then
-// UID), whatever order their events arrive in. Resolve is a read-locked map lookup and never
-// calls the API.
+// A pod is a candidate while it is live: it carries LabelSandboxNameHash, is not being deleted
+// and has not finished. Its identity is then verified link by link (verify, in chain.go); a
+// pod whose chain does not hold keeps its addresses, as an unknown caller whose Unverified
+// names the link, and (unless it is a state the controller passes through) is logged and
+// counted in sandgate_identity_unverified_total{link}. A deleted pod stops mapping as soon as
+// its delete event arrives. An address claimed by several live pods belongs to the newest
+// (creation time, then UID), verified or not, whatever order their events arrive in. Resolve is
+// a read-locked map lookup and never calls the API.
 type Kube struct {
 	logger *slog.Logger
 	ns     map[string]*nsCaches
@@ -91,7 +92,7 @@ type Kube struct {
 	// from the caches is never stored after a newer event has removed it.
 	update sync.Mutex
 	// refused is the last refusal logged per pod key, so a pod is logged once per change.
-	refused map[string]Provenance
+	refused map[string]Link
 	// gone are called with the key ("namespace/sandbox") of each deleted Sandbox.
 	gone []func(key string)
 	// goneClaim are called with "namespace/claim" of each deleted SandboxClaim.
@@ -108,7 +109,8 @@ type nsCaches struct {
 	pods, boxes, claims, pools cache.SharedIndexInformer
 }
 
-func (c *nsCaches) claim(ns, name string) *unstructured.Unstructured { return get(c.claims, ns, name) }
+func (c *nsCaches) sandbox(ns, name string) *unstructured.Unstructured { return get(c.boxes, ns, name) }
+func (c *nsCaches) claim(ns, name string) *unstructured.Unstructured   { return get(c.claims, ns, name) }
 func (c *nsCaches) warmPool(ns, name string) *unstructured.Unstructured {
 	return get(c.pools, ns, name)
 }
@@ -163,12 +165,12 @@ func NewKube(client kubernetes.Interface, dyn dynamic.Interface, namespaces []st
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	k := &Kube{logger: logger, ns: map[string]*nsCaches{}, refused: map[string]Provenance{},
+	k := &Kube{logger: logger, ns: map[string]*nsCaches{}, refused: map[string]Link{},
 		byIP: map[netip.Addr]ipEntry{}, holders: map[netip.Addr]map[string]ipEntry{}, podIPs: map[string][]netip.Addr{},
 		unverified: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandgate_identity_unverified_total",
-			Help: "Sandbox pods resolved as unknown callers because their template or claim could not be verified, by reason.",
-		}, []string{"reason"}),
+			Help: "Sandbox pods resolved as unknown callers, by the link of their identity chain that did not hold.",
+		}, []string{"link"}),
 		lifecycle: newLifecycle(time.Now),
 	}
 	for _, o := range opts {
@@ -447,52 +449,58 @@ func (k *Kube) namespaceChanged(c *nsCaches) {
 	}
 }
 
-// identityOf returns the identity of a live sandbox pod and its addresses.
-func (k *Kube) identityOf(pod *corev1.Pod, c *nsCaches) (Identity, []netip.Addr, bool) {
+// identityOf returns the identity of a live sandbox pod (unknown, with the failed link, when
+// its chain does not hold) and its addresses; live is false for a pod that holds no address
+// Sandgate should map.
+func (k *Kube) identityOf(pod *corev1.Pod, c *nsCaches) (id Identity, ips []netip.Addr, live bool) {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return Identity{}, nil, false
 	}
 	if _, ok := pod.Labels[LabelSandboxNameHash]; !ok {
 		return Identity{}, nil, false
 	}
-	owner := sandboxOwner(pod)
-	if owner == nil {
-		return Identity{}, nil, false
-	}
-	sb := get(c.boxes, pod.Namespace, owner.Name)
-	if sb == nil || sb.GetUID() != owner.UID || sb.GetDeletionTimestamp() != nil {
-		return Identity{}, nil, false
-	}
-	ips := podAddrs(pod)
+	ips = podAddrs(pod)
 	if len(ips) == 0 {
 		return Identity{}, nil, false
 	}
 	key := pod.Namespace + "/" + pod.Name
-	template, claim, why := provenance(sb, pod.Labels[LabelTemplateRefHash], c)
-	if why == ProvenancePending {
-		k.logger.Debug("sandbox pod waits for its claim to name it", "pod", key, "sandbox", sb.GetName())
-		return Identity{}, nil, false
-	}
-	if why != ProvenanceVerified {
-		if k.refused[key] != why {
-			k.refused[key] = why
-			k.unverified.WithLabelValues(string(why)).Inc()
-			k.logger.Warn("sandbox pod is an unknown caller: its template or claim cannot be verified",
-				"reason", string(why), "pod", key, "sandbox", sb.GetName(), "ips", ips,
-				"annotation", sb.GetAnnotations()[AnnotationTemplateRef], "template_hash", pod.Labels[LabelTemplateRefHash])
-		}
-		return Identity{}, nil, false
+	v := verify(pod, ips, c)
+	if v.link != Verified {
+		k.report(pod, ips, v)
+		return Identity{Unverified: v.link.Unverified()}, ips, true
 	}
 	delete(k.refused, key)
-	id := Identity{
+	return Identity{
 		Namespace: pod.Namespace,
-		Sandbox:   sb.GetName(),
-		Template:  template,
-		Claim:     claim,
+		Sandbox:   v.sandbox,
+		Template:  v.template,
+		Claim:     v.claim,
 		Labels:    maps.Clone(pod.Labels),
 		Known:     true,
+	}, ips, true
+}
+
+// report logs and counts a pod whose chain did not hold, once per pod and link. A transient
+// state is logged at debug level and not counted.
+func (k *Kube) report(pod *corev1.Pod, ips []netip.Addr, v verdict) {
+	key := pod.Namespace + "/" + pod.Name
+	if k.refused[key] == v.link {
+		return
 	}
-	return id, ips, true
+	k.refused[key] = v.link
+	owner := ""
+	if ref := sandboxOwner(pod); ref != nil {
+		owner = ref.Name
+	}
+	if v.transient {
+		k.logger.Debug("sandbox pod is an unknown caller until the controller completes its identity",
+			"link", string(v.link), "pod", key, "sandbox", owner)
+		return
+	}
+	k.unverified.WithLabelValues(string(v.link)).Inc()
+	k.logger.Warn("sandbox pod is an unknown caller: a link of its identity chain does not hold",
+		"unverified", v.link.Unverified(), "pod", key, "sandbox", owner, "ips", ips,
+		"template_hash", pod.Labels[LabelTemplateRefHash])
 }
 
 func sandboxOwner(pod *corev1.Pod) *metav1.OwnerReference {

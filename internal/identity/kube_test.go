@@ -66,6 +66,7 @@ func TestKubeResolver(t *testing.T) {
 	t.Run("a pod with its IP set resolves to its sandbox, template and claim", func(t *testing.T) {
 		sb1Pod = kubetest.SandboxPod(t, admin, sb1, "sb-1-pod", map[string]string{"team": "red"})
 		kubetest.SetPodIPs(t, admin, ns, "sb-1-pod", ipA.String(), "fd00::5")
+		kubetest.SetSandboxPodIPs(t, adminDyn, ns, "sb-1", ipA.String(), "fd00::5")
 		want := identity.Identity{Namespace: ns, Sandbox: "sb-1", Template: "coding-agent", Claim: "claim-1", SourceIP: ipA.String(), Known: true}
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			got := r.Resolve(ipA)
@@ -97,6 +98,7 @@ func TestKubeResolver(t *testing.T) {
 			2*time.Second, 10*time.Millisecond)
 		kubetest.SandboxPod(t, admin, sb2, "sb-2-pod", nil)
 		kubetest.SetPodIPs(t, admin, ns, "sb-2-pod", ipA.String())
+		kubetest.SetSandboxPodIPs(t, adminDyn, ns, "sb-2", ipA.String())
 		require.Eventually(t, func() bool { return r.Resolve(ipA).Sandbox == "sb-2" }, 10*time.Second, 20*time.Millisecond)
 		id := r.Resolve(ipA)
 		assert.Empty(t, id.Template, "sb-2 has no template")
@@ -122,18 +124,32 @@ func TestKubeResolver(t *testing.T) {
 		ipC := netip.MustParseAddr("10.1.0.7")
 		kubetest.SandboxPod(t, admin, sb1, "sb-1-second", nil)
 		kubetest.SetPodIPs(t, admin, ns, "sb-1-second", ipC.String())
+		kubetest.SetSandboxPodIPs(t, adminDyn, ns, "sb-1", ipC.String())
 		require.Eventually(t, func() bool { return r.Resolve(ipC).Known }, 10*time.Second, 20*time.Millisecond)
 		assert.False(t, r.Resolve(ipB).Known, "ownerReference UID does not match the Sandbox")
+		assert.Equal(t, "identity_unverified:sandbox", r.Resolve(ipB).Unverified)
 
 		require.NoError(t, adminDyn.Resource(kubetest.SandboxGVR).Namespace(ns).Delete(ctx, "sb-1", metav1.DeleteOptions{}))
 		require.Eventually(t, func() bool { return !r.Resolve(ipC).Known }, 10*time.Second, 20*time.Millisecond)
+	})
+
+	t.Run("a pod the Sandbox does not name is an unknown caller until the controller names it", func(t *testing.T) {
+		sb3 := kubetest.Sandbox(t, adminDyn, ns, "sb-3", "", nil)
+		ipD := netip.MustParseAddr("10.1.0.8")
+		kubetest.SandboxPod(t, admin, sb3, "sb-3-pod", nil)
+		kubetest.SetPodIPs(t, admin, ns, "sb-3-pod", ipD.String())
+		require.Eventually(t, func() bool { return r.Resolve(ipD).Unverified == "identity_unverified:pod" }, 10*time.Second, 20*time.Millisecond)
+		assert.False(t, r.Resolve(ipD).Known)
+		kubetest.SetSandboxPodIPs(t, adminDyn, ns, "sb-3", ipD.String())
+		require.Eventually(t, func() bool { return r.Resolve(ipD).Known }, 10*time.Second, 20*time.Millisecond)
+		assert.Empty(t, r.Resolve(ipD).Unverified)
 	})
 }
 
 // TestKubeResolverWithController runs the resolver beside the upstream Agent Sandbox controller:
 // a claim served from a warm pool resolves to the pool's sandbox with the pool's template and
-// the claim; a Sandbox its creator annotated with a template is an unknown caller, logged and
-// counted.
+// the claim; an unclaimed pool sandbox and a Sandbox its creator annotated with a template are
+// unknown callers, the second logged and counted.
 func TestKubeResolverWithController(t *testing.T) {
 	cluster := kubetest.Start(t)
 	cluster.StartController(t)
@@ -162,12 +178,11 @@ func TestKubeResolverWithController(t *testing.T) {
 	ipPool := netip.MustParseAddr("10.2.0.1")
 	kubetest.SetPodIPs(t, admin, ns, pooled, ipPool.String())
 
-	t.Run("an unclaimed warm-pool sandbox has the pool's template and no claim", func(t *testing.T) {
+	t.Run("an unclaimed warm-pool sandbox is unknown: nothing the controller writes lists a pool's members", func(t *testing.T) {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			got := r.Resolve(ipPool)
-			assert.True(c, got.Known)
-			assert.Equal(c, "coding-agent", got.Template)
-			assert.Empty(c, got.Claim)
+			assert.False(c, got.Known)
+			assert.Equal(c, "identity_unverified:warm_pool", got.Unverified)
 		}, 30*time.Second, 50*time.Millisecond)
 	})
 
@@ -186,9 +201,9 @@ func TestKubeResolverWithController(t *testing.T) {
 			"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
 			"metadata": map[string]any{"name": "forged", "namespace": ns,
 				"annotations": map[string]any{identity.AnnotationTemplateRef: "coding-agent"},
-				"labels":      map[string]any{identity.LabelTemplateRefHash: identity.TemplateRefHash("coding-agent")}},
+				"labels":      map[string]any{identity.LabelTemplateRefHash: identity.NameHash("coding-agent")}},
 			"spec": map[string]any{"podTemplate": map[string]any{
-				"metadata": map[string]any{"labels": map[string]any{identity.LabelTemplateRefHash: identity.TemplateRefHash("coding-agent")}},
+				"metadata": map[string]any{"labels": map[string]any{identity.LabelTemplateRefHash: identity.NameHash("coding-agent")}},
 				"spec":     kubetest.PodTemplate()["spec"]}},
 		}}
 		_, err := adminDyn.Resource(kubetest.SandboxGVR).Namespace(ns).Create(ctx, forged, metav1.CreateOptions{})
@@ -200,13 +215,15 @@ func TestKubeResolverWithController(t *testing.T) {
 		ipForged := netip.MustParseAddr("10.2.0.9")
 		kubetest.SetPodIPs(t, admin, ns, "forged", ipForged.String())
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.Contains(c, logs.String(), "template_annotation_mismatch")
+			assert.Contains(c, logs.String(), "unverified=identity_unverified:template")
 		}, 30*time.Second, 50*time.Millisecond)
 		assert.False(t, r.Resolve(ipForged).Known, "an unverifiable template is an unknown caller")
+		assert.Equal(t, "identity_unverified:template", r.Resolve(ipForged).Unverified)
 		assert.Contains(t, logs.String(), "pod=agents/forged")
-		assert.InDelta(t, 1, counterValue(t, reg, "template_annotation_mismatch"), 0)
+		assert.InDelta(t, 1, counterValue(t, reg, "template"), 0)
 		assert.True(t, r.Resolve(ipPool).Known, "the real sandbox still resolves")
-		assert.NotContains(t, logs.String(), "pod="+ns+"/"+pooled, "adoption is not a refusal")
+		assert.NotContains(t, logs.String(), "unverified=identity_unverified:claim", "adoption is not a refusal")
+		assert.Zero(t, counterValue(t, reg, "warm_pool"), "an idle pool sandbox is not a refusal")
 	})
 }
 
@@ -228,14 +245,14 @@ func waitForPod(t *testing.T, cs kubernetes.Interface, ns string, match func(str
 	return found
 }
 
-func counterValue(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+func counterValue(t *testing.T, reg *prometheus.Registry, link string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
+				if l.GetName() == "link" && l.GetValue() == link {
 					return m.GetCounter().GetValue()
 				}
 			}

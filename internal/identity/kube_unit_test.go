@@ -19,15 +19,24 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-func fakeSandbox(name, uid string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+// fakeSandbox is a Sandbox whose status.podIPs (the controller's) name podIPs.
+func fakeSandbox(name, uid string, podIPs ...string) *unstructured.Unstructured {
+	sb := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
 		"metadata": map[string]any{"name": name, "namespace": "ns", "uid": uid}}}
+	if len(podIPs) > 0 {
+		ips := make([]any, 0, len(podIPs))
+		for _, ip := range podIPs {
+			ips = append(ips, ip)
+		}
+		sb.Object["status"] = map[string]any{"podIPs": ips}
+	}
+	return sb
 }
 
 func fakePod(name, sandbox, uid, ip string) *corev1.Pod {
 	yes := true
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("pod-" + name), Labels: map[string]string{LabelSandboxNameHash: "x"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("pod-" + name), Labels: map[string]string{LabelSandboxNameHash: NameHash(sandbox)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: sandbox, UID: types.UID(uid), Controller: &yes}}},
 		Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: ip}}},
 	}
@@ -63,7 +72,7 @@ func startKube(t *testing.T, sandboxes ...*unstructured.Unstructured) (*Kube, *n
 // TestKubeResolverEventOrder drives the handlers directly: what the informers would deliver,
 // in the orders that matter for a reused address.
 func TestKubeResolverEventOrder(t *testing.T) {
-	k, c := startKube(t, fakeSandbox("old", "u-old"), fakeSandbox("new", "u-new"))
+	k, c := startKube(t, fakeSandbox("old", "u-old", "10.0.0.7"), fakeSandbox("new", "u-new", "10.0.0.7"))
 	ip := netip.MustParseAddr("10.0.0.7")
 
 	oldPod, newPod := fakePod("old-pod", "old", "u-old", "10.0.0.7"), fakePod("new-pod", "new", "u-new", "10.0.0.7")
@@ -91,9 +100,13 @@ func TestKubeResolverEventOrder(t *testing.T) {
 		k.podChanged(terminating, c)
 		assert.False(t, k.Resolve(ip).Known)
 	})
-	t.Run("a pod owned by a Sandbox of another UID is anonymous", func(t *testing.T) {
+	t.Run("a pod owned by a Sandbox of another UID is an unknown caller, and the event says why", func(t *testing.T) {
 		k.podChanged(fakePod("forged", "old", "u-other", "10.0.0.8"), c)
-		assert.False(t, k.Resolve(netip.MustParseAddr("10.0.0.8")).Known)
+		id := k.Resolve(netip.MustParseAddr("10.0.0.8"))
+		assert.False(t, id.Known)
+		assert.Equal(t, "identity_unverified:sandbox", id.Unverified)
+		assert.Equal(t, "10.0.0.8", id.SourceIP)
+		assert.Equal(t, "anonymous", id.Key())
 	})
 	t.Run("a pod without the sandbox label is anonymous", func(t *testing.T) {
 		p := fakePod("plain", "old", "u-old", "10.0.0.9")
@@ -108,7 +121,7 @@ func TestKubeResolverEventOrder(t *testing.T) {
 // event that the address belongs to the newest live pod: creation time first, then UID for pods
 // created in the same second.
 func TestKubeNewestPodWins(t *testing.T) {
-	k, c := startKube(t, fakeSandbox("a", "u-a"), fakeSandbox("b", "u-b"), fakeSandbox("c", "u-c"))
+	k, c := startKube(t, fakeSandbox("a", "u-a", "10.0.0.7"), fakeSandbox("b", "u-b", "10.0.0.7"), fakeSandbox("c", "u-c", "10.0.0.7"))
 	ip := netip.MustParseAddr("10.0.0.7")
 	pods := map[string]*corev1.Pod{
 		"a": fakePod("a-pod", "a", "u-a", ip.String()),

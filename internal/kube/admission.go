@@ -38,6 +38,16 @@ func RulesConfigMap(cfg config.Kubernetes) *corev1.ConfigMap {
 	}
 }
 
+// RulesConfigMapStub is RulesConfigMapName in ns without data: what an administrator creates
+// (the chart does) so that Sandgate, which may patch that one ConfigMap and create none, can
+// fill it. Until it has, the admission policy refuses every Managed template.
+func RulesConfigMapStub(ns string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: RulesConfigMapName, Namespace: ns, Labels: map[string]string{LabelRole: RoleTemplateRules}},
+	}
+}
+
 // CanonicalRules writes spec in the admission policy's canonical form:
 //
 //	ingress=RULE;RULE…|egress=RULE;RULE…

@@ -58,9 +58,13 @@ type Controller struct {
 	// applied remembers objects written by this process, so that their deletion is drift.
 	// Only the single worker goroutine touches it.
 	applied map[string]bool
+	// collisions are the name collisions reported per namespace, so each is reported once
+	// while it lasts. Only the worker goroutine touches it.
+	collisions map[string]map[Collision]bool
 
 	drift      *prometheus.CounterVec
 	reconciles *prometheus.CounterVec
+	collided   *prometheus.CounterVec
 }
 
 // NewController builds a controller for cfg (cfg.Namespaces must not be empty). reg receives
@@ -75,10 +79,11 @@ func NewController(client kubernetes.Interface, dyn dynamic.Interface, cfg confi
 	}
 	c := &Controller{
 		cfg: cfg, logger: logger.With("component", "kube-controller"), client: client,
-		applier:   Applier{Client: client, Dynamic: dyn},
-		templates: map[string]cache.SharedIndexInformer{},
-		policies:  map[string]cache.SharedIndexInformer{},
-		applied:   map[string]bool{},
+		applier:    Applier{Client: client, Dynamic: dyn},
+		templates:  map[string]cache.SharedIndexInformer{},
+		policies:   map[string]cache.SharedIndexInformer{},
+		applied:    map[string]bool{},
+		collisions: map[string]map[Collision]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sandgate-netpol"}),
 		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -89,9 +94,13 @@ func NewController(client kubernetes.Interface, dyn dynamic.Interface, cfg confi
 			Name: "sandgate_kube_reconciles_total",
 			Help: "Namespace reconciliations of the NetworkPolicy controller, by result.",
 		}, []string{"result"}),
+		collided: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_kube_name_collisions_total",
+			Help: "Templates refused an object because its name was another template's, by kind of object.",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
-		for _, m := range []prometheus.Collector{c.drift, c.reconciles} {
+		for _, m := range []prometheus.Collector{c.drift, c.reconciles, c.collided} {
 			if err := reg.Register(m); err != nil {
 				return nil, fmt.Errorf("kubernetes controller: register metrics: %w", err)
 			}
@@ -249,23 +258,32 @@ func (c *Controller) reconcile(ctx context.Context, ns string) error {
 		}
 	}
 
-	if err := c.reconcilePolicies(ctx, ns, desired); err != nil {
+	taken, err := c.reconcilePolicies(ctx, ns, desired)
+	if err != nil {
 		return err
 	}
+	c.noteCollisions(ns, append(desired.Collisions, taken...))
 	return c.reconcileTemplates(ctx, ns, desired)
 }
 
 // reconcilePolicies applies the namespace's desired NetworkPolicies that differ from what is
-// observed (reporting drift) and deletes the ones Sandgate manages that no rule asks for.
-func (c *Controller) reconcilePolicies(ctx context.Context, ns string, desired Desired) error {
+// observed (reporting drift) and deletes the ones Sandgate manages that no rule asks for. A
+// policy whose name is held by another template's policy is not written: it is returned as a
+// collision, so two templates never take turns at one name.
+func (c *Controller) reconcilePolicies(ctx context.Context, ns string, desired Desired) ([]Collision, error) {
 	store := c.policies[ns].GetStore()
 	want := map[string]bool{}
+	var taken []Collision
 	for _, np := range desired.NetworkPolicies {
 		want[np.Name] = true
 		key := "NetworkPolicy/" + ns + "/" + np.Name
 		observed, err := c.observedPolicy(ctx, store, np)
 		if err != nil {
-			return err
+			return nil, err
+		}
+		if h := holderOf(observed); h != "" && h != np.Annotations[AnnotationTemplate] {
+			taken = append(taken, Collision{Kind: "NetworkPolicy", Namespace: ns, Name: np.Name, Template: np.Annotations[AnnotationTemplate], Holder: h})
+			continue
 		}
 		switch {
 		case observed == nil && c.applied[key]:
@@ -278,7 +296,7 @@ func (c *Controller) reconcilePolicies(ctx context.Context, ns string, desired D
 			c.reportDrift(observed, "NetworkPolicy", DriftModified, ns+"/"+np.Name)
 		}
 		if err := c.applier.ApplyNetworkPolicy(ctx, np); err != nil {
-			return err
+			return nil, err
 		}
 		c.applied[key] = true
 		c.logger.Info("applied NetworkPolicy", "namespace", ns, "name", np.Name)
@@ -289,13 +307,44 @@ func (c *Controller) reconcilePolicies(ctx context.Context, ns string, desired D
 			continue
 		}
 		if err := c.applier.DeleteNetworkPolicy(ctx, ns, np.Name); err != nil {
-			return err
+			return nil, err
 		}
 		delete(c.applied, "NetworkPolicy/"+ns+"/"+np.Name)
 		c.logger.Info("deleted NetworkPolicy no rule asks for", "namespace", ns, "name", np.Name, "template", np.Annotations[AnnotationTemplate])
 	}
+	return taken, nil
+}
 
-	return nil
+// holderOf is the template a stored per-template NetworkPolicy belongs to ("" for none).
+func holderOf(np *networkingv1.NetworkPolicy) string {
+	if np == nil {
+		return ""
+	}
+	return np.Annotations[AnnotationTemplate]
+}
+
+// noteCollisions reports each new collision of ns once (metric, log, Warning event on the
+// refused template) and forgets the ones that are gone. The refused template keeps only the
+// namespace's deny-all: its sandboxes reach nothing until one of the two is renamed.
+func (c *Controller) noteCollisions(ns string, now []Collision) {
+	seen := map[Collision]bool{}
+	for _, col := range now {
+		seen[col] = true
+		if c.collisions[ns][col] {
+			continue
+		}
+		c.collided.WithLabelValues(col.Kind).Inc()
+		c.logger.Warn("refused a template: the name of its object is another template's",
+			"kind", col.Kind, "namespace", ns, "name", col.Name, "template", col.Template, "holder", col.Holder)
+		if obj, ok, _ := c.templates[ns].GetStore().GetByKey(ns + "/" + col.Template); ok && c.recorder != nil {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				c.recorder.Eventf(u, corev1.EventTypeWarning, "SandgateNameCollision",
+					"%s %s/%s is already template %s's: this template gets none, and its sandboxes reach nothing; rename one of the two",
+					col.Kind, ns, col.Name, col.Holder)
+			}
+		}
+	}
+	c.collisions[ns] = seen
 }
 
 // reconcileTemplates writes Sandgate's rules into the SandboxTemplates whose

@@ -15,7 +15,7 @@
 // the MCP and proxy ports and the monitoring peers only the admin port. NetworkPolicies add up,
 // so the deny-all never takes away what a template's policy allows.
 //
-// Everything is written with server-side apply under the field manager "sandgate"; objects
+// Everything is written with server-side apply under the field manager "sandgate-netpol"; objects
 // Sandgate created carry the label app.kubernetes.io/managed-by=sandgate so the controller can
 // find and remove them.
 package kube

@@ -21,8 +21,11 @@ const (
 
 // Sandgate's own markers on what it writes.
 const (
-	// FieldManager is the server-side apply field manager of every write.
-	FieldManager = "sandgate"
+	// FieldManager is the server-side apply field manager of every write: Sandgate's own, owning
+	// exactly what `sandgate netpol` renders (of a template, spec.networkPolicy only). Not
+	// "sandgate": a template someone applied whole under that name (as earlier instructions
+	// led to) would lose its spec.podTemplate to Sandgate's next apply of spec.networkPolicy.
+	FieldManager = "sandgate-netpol"
 	// LabelManagedBy marks objects Sandgate created (and may delete).
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	// ManagedByValue is LabelManagedBy's value.
@@ -57,4 +60,4 @@ const (
 )
 
 // TemplateRefHash is the value of LabelTemplateRefHash for a template name.
-func TemplateRefHash(template string) string { return identity.TemplateRefHash(template) }
+func TemplateRefHash(template string) string { return identity.NameHash(template) }

@@ -38,20 +38,32 @@ func SandboxNamespaceRules(controller bool) []rbacv1.PolicyRule {
 	return rules
 }
 
-// SandgateNamespaceRules are the controller's permissions in Sandgate's own namespace: owning
-// the sandgate-ingress NetworkPolicy and the admission policy's parameter ConfigMap, and
-// recording events.
+// SandgateNamespaceRules are the controller's permissions in Sandgate's own namespace: the
+// sandgate-ingress NetworkPolicy and the admission policy's parameter ConfigMap, by name, and
+// recording events. Sandgate cannot write any other ConfigMap there: not its policies, not its
+// config.
 func SandgateNamespaceRules() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{networkPolicyRule(), eventRule(), configMapRule()}
+	return []rbacv1.PolicyRule{
+		// The informer lists and watches. Kubernetes cannot limit create to a name (a create's
+		// authorization has none), so creating sandgate-ingress needs create; once it exists,
+		// Sandgate reads and writes it by name only.
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch", "create"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, ResourceNames: []string{SandgateIngressName}, Verbs: []string{"get", "patch"}},
+		configMapRule(),
+		eventRule(),
+	}
 }
 
-// configMapRule: server-side apply of RulesConfigMapName (create cannot be limited to a name).
+// configMapRule: server-side apply of RulesConfigMapName, which exists already (the chart
+// creates it empty, RulesConfigMapStub for other installs), so no create: without it Sandgate
+// can write no other ConfigMap.
 func configMapRule() rbacv1.PolicyRule {
-	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "patch"}}
+	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{RulesConfigMapName}, Verbs: []string{"patch"}}
 }
 
 // networkPolicyRule: server-side apply of an object that does not exist yet needs create as
-// well as patch; delete removes what a deleted template leaves behind.
+// well as patch; delete removes what a deleted template leaves behind. The names of templates'
+// policies are not known in advance, so this rule names none.
 func networkPolicyRule() rbacv1.PolicyRule {
 	return rbacv1.PolicyRule{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"},
 		Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}}
@@ -69,7 +81,9 @@ type RBACSubject struct {
 }
 
 // RBAC renders a Role and RoleBinding per namespace of cfg.Namespaces and, when the controller
-// is enabled, in Sandgate's namespace, bound to subject. The Role is named "sandgate".
+// is enabled, in Sandgate's namespace, bound to subject, and then the empty ConfigMap
+// RulesConfigMapName the controller fills (it may patch it, not create it). The Role is named
+// "sandgate".
 func RBAC(cfg config.Kubernetes, subject RBACSubject) []any {
 	var out []any
 	add := func(ns string, rules []rbacv1.PolicyRule) {
@@ -93,6 +107,9 @@ func RBAC(cfg config.Kubernetes, subject RBACSubject) []any {
 	}
 	if controller && !slices.Contains(cfg.Namespaces, cfg.Sandgate.Namespace) {
 		add(cfg.Sandgate.Namespace, SandgateNamespaceRules())
+	}
+	if controller {
+		out = append(out, RulesConfigMapStub(cfg.Sandgate.Namespace))
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
@@ -36,6 +37,32 @@ func TestRBAC(t *testing.T) {
 				assert.Equal(t, []string{"list", "watch"}, r.Verbs)
 			}
 			assert.NotContains(t, r.Verbs, "*")
+		}
+	})
+	t.Run("Sandgate writes no ConfigMap but the admission policy's parameter, by name, and creates none", func(t *testing.T) {
+		for _, r := range append(SandboxNamespaceRules(true), SandgateNamespaceRules()...) {
+			if slices.Contains(r.Resources, "configmaps") {
+				assert.Equal(t, []string{RulesConfigMapName}, r.ResourceNames)
+				assert.Equal(t, []string{"patch"}, r.Verbs)
+			}
+		}
+	})
+	t.Run("in its own namespace Sandgate reads and writes no NetworkPolicy but sandgate-ingress", func(t *testing.T) {
+		for _, r := range SandgateNamespaceRules() {
+			if slices.Contains(r.Resources, "networkpolicies") && len(r.ResourceNames) == 0 {
+				assert.Equal(t, []string{"list", "watch", "create"}, r.Verbs, "create cannot be limited by name")
+			} else if len(r.ResourceNames) > 0 && slices.Contains(r.Resources, "networkpolicies") {
+				assert.Equal(t, []string{SandgateIngressName}, r.ResourceNames)
+			}
+		}
+	})
+	t.Run("with the controller, RBAC brings the empty ConfigMap the controller fills", func(t *testing.T) {
+		objs := RBAC(testConfig(false), RBACSubject{Kind: rbacv1.UserKind, Name: "sg"})
+		cm, ok := objs[len(objs)-1].(*corev1.ConfigMap)
+		if assert.True(t, ok, "last object %T", objs[len(objs)-1]) {
+			assert.Equal(t, RulesConfigMapName, cm.Name)
+			assert.Equal(t, "sandgate", cm.Namespace)
+			assert.Empty(t, cm.Data)
 		}
 	})
 	t.Run("Roles go to each sandbox namespace and to Sandgate's own when the controller runs", func(t *testing.T) {

@@ -1,9 +1,12 @@
 package kube
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -33,6 +36,19 @@ type Desired struct {
 	Templates []TemplateApply
 	// ConfigMaps are owned by Sandgate: the admission policy's parameter (RulesConfigMap).
 	ConfigMaps []*corev1.ConfigMap
+	// Collisions are the templates that get nothing because the name of their NetworkPolicy
+	// is already another template's. Not expected with TemplatePolicyName, never resolved by
+	// taking turns: the first template by name keeps the policy.
+	Collisions []Collision
+}
+
+// Collision is a template refused because its object's name is another template's.
+type Collision struct {
+	Kind      string // of the object: NetworkPolicy
+	Namespace string
+	Name      string // of the object
+	Template  string // refused
+	Holder    string // the template that has the name
 }
 
 // Render returns the rules for templates and for every namespace of cfg.Namespaces: per
@@ -46,6 +62,7 @@ func Render(cfg config.Kubernetes, templates []Template) Desired {
 		nd := RenderNamespace(cfg, ns, templates)
 		d.NetworkPolicies = append(d.NetworkPolicies, nd.NetworkPolicies...)
 		d.Templates = append(d.Templates, nd.Templates...)
+		d.Collisions = append(d.Collisions, nd.Collisions...)
 	}
 	d.NetworkPolicies = append(d.NetworkPolicies, SandgateIngress(cfg))
 	d.ConfigMaps = append(d.ConfigMaps, RulesConfigMap(cfg))
@@ -58,15 +75,37 @@ func RenderNamespace(cfg config.Kubernetes, ns string, templates []Template) Des
 	d := Desired{NetworkPolicies: []*networkingv1.NetworkPolicy{NamespaceDeny(ns)}}
 	ts := slices.Clone(templates)
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	var owned []*networkingv1.NetworkPolicy
 	for _, t := range ts {
 		if t.Namespace != ns {
 			continue
 		}
 		td := RenderTemplate(cfg, t)
-		d.NetworkPolicies = append(d.NetworkPolicies, td.NetworkPolicies...)
+		owned = append(owned, td.NetworkPolicies...)
 		d.Templates = append(d.Templates, td.Templates...)
 	}
+	nps, collisions := firstTakesName(owned)
+	d.NetworkPolicies = append(d.NetworkPolicies, nps...)
+	d.Collisions = collisions
 	return d
+}
+
+// firstTakesName keeps the first of per-template policies (in template order) that share a
+// name and reports the others as collisions: no two templates ever take turns at one name.
+func firstTakesName(nps []*networkingv1.NetworkPolicy) ([]*networkingv1.NetworkPolicy, []Collision) {
+	holder := map[string]string{}
+	var kept []*networkingv1.NetworkPolicy
+	var collisions []Collision
+	for _, np := range nps {
+		tpl := np.Annotations[AnnotationTemplate]
+		if h, taken := holder[np.Name]; taken {
+			collisions = append(collisions, Collision{Kind: "NetworkPolicy", Namespace: np.Namespace, Name: np.Name, Template: tpl, Holder: h})
+			continue
+		}
+		holder[np.Name] = tpl
+		kept = append(kept, np)
+	}
+	return kept, collisions
 }
 
 // RenderTemplate returns the rules of one template: spec.networkPolicy for a Managed one, a
@@ -136,13 +175,22 @@ func TemplatePolicy(ns, name string, spec TemplateNetworkPolicySpec, owned bool)
 	return np
 }
 
-// TemplatePolicyName names Sandgate's NetworkPolicy of an Unmanaged template. A name too long
-// for the prefix is replaced by its hash.
+// maxNameLen is the longest name of a NetworkPolicy (a DNS subdomain).
+const maxNameLen = 253
+
+// TemplatePolicyName names Sandgate's NetworkPolicy of an Unmanaged template: the prefix and
+// the template's whole name when that fits, else as much of the name as fits with "-" and 32
+// hex digits (128 bits) of its SHA-256, so that two long names sharing a prefix (or a 32-bit
+// hash, as the template-ref-hash label does) never share a policy. The controller still refuses
+// a second template whose policy name is taken (Desired.Collisions).
 func TemplatePolicyName(template string) string {
-	if len(templatePolicyPrefix)+len(template) > 253 {
-		return templatePolicyPrefix + TemplateRefHash(template)
+	if len(templatePolicyPrefix)+len(template) <= maxNameLen {
+		return templatePolicyPrefix + template
 	}
-	return templatePolicyPrefix + template
+	sum := sha256.Sum256([]byte(template))
+	suffix := "-" + hex.EncodeToString(sum[:16])
+	head := strings.TrimRight(template[:maxNameLen-len(templatePolicyPrefix)-len(suffix)], ".-")
+	return templatePolicyPrefix + head + suffix
 }
 
 // NamespaceDeny denies all ingress and egress of every sandbox pod in ns, templated or not.

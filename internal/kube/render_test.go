@@ -1,10 +1,13 @@
 package kube
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -66,8 +69,51 @@ func TestRender(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, string(a), string(b))
 	})
-	t.Run("a template name too long for the prefix is hashed", func(t *testing.T) {
-		long := string(make([]byte, 250))
-		assert.Equal(t, "sandgate-template-"+TemplateRefHash(long), TemplatePolicyName(long))
+}
+
+// Two template names of 237 characters whose FNV-1a 32-bit hashes (the template-ref-hash label)
+// are equal, found by a birthday search.
+var (
+	collidingA = "coding-agent-" + strings.Repeat("x", 217) + "-pujfaa"
+	collidingB = "coding-agent-" + strings.Repeat("x", 217) + "-8wfhaa"
+)
+
+func TestTemplatePolicyName(t *testing.T) {
+	t.Run("the whole template name when it fits", func(t *testing.T) {
+		fits := strings.Repeat("a", 253-len("sandgate-template-"))
+		assert.Equal(t, "sandgate-template-"+fits, TemplatePolicyName(fits))
+		assert.Equal(t, "sandgate-template-coder", TemplatePolicyName("coder"))
 	})
+	t.Run("two long names with one 32-bit hash get two policies", func(t *testing.T) {
+		require.Equal(t, TemplateRefHash(collidingA), TemplateRefHash(collidingB), "the fixture collides")
+		a, b := TemplatePolicyName(collidingA), TemplatePolicyName(collidingB)
+		assert.NotEqual(t, a, b)
+		for _, n := range []string{a, b} {
+			assert.Len(t, n, 253)
+			assert.Empty(t, validation.IsDNS1123Subdomain(n), n)
+		}
+	})
+	t.Run("a long name cut before a dot or dash still makes a valid name", func(t *testing.T) {
+		for _, name := range []string{strings.Repeat("a.", 120) + "end", strings.Repeat("a-", 120) + "end"} {
+			assert.Empty(t, validation.IsDNS1123Subdomain(TemplatePolicyName(name)), name)
+		}
+	})
+}
+
+func TestFirstTemplateKeepsAPolicyName(t *testing.T) {
+	// TemplatePolicyName does not collide in practice; were two names equal, the first template
+	// (RenderNamespace sorts them by name) keeps the policy and the second is reported.
+	rules := SandboxRules(testConfig(true))
+	a, b, c := TemplatePolicy("sandboxes", "a", rules, true), TemplatePolicy("sandboxes", "b", rules, true), TemplatePolicy("sandboxes", "c", rules, true)
+	b.Name = a.Name
+	kept, collisions := firstTakesName([]*networkingv1.NetworkPolicy{a, b, c})
+	assert.Equal(t, []*networkingv1.NetworkPolicy{a, c}, kept)
+	assert.Equal(t, []Collision{{Kind: "NetworkPolicy", Namespace: "sandboxes", Name: a.Name, Template: "b", Holder: "a"}}, collisions)
+
+	d := RenderNamespace(testConfig(true), "sandboxes", []Template{
+		{Namespace: "sandboxes", Name: collidingB, Management: Unmanaged},
+		{Namespace: "sandboxes", Name: collidingA, Management: Unmanaged},
+	})
+	assert.Empty(t, d.Collisions, "the long names of one 32-bit hash get two policies")
+	assert.Len(t, d.NetworkPolicies, 3)
 }

@@ -98,7 +98,8 @@ func TestChartAppliesToRealAPIServer(t *testing.T) {
 				assert.Equal(t, ctl, can(t, ctx, cs, sa, ns, sandboxNS, "extensions.agents.x-k8s.io", "sandboxtemplates", "patch"))
 			}
 			assert.False(t, can(t, ctx, cs, sa, ns, "kube-system", "", "pods", "list"), "nothing outside the sandbox namespaces")
-			assert.Equal(t, m.cfg.Kubernetes.Controller.Enabled, can(t, ctx, cs, sa, ns, ns, "networking.k8s.io", "networkpolicies", "patch"),
+			ingress := access{"patch", "networking.k8s.io", "networkpolicies", "", ns, kube.SandgateIngressName}
+			assert.Equal(t, m.cfg.Kubernetes.Controller.Enabled, ingress.allowed(t, ctx, cs, sa, ns),
 				"the controller owns sandgate-ingress in its own namespace")
 		})
 	}

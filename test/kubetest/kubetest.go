@@ -44,7 +44,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Tokens of the two users the apiserver knows.
+// Tokens of the users the apiserver knows.
 const (
 	// AdminToken authenticates "admin" in group system:masters (every permission).
 	AdminToken = "sandgate-test-admin-token"
@@ -53,6 +53,18 @@ const (
 	SandgateToken = "sandgate-test-sandgate-token"
 	// SandgateUser is the user name of SandgateToken, the subject to bind roles to.
 	SandgateUser = "sandgate"
+	// ControllerToken authenticates ControllerUser in group system:masters: the Agent Sandbox
+	// controller runs as it, and tests write what only the controller may write (past the
+	// chart's identity admission policy) as it.
+	ControllerToken = "sandgate-test-controller-token"
+	// ControllerUser is the user name of the upstream controller's ServiceAccount
+	// (agent-sandbox-system/agent-sandbox-controller, as its release manifests install it).
+	ControllerUser = "system:serviceaccount:agent-sandbox-system:agent-sandbox-controller"
+	// TenantToken authenticates TenantUser, a tenant of a sandbox namespace: no permission
+	// until a test binds rules to it (BindRules, TenantRules).
+	TenantToken = "sandgate-test-tenant-token"
+	// TenantUser is the user name of TenantToken.
+	TenantUser = "tenant"
 )
 
 // Cluster is a running etcd + kube-apiserver.
@@ -61,6 +73,10 @@ type Cluster struct {
 	Admin *rest.Config
 	// Sandgate is a client config authenticated as SandgateUser (no permissions by default).
 	Sandgate *rest.Config
+	// Controller is a client config authenticated as ControllerUser (every permission).
+	Controller *rest.Config
+	// Tenant is a client config authenticated as TenantUser (no permissions by default).
+	Tenant *rest.Config
 	// Dir holds the data, keys, certificates and logs.
 	Dir string
 }
@@ -88,6 +104,8 @@ func Start(t testing.TB) *Cluster {
 	host := "https://127.0.0.1:" + strconv.Itoa(port)
 	c.Admin = c.config(host, AdminToken)
 	c.Sandgate = c.config(host, SandgateToken)
+	c.Controller = c.config(host, ControllerToken)
+	c.Tenant = c.config(host, TenantToken)
 	crds := crdFiles(t)
 	waitReady(t, c.Admin, filepath.Join(dir, "kube-apiserver.log"))
 	installCRDs(t, c.Admin, crds)
@@ -172,7 +190,9 @@ func startAPIServer(t testing.TB, bin, dir, etcdURL string, port int) {
 	write(t, filepath.Join(dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}))
 	write(t, filepath.Join(dir, "tokens.csv"), []byte(
 		AdminToken+",admin,admin,system:masters\n"+
-			SandgateToken+","+SandgateUser+","+SandgateUser+"\n"))
+			SandgateToken+","+SandgateUser+","+SandgateUser+"\n"+
+			ControllerToken+","+ControllerUser+","+ControllerUser+",system:masters\n"+
+			TenantToken+","+TenantUser+","+TenantUser+"\n"))
 	start(t, "kube-apiserver", dir, bin,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",

@@ -112,7 +112,7 @@ func TestController(t *testing.T) {
 		require.NoError(ct, err)
 		require.NotEmpty(ct, pods.Items)
 		for _, p := range pods.Items {
-			assert.Equal(ct, identity.TemplateRefHash("coder"), p.Labels[identity.LabelTemplateRefHash], "pod %s", p.Name)
+			assert.Equal(ct, identity.NameHash("coder"), p.Labels[identity.LabelTemplateRefHash], "pod %s", p.Name)
 		}
 	}, 60*time.Second, 100*time.Millisecond)
 }

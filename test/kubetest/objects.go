@@ -3,6 +3,7 @@ package kubetest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,7 +80,7 @@ func Sandbox(t testing.TB, dyn dynamic.Interface, ns, name, template string, cla
 	}}
 	if template != "" {
 		obj.SetAnnotations(map[string]string{identity.AnnotationTemplateRef: template})
-		obj.SetLabels(map[string]string{identity.LabelTemplateRefHash: identity.TemplateRefHash(template)})
+		obj.SetLabels(map[string]string{identity.LabelTemplateRefHash: identity.NameHash(template)})
 	}
 	if claim != nil {
 		obj.SetOwnerReferences([]metav1.OwnerReference{controllerRef(claim)})
@@ -124,7 +125,7 @@ func Template(t testing.TB, dyn dynamic.Interface, ns, name, management string) 
 // propagates it only then.
 func SandboxPod(t testing.TB, cs kubernetes.Interface, sandbox *unstructured.Unstructured, name string, labels map[string]string) *corev1.Pod {
 	t.Helper()
-	l := map[string]string{identity.LabelSandboxNameHash: identity.TemplateRefHash(sandbox.GetName())}
+	l := map[string]string{identity.LabelSandboxNameHash: identity.NameHash(sandbox.GetName())}
 	if h := sandbox.GetLabels()[identity.LabelTemplateRefHash]; h != "" && extensionOwned(sandbox) {
 		l[identity.LabelTemplateRefHash] = h
 	}
@@ -151,6 +152,29 @@ func extensionOwned(obj *unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// SetSandboxPodIPs sets a Sandbox's status.podIPs through the status subresource, as the Agent
+// Sandbox controller does from the one pod it owns: for tests without the controller.
+func SetSandboxPodIPs(t testing.TB, dyn dynamic.Interface, ns, name string, ips ...string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"podIPs": ips}})
+	if _, err := dyn.Resource(SandboxGVR).Namespace(ns).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("kubetest: set status.podIPs of Sandbox %s/%s: %v", ns, name, err)
+	}
+}
+
+// TenantRules are what a tenant of a sandbox namespace (a dispatcher, a CI job, a team's
+// tooling) typically holds there: every verb on pods, Sandboxes and SandboxClaims, read on
+// warm pools and templates. Its status subresources are the controller's and the kubelet's.
+func TenantRules() []rbacv1.PolicyRule {
+	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: all},
+		{APIGroups: []string{SandboxGVR.Group}, Resources: []string{"sandboxes"}, Verbs: all},
+		{APIGroups: []string{SandboxClaimGVR.Group}, Resources: []string{"sandboxclaims"}, Verbs: all},
+		{APIGroups: []string{SandboxClaimGVR.Group}, Resources: []string{"sandboxwarmpools", "sandboxtemplates"}, Verbs: []string{"get", "list", "watch"}},
+	}
 }
 
 // SetPodIPs sets status.podIP and status.podIPs through the status subresource, as a kubelet
@@ -190,7 +214,7 @@ func controllerRef(owner *unstructured.Unstructured) metav1.OwnerReference {
 func BindRules(t testing.TB, cs kubernetes.Interface, ns, user string, rules []rbacv1.PolicyRule) {
 	t.Helper()
 	ctx := context.Background()
-	name := "sandgate-test"
+	name := strings.NewReplacer(":", "-", "_", "-").Replace(user) + "-test" // one Role per user
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: rules}
 	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("kubetest: create Role in %s: %v", ns, err)

@@ -1,12 +1,35 @@
 {{/* The object name: the release name when it says sandgate, else release-sandgate. */}}
 {{- define "sandgate.fullname" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- include "sandgate.fit" (list .Values.fullnameOverride 63) -}}
 {{- else if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- include "sandgate.fit" (list .Release.Name 63) -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- include "sandgate.fit" (list (printf "%s-%s" .Release.Name .Chart.Name) 63) -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+(list NAME MAX): NAME when it fits in MAX characters, else its first characters, "-" and 16 hex
+digits of its SHA-256: two names cut to one prefix never become one name.
+*/}}
+{{- define "sandgate.fit" -}}
+{{- $name := index . 0 }}{{ $max := index . 1 -}}
+{{- if le (len $name) $max -}}
+{{- $name -}}
+{{- else -}}
+{{- printf "%s-%s" ($name | trunc (int (sub $max 17)) | trimSuffix "-") (sha256sum $name | trunc 16) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+(list . SUFFIX): the name of a cluster-scoped object of this release: fullname, release
+namespace and SUFFIX. Releases in different namespaces get different names, and it is never
+cut (at most 63 + 63 + the suffix, well within the 253 characters of a DNS subdomain).
+*/}}
+{{- define "sandgate.clusterName" -}}
+{{- $ := index . 0 -}}
+{{- printf "%s-%s-%s" (include "sandgate.fullname" $) $.Release.Namespace (index . 1) -}}
 {{- end -}}
 
 {{/* Labels that select Sandgate's pods; the config's kubernetes.sandgate.pod_selector too. */}}

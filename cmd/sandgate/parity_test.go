@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/audit"
+)
+
+// startParity starts `sandgate serve` for the parity test: a 1 MiB body bound on both halves,
+// and a triage template allowed one request a minute across them.
+func startParity(t *testing.T) *callPath {
+	dir := t.TempDir()
+	cp := &callPath{mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit")}
+	writeFile(t, dir, "anthropic", "sk-ant-parity-secret")
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
+policy: {dir: %q}
+audit: {file: {dir: %q, fsync: never}}
+credentials:
+  - {name: anthropic, file: anthropic}
+limits:
+  templates:
+    triage-agent: {requests_per_minute: 1}
+gateway:
+  max_body_bytes: 1048576
+  upstreams:
+    - {name: github, url: %q, prefix: never}
+proxy:
+  limits: {body_bytes: 1048576}
+  routes:
+    - {name: anthropic, upstream: %q, api: anthropic, allow_private: true,
+       credential: {name: anthropic, header: x-api-key}}
+identity:
+  static:
+    - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
+    - {addresses: [%q], namespace: agents, sandbox: triage-1, template: triage-agent}
+    - {addresses: [%q], namespace: agents, sandbox: marker-1, template: coding-agent}
+log: {level: warn, format: text}
+`, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), modelAPI(t), cpCoder, cpTriage, cpMarker))
+	startServe(t, cfg, func(string) string { return "" })
+	cp.waitReady(t)
+	return cp
+}
+
+// answer is what one half answered a scenario with, and the scenario's one event.
+type answer struct {
+	status int
+	header http.Header
+	ev     audit.Event
+}
+
+// TestBothHalvesAnswerAlike runs one table of scenarios against the gateway and the proxy
+// through the real listeners of `sandgate serve`: each refusal has the same code, event status,
+// Retry-After and a reason on both halves, and the event kind each half's place in the path
+// gives it. It replaces the rows of TestEveryRequestIsOneEvent that pinned the halves'
+// differences (an unknown caller was unknown_identity, decided by policy, on the proxy).
+func TestBothHalvesAnswerAlike(t *testing.T) {
+	cp := startParity(t)
+	triageSID := cp.session(t, cpTriage)
+	post := func(src, sid, body string) func() (int, http.Header) {
+		return func() (int, http.Header) {
+			code, _, h := cp.post(t, src, sid, body)
+			return code, h
+		}
+	}
+	route := func(src, body string) func() (int, http.Header) {
+		return func() (int, http.Header) {
+			req, _ := http.NewRequest(http.MethodPost, "http://"+cp.proxy+"/routes/anthropic/v1/messages", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			code, _, h := send(t, src, req)
+			return code, h
+		}
+	}
+	raw := func(addr, text string) func() (int, http.Header) {
+		return func() (int, http.Header) {
+			c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(cpCoder)}}).Dial("tcp", addr)
+			require.NoError(t, err)
+			defer c.Close()
+			_, _ = io.WriteString(c, text)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			require.NoError(t, err)
+			resp.Body.Close()
+			return resp.StatusCode, resp.Header
+		}
+	}
+	const haiku = `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[]}`
+	toolCall := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_issue","arguments":{}}}`
+	big := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"` + strings.Repeat("a", 2<<20) + `"}}`
+	badHead := func(path string) string {
+		return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length\r\n\r\n"
+	}
+	scenarios := []struct {
+		name          string
+		gateway       func() (int, http.Header)
+		proxy         func() (int, http.Header)
+		code          string
+		kinds         [2]audit.Kind // the gateway's event kind, the proxy's
+		status        int           // the event's, the same on both halves
+		retryAfter    bool
+		untilRefused  bool // repeat (up to 3 times) until the refusal: a limit's window may turn once
+		sameHTTPClass bool // the HTTP answers share a status class too (an MCP tool refusal is a result in a 200)
+	}{
+		{name: "unknown caller", gateway: post(cpUnknown, "", initialize), proxy: route(cpUnknown, haiku),
+			code: "unknown_caller", kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPRejected}, status: 403, sameHTTPClass: true},
+		{name: "rate limited", gateway: post(cpTriage, triageSID, toolCall), proxy: route(cpTriage, haiku),
+			code: "rate_limited", kinds: [2]audit.Kind{audit.KindToolsCall, audit.KindHTTPRequest}, status: 429, retryAfter: true, untilRefused: true},
+		{name: "body too large", gateway: post(cpCoder, "", big), proxy: route(cpCoder, `{"x":"`+strings.Repeat("a", 2<<20)+`"}`),
+			// The gateway cannot know the call before it has read the body: a rejection. A route
+			// names its call before the body: a request.
+			code: "body_too_large", kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPRequest}, status: 413, sameHTTPClass: true},
+		{name: "bad head", gateway: raw(cp.mcp, badHead("/mcp")), proxy: raw(cp.proxy, badHead("/routes/anthropic/v1/messages")),
+			code: "malformed_request", kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPRejected}, status: 400, sameHTTPClass: true},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			var got [2]answer
+			for i, do := range []func() (int, http.Header){sc.gateway, sc.proxy} {
+				for try := 0; ; try++ {
+					var a answer
+					evs := cp.eventsOf(t, func() { a.status, a.header = do() })
+					require.Len(t, evs, 1, "exactly one event: %+v", evs)
+					a.ev = evs[0]
+					if !sc.untilRefused || a.ev.Outcome.Error != "" || try == 2 {
+						got[i] = a
+						break
+					}
+				}
+			}
+			for i, half := range []string{"gateway", "proxy"} {
+				a := got[i]
+				assert.Equal(t, sc.code, a.ev.Outcome.Error, half)
+				assert.Equal(t, sc.kinds[i], a.ev.Kind, half)
+				assert.Equal(t, sc.status, a.ev.Outcome.Status, half)
+				assert.False(t, a.ev.Decision.Allow, half)
+				assert.NotEmpty(t, a.ev.Decision.Reason, half)
+				assert.Equal(t, sc.retryAfter, a.header.Get("Retry-After") != "", "%s: Retry-After %q", half, a.header.Get("Retry-After"))
+				if sc.sameHTTPClass {
+					assert.Equal(t, sc.status, a.status, half)
+				}
+			}
+		})
+	}
+}
