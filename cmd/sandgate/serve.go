@@ -194,20 +194,26 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	for _, c := range comps {
 		g.Go(func() error { return c.Serve(gctx) })
 	}
-	runErr := g.Wait()
+	runErr := errors.Join(g.Wait(), finishAudit(d, writer, shared, export))
+	log.Info("sandgate stopped")
+	return runErr
+}
 
-	// Listeners have drained: every call they accepted has recorded its event, and the counts of
-	// suppressed rejection events are written now. Flush them.
+// finishAudit runs once the listeners have drained: every call they accepted has recorded its
+// event, and the counts of suppressed rejection events are written now. It flushes the log,
+// then sends its tail to the Redis stream and the OTLP Collector side by side, all within
+// auditFlushBound.
+func finishAudit(d *serveDeps, writer *audit.Writer, shared *sharedState, export *auditExport) error {
 	d.core.FlushRejections(context.Background(), true)
 	flushCtx, cancel := context.WithTimeout(context.Background(), auditFlushBound)
 	defer cancel()
-	if err := writer.Close(flushCtx); err != nil {
-		log.Error("audit flush on shutdown failed", "err", err)
-		runErr = errors.Join(runErr, fmt.Errorf("flush audit log: %w", err))
+	var err error
+	if cerr := writer.Close(flushCtx); cerr != nil {
+		d.log.Error("audit flush on shutdown failed", "err", cerr)
+		err = fmt.Errorf("flush audit log: %w", cerr)
 	}
-	syncAll(func() { shared.sync(flushCtx, log) }, func() { export.sync(flushCtx) })
-	log.Info("sandgate stopped")
-	return runErr
+	syncAll(func() { shared.sync(flushCtx, d.log) }, func() { export.sync(flushCtx) })
+	return err
 }
 
 // newCore builds the request path into d.core, with the decision log when one is configured.
