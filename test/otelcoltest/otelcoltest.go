@@ -70,9 +70,10 @@ func Start(t testing.TB, opts ...Option) *Collector {
 	dir := t.TempDir()
 	c := &Collector{token: o.token, t: t, bin: bin, dir: dir, GRPC: freeAddr(t), HTTP: freeAddr(t), Out: filepath.Join(dir, "logs.jsonl")}
 	c.conf = filepath.Join(dir, "otelcol.yaml")
-	// No batch processor: the receiver answers an export once the file exporter has taken it, so
-	// an acknowledged record is in Out after a graceful stop. The Collector's own metrics are
-	// off (no listener of its own on a fixed port).
+	// No batch processor: the receiver answers an export once the file exporter has taken it.
+	// With rotation set, the file exporter writes each export straight to the file (no buffer,
+	// appending to it across restarts), so an acknowledged record is in Out even after Kill.
+	// The Collector's own metrics are off (no listener of its own on a fixed port).
 	auth, ext := "", ""
 	if o.token != "" {
 		auth = ", auth: {authenticator: bearertokenauth}"
@@ -84,7 +85,7 @@ func Start(t testing.TB, opts ...Option) *Collector {
       grpc: {endpoint: %q%s}
       http: {endpoint: %q%s}
 %sexporters:
-  file: {path: %q, append: true, flush_interval: 50ms}
+  file: {path: %q, rotation: {max_megabytes: 1024}}
 service:
   telemetry:
     metrics: {level: none}
@@ -129,7 +130,11 @@ func (c *Collector) Stop() {
 	c.cmd = nil
 }
 
-// Restart starts the Collector again on the same ports after Stop.
+// Kill ends the Collector with SIGKILL, as a crash or an OOM kill would, and waits for it;
+// exports are refused until Restart.
+func (c *Collector) Kill() { c.kill() }
+
+// Restart starts the Collector again on the same ports after Stop or Kill.
 func (c *Collector) Restart() {
 	c.t.Helper()
 	c.Stop()
