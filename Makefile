@@ -83,14 +83,15 @@ fuzz:
 # About 18 minutes (3 interleaved repetitions); `make bench BENCH_FLAGS=-quick` about two; 10,000 sandboxes:
 # BENCH_FLAGS="-sweep 100,1000,10000" (about 15). Installs squid and tinyproxy if missing.
 # Route and mcp also run against Sandgate with the decision log on and with a shadow policy
-# (-policy-variants: the #21 cost rows).
+# (-policy-variants: the #21 cost rows), and with the audit log exported over OTLP to a Collector
+# (-export-variants, the #37 rows; when `make setup` has built .tools/bin/otelcol).
 BENCH_FLAGS ?=
 BENCH_REPLICAS_FLAGS ?=
 bench: build
 	bash bench/setup.sh
 	go build -o bin/bench-relay ./bench/cmd/relay
 	go build -o bin/sandbench ./bench/cmd/sandbench
-	./bin/sandbench -policy-variants -delivery-variants $(BENCH_FLAGS)
+	./bin/sandbench -policy-variants -delivery-variants $(if $(wildcard $(TOOLS)/otelcol),-export-variants) $(BENCH_FLAGS)
 	@# The scale-out cells: 3 replicas round-robin on one Redis and on a Cluster against one
 	@# replica with memory state (bench/replicas.go), written next to the report as LABEL-replicas.md.
 	./bin/sandbench -replicas -concurrency 64 $(BENCH_REPLICAS_FLAGS)

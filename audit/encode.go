@@ -37,6 +37,7 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = append(b, `,"outcome":`...)
 	b = appendOutcome(b, &e.Outcome)
 	b = appendOptString(b, `,"trace_id":`, e.TraceID)
+	b = appendOptString(b, `,"span_id":`, e.SpanID)
 	if s := e.Shadow; s != nil {
 		b = append(b, `,"shadow":{"allow":`...)
 		b = strconv.AppendBool(b, s.Allow)

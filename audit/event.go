@@ -62,10 +62,13 @@ type Event struct {
 	// Limits is LimitsUnavailable when the call was admitted without being counted against its
 	// budgets and rate limits (their store was unreachable and limits.failure_mode is fail_open);
 	// empty otherwise.
-	Limits  string          `json:"limits,omitempty"`
-	Outcome Outcome         `json:"outcome"`
-	TraceID string          `json:"trace_id,omitempty"`
-	Shadow  *ShadowDecision `json:"shadow,omitempty"` // a shadow policy's divergence, when ready in time (docs/policies.md)
+	Limits  string  `json:"limits,omitempty"`
+	Outcome Outcome `json:"outcome"`
+	TraceID string  `json:"trace_id,omitempty"`
+	// SpanID is the call's span, with TraceID when spans are made (OTEL_* variables): what ties
+	// the event to its trace in a log store (the OTLP exporter sets both on the LogRecord).
+	SpanID string          `json:"span_id,omitempty"`
+	Shadow *ShadowDecision `json:"shadow,omitempty"` // a shadow policy's divergence, when ready in time (docs/policies.md)
 	// PrevHash is the Hash of the line before this one in the log (empty for the first), and
 	// Hash is the SHA-256 (HMAC-SHA-256 under the chain key, when keyed) over this event's line
 	// with Hash itself empty: together a chain that reveals an edited, removed or reordered event.

@@ -90,7 +90,7 @@ func (s *FileSink) draw(need int64) bool {
 }
 
 // ReserveBytes passes the file sink's reserve through (see Reserver).
-func (s *mirroredSink) ReserveBytes() int64 {
+func (s *notifyingSink) ReserveBytes() int64 {
 	if r, ok := s.Sink.(Reserver); ok {
 		return r.ReserveBytes()
 	}
@@ -98,7 +98,7 @@ func (s *mirroredSink) ReserveBytes() int64 {
 }
 
 // Replenish passes through to the file sink (see Reserver).
-func (s *mirroredSink) Replenish() error {
+func (s *notifyingSink) Replenish() error {
 	if r, ok := s.Sink.(Reserver); ok {
 		return r.Replenish()
 	}

@@ -65,7 +65,7 @@ type Recoverer interface {
 func (s *FileSink) Recovered() *Recovery { return s.recovered }
 
 // Recovered passes the file sink's recovery through.
-func (s *mirroredSink) Recovered() *Recovery {
+func (s *notifyingSink) Recovered() *Recovery {
 	if r, ok := s.Sink.(Recoverer); ok {
 		return r.Recovered()
 	}

@@ -131,7 +131,7 @@ func lineBound(ev *Event) int64 {
 	for _, s := range [...]string{ev.ID, string(ev.Kind), ev.Identity.Namespace, ev.Identity.Sandbox,
 		ev.Identity.Template, ev.Identity.Claim, ev.Identity.SourceIP, ev.Target.Upstream, ev.Target.Tool,
 		ev.Target.ArgsSHA256, ev.Target.Method, ev.Target.Host, ev.Target.Path, ev.Target.Route,
-		ev.Target.Model, ev.Decision.Reason, ev.Decision.PolicyRevision, ev.Credential, ev.Outcome.Error, ev.TraceID} {
+		ev.Target.Model, ev.Decision.Reason, ev.Decision.PolicyRevision, ev.Credential, ev.Outcome.Error, ev.TraceID, ev.SpanID} {
 		n += len(s)
 	}
 	for k, v := range ev.Identity.Labels {

@@ -28,6 +28,11 @@ type Options struct {
 	// (blocking, the default), interleaved on route and mcp: the cost of holding an answer's
 	// end for its event (issue #36; ratioSpecs and deliveryP50).
 	DeliveryVariants bool
+	// ExportVariants adds "otlp" beside "sandgate": the same binary and config with the audit log
+	// exported over OTLP (audit.otlp) to a Collector (OtelcolBin, test/otelcol's build) in a
+	// process of its own, measured interleaved on route and mcp: issue #37's cost target.
+	ExportVariants bool
+	OtelcolBin string
 	RelayBin         string // bench/cmd/relay
 	SmokescreenBin   string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
 	PolicyDir        string // the shipped policies (their rules; the bench supplies its own data)
@@ -55,8 +60,8 @@ type Options struct {
 }
 
 // startMoreSandgates starts the Sandgates measured beside "sandgate": the baseline binary
-// (Options.BaselineBin) and the policy variants (Options.PolicyVariants). On an error it stops
-// those it started.
+// (Options.BaselineBin), the policy variants (Options.PolicyVariants) and the export variant
+// (Options.ExportVariants). On an error it stops those it started.
 func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstreams, maxN int) ([]*Target, error) {
 	type sandgate struct {
 		bin string
@@ -75,19 +80,50 @@ func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstrea
 		want = append(want, sandgate{o.SandgateBin, asyncDelivery})
 	}
 	var started []*Target
+	stopAll := func() {
+		for _, t := range started {
+			t.Stop()
+		}
+	}
 	for _, w := range want {
 		t, err := retryBind(func() (*Target, error) {
 			return startSandgate(ctx, w.name, w.bin, filepath.Join(root, w.name), o.PolicyDir, up, maxN, w.variant)
 		})
 		if err != nil {
-			for _, t := range started {
-				t.Stop()
-			}
+			stopAll()
 			return nil, fmt.Errorf("%s: %w", w.name, err)
 		}
 		started = append(started, t)
 	}
+	if o.ExportVariants {
+		t, err := startExportVariant(ctx, o, root, up, maxN)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		started = append(started, t)
+	}
 	return started, nil
+}
+
+// startExportVariant starts a Collector and the "otlp" Sandgate exporting its audit log to it;
+// the Collector stops with the target.
+func startExportVariant(ctx context.Context, o Options, root string, up *Upstreams, maxN int) (*Target, error) {
+	col, url, err := startCollector(ctx, o.OtelcolBin, filepath.Join(root, "otelcol"))
+	if err != nil {
+		return nil, fmt.Errorf("otlp: %w", err)
+	}
+	v := exportVariant
+	v.audit = fmt.Sprintf(v.audit, url)
+	t, err := retryBind(func() (*Target, error) {
+		return startSandgate(ctx, v.name, o.SandgateBin, filepath.Join(root, v.name), o.PolicyDir, up, maxN, v)
+	})
+	if err != nil {
+		col.Stop(5 * time.Second)
+		return nil, fmt.Errorf("%s: %w", v.name, err)
+	}
+	t.companions = append(t.companions, col)
+	return t, nil
 }
 
 // supports says which workloads a target can serve.
@@ -99,7 +135,7 @@ func supports(target, w string) bool {
 		// Plain forwarding exists, but its dial guard (rightly) refuses the loopback stand-in:
 		// plain forward has no allow_private knob. The mix is every other workload.
 		return w != WForward
-	case "declog", "shadow", "async":
+	case "declog", "shadow", "async", "otlp":
 		return w == WRoute || w == WMCP
 	case "relay":
 		// The bare CONNECT relay, a bare httputil.ReverseProxy for the route, and a bare mcp-go

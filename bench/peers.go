@@ -22,6 +22,7 @@ type Target struct {
 	Admin       string // Sandgate's admin listener
 	InterceptCA []byte // PEM of the CA the proxy signs intercepted hosts with
 	proc        *process
+	companions  []*process // stopped after proc (the export variant's Collector), not measured
 }
 
 // Sample reads the proxy's process group from /proc (zero for direct).
@@ -44,6 +45,9 @@ func (t *Target) ResetPeak() {
 func (t *Target) Stop() {
 	if t.proc != nil {
 		t.proc.Stop(10 * time.Second)
+	}
+	for _, p := range t.companions {
+		p.Stop(10 * time.Second)
 	}
 }
 

@@ -99,6 +99,9 @@ var ratioSpecs = []ratioSpec{
 	// its added p50 is deliveryP50.
 	{WRoute, "async", "", "CPU µs/request (c=64), blocking vs async audit delivery", 1.05, false, cpuC64, cpuOf},
 	{WMCP, "async", "", "CPU µs/request (c=64), blocking vs async audit delivery", 1.05, false, cpuC64, cpuOf},
+	// Issue #37: what exporting the audit log over OTLP costs (Options.ExportVariants).
+	{WRoute, "sandgate", "otlp", "CPU µs/request (c=64), audit OTLP export on vs off", 1.05, false, cpuC64, cpuOf},
+	{WMCP, "sandgate", "otlp", "CPU µs/request (c=64), audit OTLP export on vs off", 1.05, false, cpuC64, cpuOf},
 }
 
 // readsRateCell reports whether a target reads w's fixed-rate cell at the main sandbox count.

@@ -11,9 +11,9 @@ import (
 // ratios divide the variant's figure by sandgate's of the same repetition.
 func TestPolicyVariantRatios(t *testing.T) {
 	o := Options{Sandboxes: 200, Concurrency: []int{64}, Rate: 500, Workloads: []string{WRoute, WMCP, WIntercept}}
-	targets := []*Target{{Name: "direct"}, {Name: "sandgate"}, {Name: "declog"}, {Name: "shadow"}}
+	targets := []*Target{{Name: "direct"}, {Name: "sandgate"}, {Name: "declog"}, {Name: "shadow"}, {Name: "otlp"}}
 	for _, c := range planCells(o, targets) {
-		if c.Target == "declog" || c.Target == "shadow" {
+		if c.Target == "declog" || c.Target == "shadow" || c.Target == "otlp" {
 			assert.Contains(t, []string{WRoute, WMCP}, c.Workload)
 		}
 	}

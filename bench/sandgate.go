@@ -55,6 +55,10 @@ var policyVariants = []variant{
 // "sandgate"'s blocking one (the default: an answer's end waits for its event's write).
 var asyncDelivery = variant{name: "async", audit: "delivery: async, "}
 
+// exportVariant is Options.ExportVariants' target: the audit log exported over OTLP/HTTP to a
+// Collector (%s: its URL).
+var exportVariant = variant{name: "otlp", audit: "otlp: {endpoint: %q, insecure: true}, "}
+
 // copyPolicies copies the shipped policies (not their tests) from policyDir into pol.
 func copyPolicies(pol, policyDir string) error {
 	regos, err := filepath.Glob(filepath.Join(policyDir, "*.rego"))

@@ -7,7 +7,8 @@
 #   Go:   opa (policy tests), helm (chart tests), staticcheck (make lint), everything-server (MCP
 #         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
 #         CRDs + controller (pinned v0.5.6 from the Go module proxy, zip hash checked), cyclonus
-#         v0.5.6 (NetworkPolicy cross-check, zip hash checked)
+#         v0.5.6 (NetworkPolicy cross-check, zip hash checked), otelcol (an OpenTelemetry
+#         Collector built from test/otelcol: the audit export tests)
 #   npm:  node@22, @modelcontextprotocol/conformance, @modelcontextprotocol/server-everything
 #         (the TypeScript SDK's reference server: second conformance upstream), @anthropic-ai/sdk
 #         (test/node, versions pinned in its package.json and package-lock.json)
@@ -64,6 +65,20 @@ kube_apiserver() {
   fi
 }
 
+# The OpenTelemetry Collector of the audit export tests (test/otelcoltest runs it): its own module
+# under test/otelcol, every collector module on one release line (v0.161.0 / v1.67.0), stamped by
+# that module's files like the kube-apiserver.
+otel_collector() {
+  [ -d "$root/test/otelcol" ] || return 0
+  local stamp
+  stamp=$(cat "$root/test/otelcol/go.mod" "$root/test/otelcol/go.sum" "$root/test/otelcol/main.go" | sha256sum | cut -c1-16)
+  if [ ! -x "$bin/otelcol" ] || [ "$(cat "$bin/.otelcol.stamp" 2>/dev/null)" != "$stamp" ]; then
+    log "building otelcol v0.161.0 from test/otelcol (a few minutes when cold)"
+    (cd "$root/test/otelcol" && go build -o "$bin/.otelcol.tmp" -ldflags "-s -w" .)
+    mv -f "$bin/.otelcol.tmp" "$bin/otelcol"
+    echo "$stamp" > "$bin/.otelcol.stamp"
+  fi
+}
 
 # module_zip MODULE VERSION SHA256 H1: downloads MODULE@VERSION from the Go module proxy, checks
 # its zip against the sha256 and module hash pinned below, and prints the zip's path.
@@ -146,6 +161,7 @@ if [ "${SANDGATE_SETUP_HELM:-1}" = 1 ]; then
   run_job helm go_tool helm v3.22.0 helm.sh/helm/v3/cmd/helm@v3.22.0
 fi
 run_job kube-apiserver kube_apiserver
+run_job otelcol otel_collector
 run_job agent-sandbox agent_sandbox
 run_job cyclonus cyclonus
 run_job node node_packages

@@ -16,7 +16,7 @@ import (
 // checkConfig is `serve --check-config`: everything serve would refuse at start, short of
 // binding the listeners and reaching Kubernetes or Redis. cfg has passed config.Load (fields,
 // addresses, durations). Then the files it names (config.CheckFiles), the credentials' values
-// (never printed), the Redis TLS files (parsed), the proxy CA and the policies, compiled.
+// (never printed), the Redis and OTLP TLS files (parsed), the proxy CA and the policies, compiled.
 //
 // offline checks a config rendered for a pod from outside it (docs/install.md): the credential
 // files and variables, the CA, the policy folder and the pod's environment are not there, so
@@ -41,6 +41,11 @@ func checkConfig(ctx context.Context, env *cliEnv, path string, cfg *config.Conf
 	}
 	if _, err := redisconn.TLSConfig(cfg.Redis.TLS); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if cfg.Audit.OTLP.On() {
+		if _, err := otlpConfig(cfg, creds, "", env.getenv); err != nil {
+			return fmt.Errorf("config %s: %w", path, err)
+		}
 	}
 	if cfg.Proxy.CA.Cert != "" {
 		if _, err := proxy.LoadCA(cfg.Proxy.CA.Cert, cfg.Proxy.CA.Key); err != nil {

@@ -163,7 +163,12 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
 			"offset", rc.Offset, "reason", rc.Reason)
 	}
-	writer := audit.NewWriter(shared.wrapSink(sink), writerOpts...)
+	export, err := newAuditExport(cfg, creds, replica, shared.mirror, log, getenv, tel.MeterProvider(), ready)
+	if err != nil {
+		return err
+	}
+	defer export.close()
+	writer := audit.NewWriter(export.wrapSink(sink), writerOpts...)
 	ready.Add("audit", writer.Healthy)
 	if err := errors.Join(observeAudit(tel.MeterProvider(), writer), observeReadiness(tel.MeterProvider(), ready)); err != nil {
 		return err
@@ -183,27 +188,34 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer closeDecisions()
-	listeners, background, err := serveComponents(d, creds, shared, tel, kubeComps)
+	listeners, background, err := serveComponents(d, creds, shared, tel, append(kubeComps, export.components()...))
 	if err != nil {
 		return err
 	}
 
 	log.Info("sandgate starting", "version", version, "policy_revision", ps.engine.Revision(),
 		"mcp", cfg.Listen.MCP, "proxy", cfg.Listen.Proxy, "admin", cfg.Listen.Admin)
-	runErr := runComponents(ctx, cfg.Shutdown, shutdown, d.core, listeners, background)
+	runErr := errors.Join(runComponents(ctx, cfg.Shutdown, shutdown, d.core, listeners, background),
+		finishAudit(d, writer, shared, export))
+	log.Info("sandgate stopped")
+	return runErr
+}
 
-	// Listeners have drained: every call they accepted has recorded its event, and the counts of
-	// suppressed rejection events are written now. Flush them.
+// finishAudit runs once the listeners have drained: every call they accepted has recorded its
+// event, and the counts of suppressed rejection events are written now. It flushes the log,
+// then sends its tail to the Redis stream and the OTLP Collector side by side, all within
+// auditFlushBound.
+func finishAudit(d *serveDeps, writer *audit.Writer, shared *sharedState, export *auditExport) error {
 	d.core.FlushRejections(context.Background(), true)
 	flushCtx, cancel := context.WithTimeout(context.Background(), auditFlushBound)
 	defer cancel()
-	if err := writer.Close(flushCtx); err != nil {
-		log.Error("audit flush on shutdown failed", "err", err)
-		runErr = errors.Join(runErr, fmt.Errorf("flush audit log: %w", err))
+	var err error
+	if cerr := writer.Close(flushCtx); cerr != nil {
+		d.log.Error("audit flush on shutdown failed", "err", cerr)
+		err = fmt.Errorf("flush audit log: %w", cerr)
 	}
-	shared.sync(flushCtx, log)
-	log.Info("sandgate stopped")
-	return runErr
+	syncAll(func() { shared.sync(flushCtx, d.log) }, func() { export.sync(flushCtx) })
+	return err
 }
 
 // newCore builds the request path into d.core, with the decision log when one is configured.
@@ -241,10 +253,11 @@ func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string,
 }
 
 // serveComponents is everything serve runs: the sandbox listeners, and in the background the
-// admin listener, the Kubernetes controllers, the shared state's loops and the policy and
-// credential watchers, which keep serving until the listeners have drained.
-func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, kubeComps []component) (listeners, background []component, _ error) {
-	comps := append([]component{newAdminComponent(d, tel.Handler())}, kubeComps...)
+// admin listener, the Kubernetes controllers and the audit exporter (extra), the shared state's
+// loops and the policy and credential watchers, which keep serving until the listeners have
+// drained.
+func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, extra []component) (listeners, background []component, _ error) {
+	comps := append([]component{newAdminComponent(d, tel.Handler())}, extra...)
 	comps = append(comps, shared.components()...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
 	comps = append(comps, d.policyLoops...)

@@ -134,14 +134,6 @@ func (s *sharedState) admission(d *serveDeps) (*admission.Admission, error) {
 	return admission.New(s.limits, s.grants, d.log.With("component", "admission"), d.meters)
 }
 
-// wrapSink makes audit writes wake the stream mirror at once.
-func (s *sharedState) wrapSink(sink audit.Sink) audit.Sink {
-	if s.mirror == nil {
-		return sink
-	}
-	return audit.MirroredSink(sink, s.mirror)
-}
-
 // components are the background loops of the shared state: the audit stream mirror.
 func (s *sharedState) components() []component {
 	if s.mirror == nil {

@@ -314,7 +314,7 @@ func (cl *Call) Finish() {
 	}
 	core.metrics.call(cl.ctx, ev, code, elapsed)
 	if sc := cl.span.SpanContext(); sc.IsValid() {
-		ev.TraceID = sc.TraceID().String()
+		ev.TraceID, ev.SpanID = sc.TraceID().String(), sc.SpanID().String()
 		cl.span.SetAttributes(
 			attribute.String("sandgate.identity.namespace", ev.Identity.Namespace),
 			attribute.String("sandgate.identity.sandbox", ev.Identity.Sandbox),

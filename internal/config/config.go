@@ -126,6 +126,8 @@ type Audit struct {
 	ChainKeyCredential string `json:"chain_key_credential"`
 	// Checkpoint adds signed checkpoints to the log (off unless signing_key_credential is set).
 	Checkpoint AuditCheckpoint `json:"checkpoint"`
+	// OTLP ships the log to an OpenTelemetry Collector (off unless enabled or an endpoint is set).
+	OTLP AuditOTLP `json:"otlp"`
 }
 
 // Audit delivery modes (Audit.Delivery).
@@ -399,6 +401,7 @@ func (c *Config) applyDefaults() {
 		c.Log.Format = "json"
 	}
 	c.Audit.File.Dir = c.Path(c.Audit.File.Dir)
+	c.Audit.OTLP.applyDefaults(c)
 	for i := range c.Credentials {
 		if c.Credentials[i].File != "" {
 			c.Credentials[i].File = c.Path(c.Credentials[i].File)
@@ -513,6 +516,7 @@ func (c *Config) validate() error {
 	if c.Audit.Checkpoint.EveryEvents < 0 {
 		errs.add("audit.checkpoint.every_events", "must be a positive number of events, got %d", c.Audit.Checkpoint.EveryEvents)
 	}
+	c.Audit.OTLP.validate(c, &errs)
 	c.Gateway.validate(c, &errs)
 	c.Proxy.validate(c, &errs)
 	c.Kubernetes.validate(c, &errs)

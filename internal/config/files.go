@@ -35,13 +35,8 @@ func (c *Config) CheckFiles(offline bool) error {
 		checkReadableFile(&errs, "proxy.ca.key", c.Proxy.CA.Key)
 	}
 	c.Policy.checkFiles(&errs)
-	if t := c.Redis.TLS; t != nil {
-		for _, f := range [][2]string{{"redis.tls.ca_file", t.CAFile}, {"redis.tls.cert_file", t.CertFile}, {"redis.tls.key_file", t.KeyFile}} {
-			if f[1] != "" {
-				checkReadableFile(&errs, f[0], f[1])
-			}
-		}
-	}
+	c.Redis.TLS.checkFiles("redis.tls", &errs)
+	c.Audit.OTLP.TLS.checkFiles("audit.otlp.tls", &errs)
 	if c.Kubernetes.Kubeconfig != "" {
 		checkReadableFile(&errs, "kubernetes.kubeconfig", c.Kubernetes.Kubeconfig)
 	}

@@ -24,17 +24,7 @@ type RedisCluster struct {
 
 // RedisTLS connects to Redis (every node, and the sentinels) with TLS. Paths are relative to the
 // config file's folder.
-type RedisTLS struct {
-	// CAFile holds the PEM certificates the server's is verified against; empty uses the
-	// system's roots.
-	CAFile string `json:"ca_file"`
-	// CertFile and KeyFile are a client certificate, for servers that require one
-	// (tls-auth-clients); set both or neither.
-	CertFile string `json:"cert_file"`
-	KeyFile  string `json:"key_file"`
-	// ServerName is the name the server's certificate must carry; default: the host dialled.
-	ServerName string `json:"server_name"`
-}
+type RedisTLS = ClientTLS
 
 // RedisBreaker is the circuit breaker in front of Redis.
 type RedisBreaker struct {
@@ -100,9 +90,7 @@ func (r *Redis) applyDefaults(c *Config) {
 	if r.AuditStream.MaxLen == 0 {
 		r.AuditStream.MaxLen = 1_000_000
 	}
-	if t := r.TLS; t != nil {
-		t.CAFile, t.CertFile, t.KeyFile = c.Path(t.CAFile), c.Path(t.CertFile), c.Path(t.KeyFile)
-	}
+	r.TLS.resolve(c)
 }
 
 func (r *Redis) validate(c *Config, errs *fieldErrors) {
@@ -136,14 +124,10 @@ func (r *Redis) validate(c *Config, errs *fieldErrors) {
 			errs.add(ref[0], "no credential named %q in credentials", ref[1])
 		}
 	}
-	if t := r.TLS; t != nil {
-		if !r.Enabled() {
-			errs.add("redis.tls", "set redis.addr, redis.sentinel or redis.cluster too")
-		}
-		if (t.CertFile == "") != (t.KeyFile == "") {
-			errs.add("redis.tls.cert_file", "set both redis.tls.cert_file and redis.tls.key_file, or neither")
-		}
+	if r.TLS != nil && !r.Enabled() {
+		errs.add("redis.tls", "set redis.addr, redis.sentinel or redis.cluster too")
 	}
+	r.TLS.validate("redis.tls", errs)
 }
 
 // validateTopology checks that at most one topology is set, and its addresses.

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -85,6 +86,7 @@ type Kube struct {
 	stop   []func()
 
 	unverified *prometheus.CounterVec
+	lifecycle  *lifecycle
 
 	// update serialises the event handlers of all informers, so that an identity computed
 	// from the caches is never stored after a newer event has removed it.
@@ -148,7 +150,7 @@ type KubeOption func(*Kube)
 func WithRegisterer(reg prometheus.Registerer) KubeOption {
 	return func(k *Kube) {
 		if reg != nil {
-			reg.MustRegister(k.unverified)
+			reg.MustRegister(append(k.lifecycle.collectors(), k.unverified)...)
 		}
 	}
 }
@@ -169,6 +171,7 @@ func NewKube(client kubernetes.Interface, dyn dynamic.Interface, namespaces []st
 			Name: "sandgate_identity_unverified_total",
 			Help: "Sandbox pods resolved as unknown callers, by the link of their identity chain that did not hold.",
 		}, []string{"link"}),
+		lifecycle: newLifecycle(time.Now),
 	}
 	for _, o := range opts {
 		o(k)
@@ -189,48 +192,58 @@ func NewKube(client kubernetes.Interface, dyn dynamic.Interface, namespaces []st
 		k.stop = append(k.stop, pf.Shutdown, bf.Shutdown)
 	}
 	for _, c := range k.ns {
-		regs := make([]cache.ResourceEventHandlerRegistration, 0, 4)
-		add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
-			reg, err := inf.AddEventHandler(h)
-			regs = append(regs, reg)
-			return err
-		}
-		err := errors.Join(
-			add(c.pods, cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { k.podChanged(obj, c) },
-				UpdateFunc: func(_, obj any) { k.podChanged(obj, c) },
-				DeleteFunc: k.podDeleted,
-			}),
-			add(c.boxes, cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { k.sandboxChanged(obj, c) },
-				UpdateFunc: func(_, obj any) { k.sandboxChanged(obj, c) },
-				DeleteFunc: func(obj any) {
-					k.sandboxChanged(obj, c)
-					k.notifyGone(obj, k.gone)
-				},
-			}),
-			add(c.claims, cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(obj any) { k.claimChanged(obj, c) },
-				UpdateFunc: func(old, obj any) { k.claimChanged(old, c); k.claimChanged(obj, c) },
-				DeleteFunc: func(obj any) {
-					k.claimChanged(obj, c)
-					k.notifyGone(obj, k.goneClaim)
-				},
-			}),
-			add(c.pools, cache.ResourceEventHandlerFuncs{
-				AddFunc:    func(any) { k.namespaceChanged(c) },
-				UpdateFunc: func(any, any) { k.namespaceChanged(c) },
-				DeleteFunc: func(any) { k.namespaceChanged(c) },
-			}),
-		)
-		if err != nil {
-			return nil, fmt.Errorf("kubernetes identity: watch: %w", err)
-		}
-		for _, r := range regs {
-			k.synced = append(k.synced, r.HasSynced)
+		if err := k.watch(c); err != nil {
+			return nil, err
 		}
 	}
 	return k, nil
+}
+
+// watch registers the resolver's and the lifecycle metrics' handlers on c's informers.
+func (k *Kube) watch(c *nsCaches) error {
+	regs := make([]cache.ResourceEventHandlerRegistration, 0, 7)
+	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+		reg, err := inf.AddEventHandler(h)
+		regs = append(regs, reg)
+		return err
+	}
+	claims, pools, boxes := k.lifecycle.handlers()
+	err := errors.Join(
+		add(c.pods, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { k.podChanged(obj, c) },
+			UpdateFunc: func(_, obj any) { k.podChanged(obj, c) },
+			DeleteFunc: k.podDeleted,
+		}),
+		add(c.boxes, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { k.sandboxChanged(obj, c) },
+			UpdateFunc: func(_, obj any) { k.sandboxChanged(obj, c) },
+			DeleteFunc: func(obj any) {
+				k.sandboxChanged(obj, c)
+				k.notifyGone(obj, k.gone)
+			},
+		}),
+		add(c.claims, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { k.claimChanged(obj, c) },
+			UpdateFunc: func(old, obj any) { k.claimChanged(old, c); k.claimChanged(obj, c) },
+			DeleteFunc: func(obj any) {
+				k.claimChanged(obj, c)
+				k.notifyGone(obj, k.goneClaim)
+			},
+		}),
+		add(c.pools, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { k.namespaceChanged(c) },
+			UpdateFunc: func(any, any) { k.namespaceChanged(c) },
+			DeleteFunc: func(any) { k.namespaceChanged(c) },
+		}),
+		add(c.claims, claims), add(c.pools, pools), add(c.boxes, boxes),
+	)
+	if err != nil {
+		return fmt.Errorf("kubernetes identity: watch: %w", err)
+	}
+	for _, r := range regs {
+		k.synced = append(k.synced, r.HasSynced)
+	}
+	return nil
 }
 
 // OnSandboxGone registers f to be called with the key ("namespace/sandbox", as Identity.Key) of

@@ -3,10 +3,8 @@ package redisconn
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -64,33 +62,8 @@ func New(cfg config.Redis, pw Passwords) (redis.UniversalClient, error) {
 	return nil, errors.New("redis: no topology configured (redis.addr, redis.sentinel or redis.cluster)")
 }
 
-// TLSConfig returns the client TLS configuration for t (nil for none): the server is verified
-// against t.CAFile (or the system's roots), under t.ServerName when set; TLS 1.2 at least.
-// Errors name the field.
-func TLSConfig(t *config.RedisTLS) (*tls.Config, error) {
-	if t == nil {
-		return nil, nil
-	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis.tls.ca_file: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis.tls.ca_file: %s holds no PEM certificate", t.CAFile)
-		}
-	}
-	if t.CertFile != "" || t.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis.tls.cert_file, redis.tls.key_file: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
-}
+// TLSConfig returns the client TLS configuration for t (nil for none); see config.ClientTLS.
+func TLSConfig(t *config.RedisTLS) (*tls.Config, error) { return t.Config("redis.tls") }
 
 // Check pings Redis, for readiness: nil when it answers within ctx. A Cluster client pings
 // every primary it knows, so one unreachable shard is reported.

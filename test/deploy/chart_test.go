@@ -219,6 +219,9 @@ func TestChartSchemaRejectsWrongValues(t *testing.T) {
 		{"port out of range", []string{"ports.proxy=70000"}, []string{"/ports/proxy"}},
 		{"sandbox namespace that is not a DNS label", []string{"sandboxNamespaces[0]=Sandboxes"}, []string{"/sandboxNamespaces/0"}},
 		{"grace period too short to flush the audit log", []string{"terminationGracePeriodSeconds=5"}, []string{"/terminationGracePeriodSeconds"}},
+		{"OTLP auth token given inline", []string{"audit.otlp.endpoint=https://c:4318", "audit.otlp.authSecret.value=sk-ant-123"},
+			[]string{"/audit/otlp/authSecret", "'value' not allowed"}},
+		{"OTLP protocol that is not one", []string{"audit.otlp.protocol=udp"}, []string{"/audit/otlp/protocol"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -70,7 +70,8 @@ func TestChartDashboardAndAlertRules(t *testing.T) {
 			titles = append(titles, strings.ToLower(p.Title))
 		}
 		joined := strings.Join(titles, "|")
-		for _, want := range []string{"decision code", "latency", "sessions", "upstream", "limits", "audit queue", "redis"} {
+		for _, want := range []string{"decision code", "latency", "sessions", "upstream", "limits", "audit queue", "redis",
+			"claim-to-ready", "warm pool", "sandbox lifetime", "audit export"} {
 			if !strings.Contains(joined, want) {
 				t.Errorf("no dashboard panel about %q (panels: %s)", want, joined)
 			}

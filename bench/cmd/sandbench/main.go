@@ -47,9 +47,11 @@ func main() {
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
 	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ",")+
-		`; "declog": only route and mcp, with -policy-variants; "delivery": only route and mcp, with -delivery-variants`)
+		`; "declog": only route and mcp, with -policy-variants; "delivery": only route and mcp, with -delivery-variants; "otlp": only route and mcp, with -export-variants`)
 	flag.BoolVar(&o.PolicyVariants, "policy-variants", false, `also run Sandgate with the decision log on ("declog") and with a shadow policy ("shadow"), interleaved, on route and mcp`)
 	flag.BoolVar(&o.DeliveryVariants, "delivery-variants", false, `also run Sandgate with audit.delivery: async ("async") beside the default blocking one, interleaved, on route and mcp`)
+	flag.BoolVar(&o.ExportVariants, "export-variants", false, `also run Sandgate exporting its audit log over OTLP to a Collector ("otlp"), interleaved, on route and mcp`)
+	flag.StringVar(&o.OtelcolBin, "otelcol", ".tools/bin/otelcol", "the OpenTelemetry Collector test/setup.sh builds (test/otelcol), for -export-variants")
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
 	flag.Parse()
 	if *fromRaw != "" {
@@ -69,15 +71,7 @@ func main() {
 	if !containsInt(o.Sweep, o.Sandboxes) {
 		o.Sweep = append(o.Sweep, o.Sandboxes)
 	}
-	switch *workloads {
-	case "declog":
-		*workloads, o.PolicyVariants = bench.WRoute+","+bench.WMCP, true
-	case "delivery":
-		*workloads, o.DeliveryVariants = bench.WRoute+","+bench.WMCP, true
-	}
-	if *workloads != "" {
-		o.Workloads = strings.Split(*workloads, ",")
-	}
+	o.Workloads = workloadList(&o, *workloads)
 	if o.Label == "" {
 		o.Label = time.Now().UTC().Format("2006-01-02") + "-" + shortSHA()
 	}
@@ -200,4 +194,21 @@ func shortSHA() string {
 		return "nogit"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// workloadList is -workloads as a list; a variant's name ("declog", "delivery", "otlp") stands
+// for route and mcp with that variant's targets on.
+func workloadList(o *bench.Options, workloads string) []string {
+	switch workloads {
+	case "declog":
+		workloads, o.PolicyVariants = bench.WRoute+","+bench.WMCP, true
+	case "delivery":
+		workloads, o.DeliveryVariants = bench.WRoute+","+bench.WMCP, true
+	case "otlp":
+		workloads, o.ExportVariants = bench.WRoute+","+bench.WMCP, true
+	}
+	if workloads == "" {
+		return o.Workloads
+	}
+	return strings.Split(workloads, ",")
 }

@@ -91,6 +91,19 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
 {{- $creds = append $creds (dict "name" "audit-signing-key" "file" "/etc/sandgate/audit-keys/checkpoint.key") -}}
 {{- end -}}
 {{- end -}}
+{{- with .Values.audit.otlp -}}
+{{- if .endpoint -}}
+{{- $o := dict "endpoint" .endpoint "protocol" .protocol "insecure" .insecure -}}
+{{- if .headers }}{{ $_ := set $o "headers" .headers }}{{ end -}}
+{{- if .authSecret.name -}}
+{{- $ref := dict "name" "audit-otlp-auth" "header" .authSecret.header -}}
+{{- if .authSecret.format }}{{ $_ := set $ref "format" .authSecret.format }}{{ end -}}
+{{- $_ := set $o "header_credential" $ref -}}
+{{- $creds = append $creds (dict "name" "audit-otlp-auth" "file" (printf "/etc/sandgate/credentials/audit-otlp-auth/%s" .authSecret.key)) -}}
+{{- end -}}
+{{- $_ := set $audit "otlp" $o -}}
+{{- end -}}
+{{- end -}}
 {{- $hosts := list $full (printf "%s.%s" $full $ns) (printf "%s.%s.svc" $full $ns) (printf "%s.%s.svc.%s" $full $ns .Values.clusterDomain) -}}
 {{- $kube := dict
   "enabled" .Values.kubernetes.enabled

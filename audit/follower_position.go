@@ -2,18 +2,22 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 )
 
-// This file is the mirror's position keeping: which file and byte it is at, how it finds its place
-// again after a restart or a rotation, and the cursor file that survives restarts.
+// This file is a follower's position keeping: which file and byte it is at, how it finds its
+// place again after a restart or a rotation, and the cursor file that survives restarts.
 
-// cursorRecord is CursorFile's content: the byte range and hash of the last mirrored line.
+// cursorRecord is a cursor file's content: the byte range and hash of the last line sent. Stream
+// holds the follower's CursorTag (named for the Redis mirror's stream, the first follower, so that
+// its cursor files stay valid).
 type cursorRecord struct {
 	Stream string `json:"stream"`
 	File   string `json:"file"`
@@ -22,77 +26,90 @@ type cursorRecord struct {
 	Hash   string `json:"hash"`
 }
 
-// currentIndex finds the file the mirror is reading among files, by identity (it may have been
+// position is where the next line to send starts.
+type position struct {
+	path   string      // "" until located
+	info   os.FileInfo // identifies the file across a rename by rotation
+	offset int64
+	start  int64  // of the last line sent in path, for the cursor
+	hash   string // of the last line sent
+	// located is set when the position was just found by its hash: the next line is then taken as
+	// it is even if its prev_hash disagrees (a broken chain is Verify's to report, not a reason
+	// to search forever).
+	located bool
+}
+
+// currentIndex finds the file the follower is reading among files, by identity (it may have been
 // renamed by rotation), or -1.
-func (m *StreamMirror) currentIndex(files []string) int {
-	if m.pos.info == nil {
+func (f *Follower) currentIndex(files []string) int {
+	if f.pos.info == nil {
 		return -1
 	}
-	if fi, err := os.Stat(m.pos.path); err == nil && os.SameFile(fi, m.pos.info) {
+	if fi, err := os.Stat(f.pos.path); err == nil && os.SameFile(fi, f.pos.info) {
 		for i, p := range files {
-			if p == m.pos.path {
+			if p == f.pos.path {
 				return i
 			}
 		}
 	}
 	for i, p := range files {
-		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, m.pos.info) {
+		if fi, err := os.Stat(p); err == nil && os.SameFile(fi, f.pos.info) {
 			return i
 		}
 	}
 	return -1
 }
 
-func (m *StreamMirror) openAt(path string, offset int64) error {
+func (f *Follower) openAt(path string, offset int64) error {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("audit stream mirror: %w", err)
+		return fmt.Errorf("%s: %w", f.cfg.Name, err)
 	}
-	// The hash of the last mirrored line stays: the chain check in pump needs it across files.
-	m.pos = position{path: path, info: fi, offset: offset, hash: m.pos.hash}
+	// The hash of the last line sent stays: the chain check in pump needs it across files.
+	f.pos = position{path: path, info: fi, offset: offset, hash: f.pos.hash}
 	return nil
 }
 
 // locate finds where to continue: after the line the cursor names, where it was or (after a
 // rotation) in whichever file holds it; else from the start of the oldest file.
-func (m *StreamMirror) locate(files []string) error {
-	c, ok := m.loadCursor()
-	hash := m.pos.hash
+func (f *Follower) locate(files []string) error {
+	c, ok := f.loadCursor()
+	hash := f.pos.hash
 	if ok {
 		hash = c.Hash
-		p := filepath.Join(m.cfg.Dir, c.File)
+		p := filepath.Join(f.cfg.Dir, c.File)
 		if lineAt(p, c.Start, c.End) == c.Hash {
-			if err := m.openAt(p, c.End); err == nil {
-				m.pos.start, m.pos.hash, m.pos.located = c.Start, c.Hash, true
+			if err := f.openAt(p, c.End); err == nil {
+				f.pos.start, f.pos.hash, f.pos.located = c.Start, c.Hash, true
 				return nil
 			}
 		}
 	}
 	if hash != "" {
-		return m.locateHash(files, hash)
+		return f.locateHash(files, hash)
 	}
-	m.pos = position{}
-	return m.openOldest(files)
+	f.pos = position{}
+	return f.openOldest(files)
 }
 
 // openOldest starts at the beginning of the oldest file. files was listed before: a rotation
 // since then renamed the file files[0] names (when it was the active audit.log) and opening that
 // name would start on the new, empty log, skipping every line of the rotated one (seen as a
-// mirror that never sent the first file's events). So the opened file must still be the oldest
+// follower that never sent the first file's events). So the opened file must still be the oldest
 // in a new listing; otherwise look again.
-func (m *StreamMirror) openOldest(files []string) error {
+func (f *Follower) openOldest(files []string) error {
 	for attempt := 0; ; attempt++ {
-		if err := m.openAt(files[0], 0); err != nil {
+		if err := f.openAt(files[0], 0); err != nil {
 			return err
 		}
-		again, err := logFiles(m.cfg.Dir)
+		again, err := logFiles(f.cfg.Dir)
 		if err != nil {
 			return err
 		}
 		if len(again) == 0 || attempt == locateAttempts-1 {
 			return nil
 		}
-		if fi, err := os.Stat(again[0]); err == nil && os.SameFile(fi, m.pos.info) {
+		if fi, err := os.Stat(again[0]); err == nil && os.SameFile(fi, f.pos.info) {
 			return nil
 		}
 		files = again
@@ -102,33 +119,33 @@ func (m *StreamMirror) openOldest(files []string) error {
 // locateHash continues after the line whose hash is hash, or from the start of the oldest file
 // when no file holds it any more. A rotation between listing the files and scanning them renames
 // the active file under the scan (the name then holds the new, empty log), so a miss lists the
-// files again before giving up: restarting from the oldest file would mirror everything twice.
-func (m *StreamMirror) locateHash(files []string, hash string) error {
+// files again before giving up: restarting from the oldest file would send everything twice.
+func (f *Follower) locateHash(files []string, hash string) error {
 	for attempt := 0; ; attempt++ {
-		found, err := m.seekHash(files, hash)
+		found, err := f.seekHash(files, hash)
 		if found || err != nil {
 			return err
 		}
 		if attempt == locateAttempts-1 {
 			break
 		}
-		if files, err = logFiles(m.cfg.Dir); err != nil {
+		if files, err = logFiles(f.cfg.Dir); err != nil {
 			return err
 		}
 	}
-	m.restarts.Add(1)
-	m.pos = position{}
+	f.restarts.Add(1)
+	f.pos = position{}
 	if len(files) == 0 {
 		return nil
 	}
-	return m.openOldest(files)
+	return f.openOldest(files)
 }
 
 // locateAttempts bounds how often locateHash lists the files again after a miss.
 const locateAttempts = 3
 
-// seekHash positions the mirror after the line whose hash is hash, if one of files holds it.
-func (m *StreamMirror) seekHash(files []string, hash string) (bool, error) {
+// seekHash positions the follower after the line whose hash is hash, if one of files holds it.
+func (f *Follower) seekHash(files []string, hash string) (bool, error) {
 	for _, p := range files {
 		var start, end int64
 		found := false
@@ -143,10 +160,10 @@ func (m *StreamMirror) seekHash(files []string, hash string) (bool, error) {
 			return nil
 		})
 		if found {
-			if err := m.openAt(p, end); err != nil {
+			if err := f.openAt(p, end); err != nil {
 				return false, err
 			}
-			m.pos.start, m.pos.hash, m.pos.located = start, hash, true
+			f.pos.start, f.pos.hash, f.pos.located = start, hash, true
 			return true, nil
 		}
 	}
@@ -167,10 +184,10 @@ func linePrevHash(line []byte) string {
 	return ev.PrevHash
 }
 
-func (m *StreamMirror) loadCursor() (cursorRecord, bool) {
+func (f *Follower) loadCursor() (cursorRecord, bool) {
 	var c cursorRecord
-	b, err := os.ReadFile(filepath.Join(m.cfg.Dir, CursorFile))
-	if err != nil || json.Unmarshal(b, &c) != nil || c.Stream != m.cfg.Stream || c.Hash == "" {
+	b, err := os.ReadFile(filepath.Join(f.cfg.Dir, f.cfg.CursorFile))
+	if err != nil || json.Unmarshal(b, &c) != nil || c.Stream != f.cfg.CursorTag || c.Hash == "" {
 		return cursorRecord{}, false
 	}
 	return c, true
@@ -178,11 +195,11 @@ func (m *StreamMirror) loadCursor() (cursorRecord, bool) {
 
 // saveCursor writes the cursor by rename, so a crash leaves the old or the new one. Losing it only
 // means lines are sent again.
-func (m *StreamMirror) saveCursor() {
+func (f *Follower) saveCursor() {
 	b, _ := json.Marshal(cursorRecord{
-		Stream: m.cfg.Stream, File: filepath.Base(m.pos.path), Start: m.pos.start, End: m.pos.offset, Hash: m.pos.hash,
+		Stream: f.cfg.CursorTag, File: filepath.Base(f.pos.path), Start: f.pos.start, End: f.pos.offset, Hash: f.pos.hash,
 	})
-	path := filepath.Join(m.cfg.Dir, CursorFile)
+	path := filepath.Join(f.cfg.Dir, f.cfg.CursorFile)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return
@@ -199,14 +216,14 @@ func readCompleteLines(path string, want os.FileInfo, offset int64, max int) (li
 		return nil, nil, false, errMoved
 	}
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("audit stream mirror: %w", err)
+		return nil, nil, false, err
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !os.SameFile(fi, want) {
 		return nil, nil, false, errMoved
 	}
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return nil, nil, false, fmt.Errorf("audit stream mirror: %w", err)
+		return nil, nil, false, fmt.Errorf("seek %s: %w", path, err)
 	}
 	r := bufio.NewReaderSize(f, 64<<10)
 	pos := offset
@@ -216,7 +233,7 @@ func readCompleteLines(path string, want os.FileInfo, offset int64, max int) (li
 			return lines, ends, len(line) > 0, nil
 		}
 		if err != nil {
-			return nil, nil, false, fmt.Errorf("audit stream mirror: read %s: %w", path, err)
+			return nil, nil, false, fmt.Errorf("read %s: %w", path, err)
 		}
 		pos += int64(len(line))
 		lines = append(lines, line[:len(line)-1])
@@ -253,4 +270,26 @@ func lineID(line []byte) string {
 		return ev.ID
 	}
 	return ""
+}
+
+// lineTime returns the time of a log line: "time" is the second member of every line, after the
+// 36-character ID, so the common case needs no JSON decoding.
+func lineTime(line []byte) (time.Time, bool) {
+	const prefix = `{"id":"`
+	const timeKey = `","time":"`
+	if n := len(prefix) + 36; len(line) > n+len(timeKey) && string(line[n:n+len(timeKey)]) == timeKey {
+		rest := line[n+len(timeKey):]
+		if end := bytes.IndexByte(rest, '"'); end > 0 {
+			if t, err := time.Parse(time.RFC3339Nano, string(rest[:end])); err == nil {
+				return t, true
+			}
+		}
+	}
+	var v struct {
+		Time time.Time `json:"time"`
+	}
+	if json.Unmarshal(line, &v) != nil || v.Time.IsZero() {
+		return time.Time{}, false
+	}
+	return v.Time, true
 }

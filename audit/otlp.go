@@ -1,0 +1,214 @@
+package audit
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploghttp"
+	otellog "go.opentelemetry.io/otel/log"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
+	"go.opentelemetry.io/otel/sdk/resource"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/credentials"
+)
+
+// OTLPCursorFile, in the audit folder, records how far the log has been exported over OTLP.
+const OTLPCursorFile = "otlp.cursor"
+
+// otlpCursorTag marks the OTLP exporter's cursor. It is not the endpoint: pointing the exporter
+// at a new Collector continues where it was instead of sending the whole log again.
+const otlpCursorTag = "otlp"
+
+// OTLP protocols (OTEL_EXPORTER_OTLP_PROTOCOL's values that Sandgate supports).
+const (
+	OTLPProtocolGRPC = "grpc"
+	OTLPProtocolHTTP = "http/protobuf"
+)
+
+// OTLPConfig configures an OTLPExporter. Fields left empty are taken from the standard
+// OTEL_EXPORTER_OTLP_* (and OTEL_EXPORTER_OTLP_LOGS_*) variables by the OpenTelemetry exporter
+// itself; a field set here wins over the variable.
+type OTLPConfig struct {
+	// Dir is the audit folder the FileSink writes.
+	Dir string
+	// Protocol is OTLPProtocolGRPC or OTLPProtocolHTTP (default).
+	Protocol string
+	// Endpoint is the Collector's URL (http://host:port or https://host:port, with a path for
+	// OTLP/HTTP when it is not /v1/logs); empty: the environment's, else localhost.
+	Endpoint string
+	// Insecure sends in plain text (an http:// endpoint); the caller decides when that is safe.
+	Insecure bool
+	// Headers are sent with every export; their values are not secret.
+	Headers map[string]string
+	// Auth, when set, gives an auth header for each export (a credential's current value).
+	Auth AuthHeader
+	// TLS is the client's TLS configuration (trusted roots, client certificate), nil for the
+	// system's roots.
+	TLS *tls.Config
+	// Timeout bounds one export (default 10s).
+	Timeout time.Duration
+	// Resource describes this process (service.name, service.instance.id …).
+	Resource *resource.Resource
+	// Follower tunes the follower (Batch, Poll, RetryBackoff); its Dir, Name and cursor are set
+	// here.
+	Follower FollowerConfig
+}
+
+// OTLPExporter ships the audit log as OpenTelemetry log records over OTLP: one LogRecord per
+// line, in log order, at least once. It is a Follower of the file (see there): an unreachable
+// Collector never holds up a call, memory stays at one batch, and after an outage or a restart
+// the exporter continues from its cursor (OTLPCursorFile). A batch is acknowledged by the
+// Collector's OTLP response before the cursor moves; one whose answer was lost is sent again, so
+// a consumer sees a line at least once and drops repeats by sandgate.event.id.
+//
+// The exporter uses the OpenTelemetry log SDK to build the records (resource, scope, limits)
+// and calls the OTLP exporter itself, synchronously, instead of the SDK's batch processor: that
+// processor drops records when its queue is full and never reports a failed export, and the
+// file already is the queue.
+type OTLPExporter struct {
+	*Follower
+	exporter sdklog.Exporter
+	provider *sdklog.LoggerProvider
+	logger   otellog.Logger
+	records  *recordBuffer
+	timeout  time.Duration
+}
+
+// NewOTLPExporter builds an exporter of cfg.Dir's log. Start it with Run; Shutdown releases the
+// connection. Nothing is dialled here: an unreachable Collector shows in Healthy, not as an
+// error.
+func NewOTLPExporter(cfg OTLPConfig) (*OTLPExporter, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	exp, err := newOTLPLogExporter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	buf := &recordBuffer{}
+	opts := []sdklog.LoggerProviderOption{sdklog.WithProcessor(buf)}
+	if cfg.Resource != nil {
+		opts = append(opts, sdklog.WithResource(cfg.Resource))
+	}
+	provider := sdklog.NewLoggerProvider(opts...)
+	e := &OTLPExporter{exporter: exp, provider: provider, records: buf, timeout: cfg.Timeout,
+		logger: provider.Logger("github.com/sandgate/sandgate/audit")}
+	fc := cfg.Follower
+	fc.Dir, fc.Name, fc.CursorFile, fc.CursorTag = cfg.Dir, "audit otlp exporter", OTLPCursorFile, otlpCursorTag
+	if e.Follower, err = NewFollower(fc, e); err != nil {
+		return nil, errors.Join(err, exp.Shutdown(context.Background()))
+	}
+	return e, nil
+}
+
+func newOTLPLogExporter(cfg OTLPConfig) (sdklog.Exporter, error) {
+	ctx := context.Background()
+	switch cfg.Protocol {
+	case OTLPProtocolHTTP, "":
+		// Retries are the follower's (with the file as the queue): the exporter's own would
+		// hold a batch for up to a minute in memory and report nothing meanwhile.
+		opts := []otlploghttp.Option{otlploghttp.WithTimeout(cfg.Timeout), otlploghttp.WithRetry(otlploghttp.RetryConfig{Enabled: false})}
+		if cfg.Endpoint != "" {
+			opts = append(opts, otlploghttp.WithEndpointURL(logsURL(cfg.Endpoint)))
+		}
+		if cfg.Insecure {
+			opts = append(opts, otlploghttp.WithInsecure())
+		}
+		if len(cfg.Headers) > 0 {
+			opts = append(opts, otlploghttp.WithHeaders(cfg.Headers))
+		}
+		if cfg.TLS != nil {
+			opts = append(opts, otlploghttp.WithTLSClientConfig(cfg.TLS))
+		}
+		if cfg.Auth != nil {
+			opts = append(opts, httpAuth(cfg))
+		}
+		e, err := otlploghttp.New(ctx, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("audit otlp exporter (http/protobuf): %w", err)
+		}
+		return e, nil
+	case OTLPProtocolGRPC:
+		opts := []otlploggrpc.Option{otlploggrpc.WithTimeout(cfg.Timeout), otlploggrpc.WithRetry(otlploggrpc.RetryConfig{Enabled: false})}
+		if cfg.Endpoint != "" {
+			opts = append(opts, otlploggrpc.WithEndpointURL(cfg.Endpoint))
+		}
+		if cfg.Insecure {
+			opts = append(opts, otlploggrpc.WithInsecure())
+		}
+		if len(cfg.Headers) > 0 {
+			opts = append(opts, otlploggrpc.WithHeaders(cfg.Headers))
+		}
+		if cfg.TLS != nil {
+			opts = append(opts, otlploggrpc.WithTLSCredentials(credentials.NewTLS(cfg.TLS)))
+		}
+		if cfg.Auth != nil {
+			opts = append(opts, grpcAuth(cfg))
+		}
+		e, err := otlploggrpc.New(ctx, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("audit otlp exporter (grpc): %w", err)
+		}
+		return e, nil
+	}
+	return nil, fmt.Errorf("audit otlp exporter: protocol %q is not %s or %s", cfg.Protocol, OTLPProtocolGRPC, OTLPProtocolHTTP)
+}
+
+// logsURL gives an OTLP/HTTP URL without a path the logs path, /v1/logs, as
+// OTEL_EXPORTER_OTLP_ENDPOINT does: the exporter takes a URL it is given as it is.
+func logsURL(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Path != "" && u.Path != "/") {
+		return endpoint
+	}
+	u.Path = "/v1/logs"
+	return u.String()
+}
+
+// Send exports lines as one OTLP request (the exporter's Destination). It returns nil only when
+// the Collector acknowledged the request.
+func (e *OTLPExporter) Send(ctx context.Context, lines [][]byte) error {
+	e.records.reset()
+	now := time.Now()
+	for _, line := range lines {
+		rec, sc := logRecord(line, now)
+		e.logger.Emit(trace.ContextWithSpanContext(ctx, trace.NewSpanContext(sc)), rec)
+	}
+	if len(e.records.list) != len(lines) {
+		return fmt.Errorf("audit otlp exporter: %d of %d records built (exporter shut down?)", len(e.records.list), len(lines))
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	if err := e.exporter.Export(ctx, e.records.list); err != nil {
+		return fmt.Errorf("audit otlp exporter: export %d records: %w", len(lines), err)
+	}
+	return nil
+}
+
+// Shutdown closes the exporter's connection. Call it after the last Sync.
+func (e *OTLPExporter) Shutdown(ctx context.Context) error {
+	return errors.Join(e.provider.Shutdown(ctx), e.exporter.Shutdown(ctx))
+}
+
+// recordBuffer is the LoggerProvider's one processor: it keeps the records the SDK built for
+// the batch being sent, which Send then exports itself.
+type recordBuffer struct {
+	list []sdklog.Record
+}
+
+func (b *recordBuffer) reset() { clear(b.list); b.list = b.list[:0] }
+
+// OnEmit keeps a copy of r: the SDK reuses r after the call.
+func (b *recordBuffer) OnEmit(_ context.Context, r *sdklog.Record) error {
+	b.list = append(b.list, r.Clone())
+	return nil
+}
+
+func (b *recordBuffer) Enabled(context.Context, sdklog.EnabledParameters) bool { return true }
+func (b *recordBuffer) Shutdown(context.Context) error                         { return nil }
+func (b *recordBuffer) ForceFlush(context.Context) error                       { return nil }

@@ -1,0 +1,173 @@
+package audit
+
+import (
+	"net"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	otellog "go.opentelemetry.io/otel/log"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// This file maps one audit log line to one OpenTelemetry LogRecord. docs/audit.md ("Shipping
+// events") has the table; TestOTLPRecordFollowsTheMappingTable holds the two together.
+//
+// The body is the line exactly as written (so the chain can be verified from what a log store
+// keeps, and nothing is lost in translation); attributes repeat the fields a query filters on,
+// under the OpenTelemetry semantic conventions where one exists and under sandgate.* otherwise.
+
+// Attribute keys of Sandgate's own fields.
+const (
+	AttrEventID        = "sandgate.event.id"
+	AttrEventHash      = "sandgate.event.hash"
+	AttrNamespace      = "sandgate.namespace"
+	AttrSandbox        = "sandgate.sandbox"
+	AttrTemplate       = "sandgate.template"
+	AttrClaim          = "sandgate.claim"
+	AttrKnown          = "sandgate.identity.known"
+	AttrDecision       = "sandgate.decision"
+	AttrReason         = "sandgate.reason"
+	AttrPolicyRevision = "sandgate.policy.revision"
+	AttrCredential     = "sandgate.credential"
+	AttrUpstream       = "sandgate.upstream"
+	AttrRoute          = "sandgate.route"
+	AttrLimits         = "sandgate.limits"
+)
+
+// mcpMethods names the JSON-RPC method of each MCP kind that has one (mcp.method.name).
+var mcpMethods = map[Kind]string{
+	KindInitialize:    "initialize",
+	KindPing:          "ping",
+	KindToolsList:     "tools/list",
+	KindToolsCall:     "tools/call",
+	KindResourcesList: "resources/list",
+	KindTemplatesList: "resources/templates/list",
+	KindResourcesRead: "resources/read",
+	KindSubscribe:     "resources/subscribe",
+	KindUnsubscribe:   "resources/unsubscribe",
+	KindPromptsList:   "prompts/list",
+	KindPromptsGet:    "prompts/get",
+	KindComplete:      "completion/complete",
+	KindSetLevel:      "logging/setLevel",
+}
+
+// targetKeys names the semantic-convention attribute that carries Target.Tool for each kind: a
+// tool's name, a resource's URI, a prompt's name.
+var targetKeys = map[Kind]string{
+	KindToolsCall:     "gen_ai.tool.name",
+	KindResourcesRead: "mcp.resource.uri",
+	KindSubscribe:     "mcp.resource.uri",
+	KindUnsubscribe:   "mcp.resource.uri",
+	KindPromptsGet:    "gen_ai.prompt.name",
+}
+
+// Severity of a record: a denied call is a warning, an allowed call whose action failed an
+// error, anything else information.
+func recordSeverity(ev *Event) (otellog.Severity, string) {
+	switch {
+	case ev.Kind == KindChain || ev.Kind == KindCheckpoint:
+		return otellog.SeverityInfo, "INFO"
+	case !ev.Decision.Allow:
+		return otellog.SeverityWarn, "WARN"
+	case ev.Outcome.Error != "":
+		return otellog.SeverityError, "ERROR"
+	}
+	return otellog.SeverityInfo, "INFO"
+}
+
+// logRecord maps one log line to a LogRecord and the span context of its call (TraceID and
+// SpanID, either may be zero). A line that does not parse is still sent, as an ERROR record
+// of event name "audit.unparsed" with the line as its body: the log store must not be missing
+// what the file has.
+func logRecord(line []byte, observed time.Time) (otellog.Record, trace.SpanContextConfig) {
+	var r otellog.Record
+	r.SetObservedTimestamp(observed)
+	r.SetBody(attribute.StringValue(string(line)))
+	ev, err := ParseLine(line)
+	if err != nil {
+		r.SetEventName("audit.unparsed")
+		r.SetSeverity(otellog.SeverityError)
+		r.SetSeverityText("ERROR")
+		r.AddAttributes(attribute.String(AttrEventID, lineID(line)), attribute.String("error.type", "unparsed"))
+		return r, trace.SpanContextConfig{}
+	}
+	r.SetEventName(string(ev.Kind))
+	r.SetTimestamp(ev.Time)
+	sev, text := recordSeverity(&ev)
+	r.SetSeverity(sev)
+	r.SetSeverityText(text)
+	r.AddAttributes(eventAttributes(&ev)...)
+	var sc trace.SpanContextConfig
+	if id, err := trace.TraceIDFromHex(ev.TraceID); err == nil {
+		sc.TraceID = id
+	}
+	if id, err := trace.SpanIDFromHex(ev.SpanID); err == nil {
+		sc.SpanID = id
+	}
+	return r, sc
+}
+
+// eventAttributes are the record's attributes: each only when the event has the field.
+func eventAttributes(ev *Event) []attribute.KeyValue {
+	a := make([]attribute.KeyValue, 0, 24)
+	str := func(k, v string) {
+		if v != "" {
+			a = append(a, attribute.String(k, v))
+		}
+	}
+	num := func(k string, v int64) {
+		if v != 0 {
+			a = append(a, attribute.Int64(k, v))
+		}
+	}
+	str(AttrEventID, ev.ID)
+	str(AttrEventHash, ev.Hash)
+	if ev.Kind == KindChain || ev.Kind == KindCheckpoint {
+		return a
+	}
+	id := &ev.Identity
+	str("client.address", id.SourceIP)
+	str(AttrNamespace, id.Namespace)
+	str(AttrSandbox, id.Sandbox)
+	str(AttrTemplate, id.Template)
+	str(AttrClaim, id.Claim)
+	a = append(a, attribute.Bool(AttrKnown, id.Known))
+	decision := "deny"
+	if ev.Decision.Allow {
+		decision = "allow"
+	}
+	a = append(a, attribute.String(AttrDecision, decision))
+	str(AttrReason, ev.Decision.Reason)
+	str(AttrPolicyRevision, ev.Decision.PolicyRevision)
+	str(AttrCredential, ev.Credential)
+	str(AttrLimits, ev.Limits)
+
+	t := &ev.Target
+	str(AttrUpstream, t.Upstream)
+	str(AttrRoute, t.Route)
+	str("mcp.method.name", mcpMethods[ev.Kind])
+	if k, ok := targetKeys[ev.Kind]; ok {
+		str(k, t.Tool)
+	}
+	if t.Host != "" {
+		host, port, err := net.SplitHostPort(t.Host)
+		if err != nil {
+			host, port = t.Host, ""
+		}
+		str("server.address", host)
+		if p, err := strconv.Atoi(port); err == nil {
+			num("server.port", int64(p))
+		}
+	}
+	str("http.request.method", t.Method)
+	str("url.path", t.Path)
+	str("gen_ai.request.model", t.Model)
+
+	o := &ev.Outcome
+	num("http.response.status_code", int64(o.Status))
+	str("error.type", o.Error)
+	num("gen_ai.usage.input_tokens", o.TokensIn)
+	num("gen_ai.usage.output_tokens", o.TokensOut)
+	return a
+}
