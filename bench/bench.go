@@ -32,13 +32,13 @@ type Options struct {
 	// exported over OTLP (audit.otlp) to a Collector (OtelcolBin, test/otelcol's build) in a
 	// process of its own, measured interleaved on route and mcp: issue #37's cost target.
 	ExportVariants bool
-	OtelcolBin string
-	RelayBin         string // bench/cmd/relay
-	SmokescreenBin   string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
-	PolicyDir        string // the shipped policies (their rules; the bench supplies its own data)
-	OutDir           string // bench/results
-	RawDir           string // the raw dump's folder, git-ignored (RawDir)
-	Label            string // file name stem, e.g. 2026-11-29-34b6d5e
+	OtelcolBin     string
+	RelayBin       string // bench/cmd/relay
+	SmokescreenBin string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
+	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
+	OutDir         string // bench/results
+	RawDir         string // the raw dump's folder, git-ignored (RawDir)
+	Label          string // file name stem, e.g. 2026-11-29-34b6d5e
 
 	Sandboxes      int           // sandboxes of the main fixed-rate runs
 	Sweep          []int         // sandbox counts for the latency-vs-sandboxes chart
