@@ -49,7 +49,9 @@ go_tool() { # name version-marker install-args...
 }
 # promtool checks the chart's PrometheusRule (test/deploy). Debian's prometheus package carries
 # it; building it from the prometheus module took 26 minutes cold on a busy 2-core machine.
-ln -sf "$(command -v promtool || echo /usr/bin/promtool)" "$bin/promtool"
+# Its own path, not `command -v`: with .tools/bin first on PATH (make test puts it there), that
+# finds this very link and a second run made it point at itself.
+ln -sf /usr/bin/promtool "$bin/promtool"
 
 kube_apiserver() {
   [ -d "$root/test/kube-apiserver" ] || return 0
