@@ -17,8 +17,11 @@ import (
 )
 
 // startParity starts `sandgate serve` for the parity test: a 1 MiB body bound on both halves,
-// and a triage template allowed one request a minute across them.
+// a triage template allowed one request a minute across them, and on each half an upstream
+// nothing answers for: the MCP upstream "everything" (never seen, its tools under everything_)
+// and the model route, both at a loopback port nothing listens on.
 func startParity(t *testing.T) *callPath {
+	down := closedAddr(t)
 	dir := t.TempDir()
 	cp := &callPath{mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit")}
 	writeFile(t, dir, "anthropic", "sk-ant-parity-secret")
@@ -34,10 +37,11 @@ gateway:
   max_body_bytes: 1048576
   upstreams:
     - {name: github, url: %q, prefix: never}
+    - {name: everything, url: "http://%s/mcp", prefix: always}
 proxy:
   limits: {body_bytes: 1048576}
   routes:
-    - {name: anthropic, upstream: %q, api: anthropic, allow_private: true,
+    - {name: anthropic, upstream: "http://%s", api: anthropic, allow_private: true,
        credential: {name: anthropic, header: x-api-key}}
 identity:
   static:
@@ -45,10 +49,19 @@ identity:
     - {addresses: [%q], namespace: agents, sandbox: triage-1, template: triage-agent}
     - {addresses: [%q], namespace: agents, sandbox: marker-1, template: coding-agent}
 log: {level: warn, format: text}
-`, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), modelAPI(t), cpCoder, cpTriage, cpMarker))
+`, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), down, down, cpCoder, cpTriage, cpMarker))
 	startServe(t, cfg, func(string) string { return "" })
 	cp.waitReady(t)
 	return cp
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
 }
 
 // answer is what one half answered a scenario with, and the scenario's one event.
@@ -65,7 +78,7 @@ type answer struct {
 // differences (an unknown caller was unknown_identity, decided by policy, on the proxy).
 func TestBothHalvesAnswerAlike(t *testing.T) {
 	cp := startParity(t)
-	triageSID := cp.session(t, cpTriage)
+	triageSID, coderSID := cp.session(t, cpTriage), cp.session(t, cpCoder)
 	post := func(src, sid, body string) func() (int, http.Header) {
 		return func() (int, http.Header) {
 			code, _, h := cp.post(t, src, sid, body)
@@ -94,6 +107,7 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 	}
 	const haiku = `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[]}`
 	toolCall := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_issue","arguments":{}}}`
+	downCall := `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"everything_echo","arguments":{"message":"x"}}}`
 	big := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"` + strings.Repeat("a", 2<<20) + `"}}`
 	badHead := func(path string) string {
 		return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length\r\n\r\n"
@@ -106,7 +120,8 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 		kinds         [2]audit.Kind // the gateway's event kind, the proxy's
 		status        int           // the event's, the same on both halves
 		retryAfter    bool
-		untilRefused  bool // repeat (up to 3 times) until the refusal: a limit's window may turn once
+		allowed       bool // policy allowed it: the failure is the upstream's
+		untilRefused  bool // repeat (up to 3 times) until the code: a limit's window may turn once
 		sameHTTPClass bool // the HTTP answers share a status class too (an MCP tool refusal is a result in a 200)
 	}{
 		{name: "unknown caller", gateway: post(cpUnknown, "", initialize), proxy: route(cpUnknown, haiku),
@@ -117,6 +132,8 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 			// The gateway cannot know the call before it has read the body: a rejection. A route
 			// names its call before the body: a request.
 			code: "body_too_large", kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPRequest}, status: 413, sameHTTPClass: true},
+		{name: "upstream down", gateway: post(cpCoder, coderSID, downCall), proxy: route(cpCoder, haiku),
+			code: "upstream_unavailable", kinds: [2]audit.Kind{audit.KindToolsCall, audit.KindHTTPRequest}, status: 503, allowed: true},
 		{name: "bad head", gateway: raw(cp.mcp, badHead("/mcp")), proxy: raw(cp.proxy, badHead("/routes/anthropic/v1/messages")),
 			code: "malformed_request", kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPRejected}, status: 400, sameHTTPClass: true},
 	}
@@ -129,7 +146,7 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 					evs := cp.eventsOf(t, func() { a.status, a.header = do() })
 					require.Len(t, evs, 1, "exactly one event: %+v", evs)
 					a.ev = evs[0]
-					if !sc.untilRefused || a.ev.Outcome.Error != "" || try == 2 {
+					if !sc.untilRefused || a.ev.Outcome.Error == sc.code || try == 2 {
 						got[i] = a
 						break
 					}
@@ -140,7 +157,7 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 				assert.Equal(t, sc.code, a.ev.Outcome.Error, half)
 				assert.Equal(t, sc.kinds[i], a.ev.Kind, half)
 				assert.Equal(t, sc.status, a.ev.Outcome.Status, half)
-				assert.False(t, a.ev.Decision.Allow, half)
+				assert.Equal(t, sc.allowed, a.ev.Decision.Allow, half)
 				assert.NotEmpty(t, a.ev.Decision.Reason, half)
 				assert.Equal(t, sc.retryAfter, a.header.Get("Retry-After") != "", "%s: Retry-After %q", half, a.header.Get("Retry-After"))
 				if sc.sameHTTPClass {
