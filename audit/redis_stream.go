@@ -50,15 +50,7 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	if c.Timeout <= 0 {
 		c.Timeout = time.Second
 	}
-	if c.Batch <= 0 {
-		c.Batch = 256
-	}
-	if c.Poll <= 0 {
-		c.Poll = time.Second
-	}
-	if c.RetryBackoff <= 0 {
-		c.RetryBackoff = 5 * time.Second
-	}
+	// Batch, Poll and RetryBackoff are the follower's, defaulted there (FollowerConfig).
 	if c.Source == "" {
 		c.Source, _ = os.Hostname()
 	}
