@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,7 +50,7 @@ func TestConformance(t *testing.T) {
 	}
 	t.Run("go-sdk", func(t *testing.T) {
 		addr := freeLoopbackAddr(t)
-		startConformanceServer(t, addr, exec.Command(goServer, "-http", addr, "-stateless=false"))
+		startReferenceServer(t, addr, exec.Command(goServer, "-http", addr, "-stateless=false"))
 		cf.compare(t, "testdata/conformance-baseline.yml", "http://"+addr+"/mcp",
 			config.Upstream{Name: "everything", URL: "http://" + addr + "/mcp", Prefix: config.PrefixNever})
 	})
@@ -63,7 +61,7 @@ func TestConformance(t *testing.T) {
 		_, port, _ := net.SplitHostPort(addr)
 		cmd := exec.Command(cf.node, slices.Concat(tsArgs, []string{"streamableHttp"})...)
 		cmd.Env = append(os.Environ(), "PORT="+port)
-		startConformanceServer(t, addr, cmd)
+		startReferenceServer(t, addr, cmd)
 		return "http://" + addr + "/mcp"
 	}
 	t.Run("typescript-sdk", func(t *testing.T) {
@@ -176,27 +174,6 @@ func (c conformance) compare(t *testing.T, baselineFile, url string, up config.U
 			assert.Equal(t, want, via[name], "scenario %s: checks through Sandgate differ from direct", name)
 		}
 	}
-}
-
-// startConformanceServer starts cmd, an MCP server that listens on addr, until the test ends.
-func startConformanceServer(t *testing.T, addr string, cmd *exec.Cmd) {
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("%s output:\n%s", filepath.Base(cmd.Path), logs.String())
-		}
-	})
-	require.Eventually(t, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 20*time.Second, 20*time.Millisecond, "%s does not listen on %s", cmd.Path, addr)
 }
 
 // scenarioCounts reads "✓ name: N passed, M failed" lines of the suite's summary.
