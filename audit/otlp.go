@@ -20,6 +20,11 @@ import (
 // OTLPCursorFile, in the audit folder, records how far the log has been exported over OTLP.
 const OTLPCursorFile = "otlp.cursor"
 
+// OTLPLinger is the exporter's default FollowerConfig.Linger: the OpenTelemetry SDK's batch
+// processor exports every second too (OTEL_BLRP_SCHEDULE_DELAY), so a log pipeline already
+// expects that delay, and at a few thousand events a second it fills whole batches.
+const OTLPLinger = time.Second
+
 // otlpCursorTag marks the OTLP exporter's cursor. It is not the endpoint: pointing the exporter
 // at a new Collector continues where it was instead of sending the whole log again.
 const otlpCursorTag = "otlp"
@@ -54,8 +59,8 @@ type OTLPConfig struct {
 	Timeout time.Duration
 	// Resource describes this process (service.name, service.instance.id …).
 	Resource *resource.Resource
-	// Follower tunes the follower (Batch, Poll, RetryBackoff); its Dir, Name and cursor are set
-	// here.
+	// Follower tunes the follower (Batch, Poll, RetryBackoff, Linger: default OTLPLinger, none
+	// when negative); its Dir, Name and cursor are set here.
 	Follower FollowerConfig
 }
 
@@ -97,6 +102,9 @@ func NewOTLPExporter(cfg OTLPConfig) (*OTLPExporter, error) {
 	provider, prototype := newRecordProvider(cfg.Resource)
 	e := &OTLPExporter{exporter: exp, provider: provider, prototype: prototype, timeout: cfg.Timeout}
 	fc := cfg.Follower
+	if fc.Linger == 0 {
+		fc.Linger = OTLPLinger
+	}
 	fc.Dir, fc.Name, fc.CursorFile, fc.CursorTag = cfg.Dir, "audit otlp exporter", OTLPCursorFile, otlpCursorTag
 	if e.Follower, err = NewFollower(fc, e); err != nil {
 		return nil, errors.Join(err, exp.Shutdown(context.Background()))

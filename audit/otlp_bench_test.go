@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,9 +30,10 @@ func benchRouteEvent(i int) Event {
 }
 
 // discardOTLP is an OTLP/HTTP receiver that reads each request and accepts it: what the
-// benchmark weighs is the exporter, not a Collector.
-func discardOTLP(b *testing.B) string {
+// benchmark weighs is the exporter, not a Collector. requests counts them.
+func discardOTLP(b *testing.B, requests *atomic.Int64) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.WriteHeader(http.StatusOK)
@@ -68,7 +70,7 @@ func BenchmarkExport(b *testing.B) {
 			if err := w.Close(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			e, err := NewOTLPExporter(OTLPConfig{Dir: dir, Endpoint: discardOTLP(b), Insecure: true,
+			e, err := NewOTLPExporter(OTLPConfig{Dir: dir, Endpoint: discardOTLP(b, new(atomic.Int64)), Insecure: true,
 				Follower: FollowerConfig{Batch: batch}})
 			if err != nil {
 				b.Fatal(err)
@@ -86,6 +88,62 @@ func BenchmarkExport(b *testing.B) {
 			b.StopTimer()
 			if got := e.Stats().Sent; got != uint64(b.N) {
 				b.Fatalf("sent %d lines, want %d", got, b.N)
+			}
+		})
+	}
+}
+
+// BenchmarkExportFollowing measures the exporter as it runs beside a writer under the bench's
+// closed-loop load: 64 callers per core, each recording a route event every 20ms (a model
+// call's time), each write waking the exporter, which follows until it has sent them all.
+// cpu-ns/op is the writer's and the exporter's CPU time per event, lines/req how many lines an
+// OTLP request carried: what lingering after a wake saves over sending each write's lines at
+// once.
+func BenchmarkExportFollowing(b *testing.B) {
+	for _, linger := range []time.Duration{-1, OTLPLinger} {
+		b.Run(fmt.Sprintf("linger=%s", max(linger, 0)), func(b *testing.B) {
+			dir := b.TempDir()
+			var requests atomic.Int64
+			e, err := NewOTLPExporter(OTLPConfig{Dir: dir, Endpoint: discardOTLP(b, &requests), Insecure: true,
+				Follower: FollowerConfig{Linger: linger}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = e.Shutdown(context.Background()) }()
+			sink, err := OpenFileSink(FileConfig{Dir: dir, Fsync: FsyncNever})
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := NewWriter(NotifyingSink(sink, e.Follower))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { _ = e.Run(ctx); close(done) }()
+			b.ReportAllocs()
+			b.SetParallelism(64)
+			b.ResetTimer()
+			cpu := processCPU(b)
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next(); i++ {
+					time.Sleep(20 * time.Millisecond) // the call's own time: load shape, not synchronisation
+					ev := benchRouteEvent(i)
+					if err := w.Record(&ev); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			for deadline := time.Now().Add(time.Minute); e.Stats().Sent < uint64(b.N); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					b.Fatalf("sent %d of %d lines in a minute", e.Stats().Sent, b.N)
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(b.N)/float64(requests.Load()), "lines/req")
+			b.StopTimer()
+			cancel()
+			<-done
+			if err := w.Close(context.Background()); err != nil {
+				b.Fatal(err)
 			}
 		})
 	}
