@@ -82,10 +82,11 @@ type OTLPExporter struct {
 	provider  *sdklog.LoggerProvider
 	prototype sdklog.Record
 	timeout   time.Duration
-	// records and attrs are reused from batch to batch (Send is never concurrent: the Follower
-	// serialises it); the exporter does not keep records after Export returns.
+	// records, attrs and the line decoder are reused from batch to batch (Send is never
+	// concurrent: the Follower serialises it); the exporter keeps no record after Export.
 	records []sdklog.Record
 	attrs   []attribute.KeyValue
+	lines   lineDecoder
 }
 
 // NewOTLPExporter builds an exporter of cfg.Dir's log. Start it with Run; Shutdown releases the
@@ -184,7 +185,7 @@ func (e *OTLPExporter) Send(ctx context.Context, lines [][]byte) error {
 	e.records = e.records[:0]
 	for _, line := range lines {
 		e.records = append(e.records, e.prototype)
-		e.attrs = fillRecord(&e.records[len(e.records)-1], line, now, e.attrs)
+		e.attrs = fillRecord(&e.records[len(e.records)-1], &e.lines, line, now, e.attrs)
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()

@@ -77,7 +77,7 @@ func recordSeverity(ev *Event) (otellog.Severity, string) {
 	return otellog.SeverityInfo, "INFO"
 }
 
-// fillRecord maps one log line onto rec, which holds the provider's resource and scope (a copy
+// fillRecord maps one log line, read with d, onto rec, which holds the provider's resource and scope (a copy
 // of the exporter's prototype record), and returns attrs' storage for the next line. A line that
 // does not parse is still sent, as an ERROR record of event name "audit.unparsed" with the line
 // as its body: the log store must not be missing what the file has.
@@ -85,10 +85,10 @@ func recordSeverity(ev *Event) (otellog.Severity, string) {
 // The record is filled through the SDK record's setters rather than emitted through a Logger:
 // Emit copies every attribute three times (into the API record, the SDK record, and the clone a
 // processor must take), which cost more than the mapping itself.
-func fillRecord(rec *sdklog.Record, line []byte, observed time.Time, attrs []attribute.KeyValue) []attribute.KeyValue {
+func fillRecord(rec *sdklog.Record, d *lineDecoder, line []byte, observed time.Time, attrs []attribute.KeyValue) []attribute.KeyValue {
 	rec.SetObservedTimestamp(observed)
 	rec.SetBody(attribute.StringValue(string(line)))
-	ev, err := ParseLine(line)
+	ev, err := d.decode(line)
 	if err != nil {
 		rec.SetEventName("audit.unparsed")
 		rec.SetSeverity(otellog.SeverityError)

@@ -106,7 +106,7 @@ func sealedLines(t *testing.T, evs []Event) [][]byte {
 // testRecord is the record the exporter builds for line.
 func testRecord(line []byte) sdklog.Record {
 	_, rec := newRecordProvider(nil)
-	fillRecord(&rec, line, time.Now(), nil)
+	fillRecord(&rec, &lineDecoder{}, line, time.Now(), nil)
 	return rec
 }
 
