@@ -3,7 +3,9 @@ package audit
 import (
 	"net"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	otellog "go.opentelemetry.io/otel/log"
@@ -87,18 +89,17 @@ func recordSeverity(ev *Event) (otellog.Severity, string) {
 // processor must take), which cost more than the mapping itself.
 func fillRecord(rec *sdklog.Record, d *lineDecoder, line []byte, observed time.Time, attrs []attribute.KeyValue) []attribute.KeyValue {
 	rec.SetObservedTimestamp(observed)
+	if !utf8.Valid(line) {
+		// Only a damaged or edited file has such a line (the writer writes valid UTF-8). OTLP's
+		// string values must be UTF-8: one such string fails the whole batch's marshal, and the
+		// exporter would retry that batch for ever. The line goes as bytes, unparsed.
+		rec.SetBody(attribute.ByteSliceValue(line))
+		return unparsedRecord(rec, strings.ToValidUTF8(lineID(line), "\uFFFD"), "invalid_utf8", attrs)
+	}
 	rec.SetBody(attribute.StringValue(string(line)))
 	ev, err := d.decode(line)
 	if err != nil {
-		rec.SetEventName("audit.unparsed")
-		rec.SetSeverity(otellog.SeverityError)
-		rec.SetSeverityText("ERROR")
-		rec.SetTimestamp(time.Time{})
-		rec.SetTraceID(trace.TraceID{})
-		rec.SetSpanID(trace.SpanID{})
-		attrs = append(attrs[:0], attribute.String(AttrEventID, lineID(line)), attribute.String("error.type", "unparsed"))
-		rec.SetAttributes(attrs...)
-		return attrs
+		return unparsedRecord(rec, lineID(line), "unparsed", attrs)
 	}
 	rec.SetEventName(string(ev.Kind))
 	rec.SetTimestamp(ev.Time)
@@ -115,6 +116,20 @@ func fillRecord(rec *sdklog.Record, d *lineDecoder, line []byte, observed time.T
 	if id, err := trace.SpanIDFromHex(ev.SpanID); err == nil {
 		rec.SetSpanID(id)
 	}
+	return attrs
+}
+
+// unparsedRecord makes rec the ERROR record "audit.unparsed" of a line that could not be read as
+// an event (why: error.type), keeping its event ID when one could be found.
+func unparsedRecord(rec *sdklog.Record, id, why string, attrs []attribute.KeyValue) []attribute.KeyValue {
+	rec.SetEventName("audit.unparsed")
+	rec.SetSeverity(otellog.SeverityError)
+	rec.SetSeverityText("ERROR")
+	rec.SetTimestamp(time.Time{})
+	rec.SetTraceID(trace.TraceID{})
+	rec.SetSpanID(trace.SpanID{})
+	attrs = append(attrs[:0], attribute.String(AttrEventID, id), attribute.String("error.type", why))
+	rec.SetAttributes(attrs...)
 	return attrs
 }
 

@@ -417,3 +417,37 @@ func TestOTLPExporterSendsTheCurrentAuthHeader(t *testing.T) {
 		})
 	}
 }
+
+// TestOTLPExporterSendsADamagedLineAsBytes: a line that is not UTF-8 (only a damaged or edited
+// file has one) reaches the Collector as an "audit.unparsed" record with the line as bytes, and
+// the lines around it arrive too: OTLP strings must be UTF-8, and one such string used to fail
+// its whole batch at every retry, so the exporter never moved past it.
+func TestOTLPExporterSendsADamagedLineAsBytes(t *testing.T) {
+	col := otelcoltest.Start(t)
+	dir := t.TempDir()
+	w := openWriter(t, FileConfig{Dir: dir, Fsync: FsyncNever})
+	first := testEvent(1)
+	require.NoError(t, w.Record(&first))
+	require.NoError(t, w.Close(context.Background()))
+	f, err := os.OpenFile(filepath.Join(dir, ActiveFile), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	damaged := "{\"id\":\"damaged\",\"kind\":\"mcp.tools_call\",\"note\":\"\xff\xfe\"}\n"
+	_, err = f.WriteString(damaged)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	e := newOTLPExporterFor(t, dir, OTLPProtocolHTTP, col)
+	require.NoError(t, e.Sync(ctxTimeout(t, 20*time.Second)), "the exporter gets past the damaged line")
+	recs := col.WaitFor(t, 20*time.Second, "every line reaches the Collector", func(r []otelcoltest.Record) bool {
+		return len(r) >= len(readLines(t, filepath.Join(dir, ActiveFile)))
+	})
+	var unparsed []otelcoltest.Record
+	for _, r := range recs {
+		if r.EventName == "audit.unparsed" {
+			unparsed = append(unparsed, r)
+		}
+	}
+	require.Len(t, unparsed, 1)
+	assert.Equal(t, "invalid_utf8", unparsed[0].Attributes["error.type"])
+	assert.Contains(t, exportedIDs(recs), first.ID, "the line before it arrived too")
+}
