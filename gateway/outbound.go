@@ -116,7 +116,7 @@ func (g *Gateway) ask(ctx context.Context, to askTarget, u *upstream, in inbound
 	}
 	_, cl := g.core.Begin(ctx, audit.KindServerRequest, who)
 	defer cl.Finish()
-	cl.Event.Target.Upstream, cl.Event.Target.Method = u.cfg.Name, in.method
+	cl.Describe(audit.Target{Upstream: u.cfg.Name, Method: in.method})
 	cl.BytesOut.Store(int64(len(in.raw)))
 	refuse := func(code, reason string) clientReply {
 		cl.Refuse(call.Refuse(code, "%s", reason))
@@ -133,7 +133,7 @@ func (g *Gateway) ask(ctx context.Context, to askTarget, u *upstream, in inbound
 		return refuse(call.CodeUpstreamInputUnsupported, in.method+": the sandbox's client does not declare that capability")
 	}
 	if _, echoed := g.guard.Current().ScrubString(string(in.raw)); echoed {
-		cl.Event.Outcome.CredentialEchoed = true // what reaches the sandbox is scrubbed on its stream
+		cl.CredentialEchoed() // what reaches the sandbox is scrubbed on its stream
 	}
 	id, answered := g.asks.add(to.session.id)
 	defer g.asks.remove(to.session.id, id)
@@ -155,7 +155,7 @@ func (g *Gateway) ask(ctx context.Context, to askTarget, u *upstream, in inbound
 		if r.err != nil {
 			cl.Fail(call.Refuse(call.CodeUpstreamInputUnanswered, "the sandbox answered an error"))
 		} else {
-			cl.Event.Outcome.Status = http.StatusOK
+			cl.Answered(http.StatusOK)
 		}
 		return r
 	case <-ctx.Done():
