@@ -245,9 +245,11 @@ type action struct {
 	rawArgs  any // the arguments as sent, for the audit event's hash
 }
 
-// authorize is the gateway's shape of the request path's decision step for a: the target and
-// the credential's name on the event, then call.Authorize with admission. On a refusal the
-// caller ends the call (Refuse, or Hide where a refusal must look like absence).
+// authorize is the gateway's shape of the request path's decision step for a: the target on
+// the event, call.Authorize with admission, then the credential step both halves share
+// (call.TakeCredential). The value is not kept: the upstream's transport reads it for each
+// request (headers), so a rotated credential applies at once. On a refusal the caller ends the
+// call (Refuse, or Hide where a refusal must look like absence).
 func (g *Gateway) authorize(ctx context.Context, cl *call.Call, a action) *call.Refusal {
 	t := audit.Target{Upstream: a.upstream.cfg.Name, Tool: a.name}
 	if a.rawArgs != nil {
@@ -256,13 +258,16 @@ func (g *Gateway) authorize(ctx context.Context, cl *call.Call, a action) *call.
 	cl.Describe(t)
 	in := &policy.Input{Kind: a.kind, Identity: cl.Identity(),
 		MCP: &policy.MCP{Upstream: a.upstream.cfg.Name, Tool: a.name, Arguments: a.args}}
-	if _, rf := cl.Authorize(ctx, in, true); rf != nil {
+	d, rf := cl.Authorize(ctx, in, true)
+	if rf != nil {
 		return rf
 	}
+	configured := ""
 	if c := a.upstream.cfg.Credential; c != nil {
-		cl.UsesCredential(c.Name)
+		configured = c.Name
 	}
-	return nil
+	_, rf = cl.TakeCredential(g.opts.Credentials, configured, d.Credential)
+	return rf
 }
 
 // forward sends an authorized call to its upstream and ends the call with the outcome.

@@ -276,24 +276,15 @@ func (p *Proxy) readModelRequest(r *http.Request, x *exchange, in *policy.Input)
 
 // chooseCredential checks the credential policy chose against the destination's and takes its
 // value: only the destination's configured credential can ever be injected.
+// The step is the gateway's too (call.TakeCredential).
 func (p *Proxy) chooseCredential(x *exchange, d policy.Decision) *call.Refusal {
-	c := x.up.cred
-	if c == nil {
-		if d.Credential != "" {
-			return call.Refuse(call.CodeCredentialNotConfigured, "policy chose credential %q but this destination has no credential configured", d.Credential)
-		}
-		return nil
+	configured := ""
+	if x.up.cred != nil {
+		configured = x.up.cred.Name
 	}
-	if d.Credential != "" && d.Credential != c.Name {
-		return call.Refuse(call.CodeCredentialNotConfigured, "policy chose credential %q but this destination is configured with %q", d.Credential, c.Name)
-	}
-	v, ok := p.opts.Credentials.Get(c.Name)
-	if !ok || v == "" {
-		return call.Refuse(call.CodeCredentialUnavailable, "credential %q is not available", c.Name)
-	}
-	x.cred = v
-	x.c.UsesCredential(c.Name)
-	return nil
+	var rf *call.Refusal
+	x.cred, rf = x.c.TakeCredential(p.opts.Credentials, configured, d.Credential)
+	return rf
 }
 
 // stripRequestHeaders are removed from every forwarded request (hop-by-hop headers are removed
