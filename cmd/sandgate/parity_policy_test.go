@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,8 +45,9 @@ decision := {"allow": false, "reason": "another answer", "code": "other"} if {
 }
 `
 
-// startParityPolicy starts `sandgate serve` as startParity does, with parityPolicy.
-func startParityPolicy(t *testing.T) *callPath {
+// startParityPolicy starts `sandgate serve` as startParity does, with parityPolicy, one MCP
+// session and one tunnel per sandbox, and a tunnel host (hold) that accepts and holds.
+func startParityPolicy(t *testing.T, hold string) *callPath {
 	down := closedAddr(t)
 	dir := t.TempDir()
 	cp := &callPath{mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit")}
@@ -55,9 +61,13 @@ audit: {file: {dir: %q, fsync: never}}
 credentials:
   - {name: anthropic, file: anthropic}
 gateway:
+  max_sessions_per_sandbox: 1
   upstreams:
     - {name: github, url: %q, prefix: never}
 proxy:
+  limits: {tunnels_per_sandbox: 1}
+  hosts:
+    - {host: 127.0.0.1, port: %d, mode: tunnel, allow_private: true}
   routes:
     - {name: anthropic, upstream: "http://%s", api: anthropic, allow_private: true,
        credential: {name: anthropic, header: x-api-key}}
@@ -67,7 +77,7 @@ identity:
     - {addresses: [%q], namespace: agents, sandbox: triage-1, template: triage-agent}
     - {addresses: [%q], namespace: agents, sandbox: marker-1, template: coding-agent}
 log: {level: warn, format: text}
-`, cp.mcp, cp.proxy, cp.admin, policies, cp.auditDir, richUpstream(t), down, cpCoder, cpTriage, cpMarker))
+`, cp.mcp, cp.proxy, cp.admin, policies, cp.auditDir, richUpstream(t), holdPort(t, hold), down, cpCoder, cpTriage, cpMarker))
 	startServe(t, cfg, func(string) string { return "" })
 	cp.waitReady(t)
 	return cp
@@ -78,8 +88,11 @@ log: {level: warn, format: text}
 // Both are refused by the one step both halves share (call.TakeCredential, call.Authorize)
 // with the same code and status.
 func TestBothHalvesAnswerAlikeOnPolicy(t *testing.T) {
-	cp := startParityPolicy(t)
+	hold := holdingListener(t)
+	cp := startParityPolicy(t, hold)
 	coderSID, triageSID := cp.session(t, cpCoder), cp.session(t, cpTriage)
+	open := connectFrom(t, cp, cpCoder, hold) // coder-1's one tunnel, open to the end
+	require.Equal(t, http.StatusOK, open.status)
 	const haiku = `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[]}`
 	toolCall := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_issue","arguments":{}}}`
 	kinds := [2]audit.Kind{audit.KindToolsCall, audit.KindHTTPRequest}
@@ -88,5 +101,49 @@ func TestBothHalvesAnswerAlikeOnPolicy(t *testing.T) {
 			code: "credential_not_configured", kinds: kinds, status: 403},
 		{name: "policy error", gateway: parityPost(t, cp, cpTriage, triageSID, toolCall), proxy: parityRoute(t, cp, cpTriage, haiku),
 			code: "policy_error", kinds: kinds, status: 403},
+		// The gateway's cap counts sessions, the proxy's tunnels: each is the long-lived thing
+		// a sandbox holds open on its half.
+		{name: "session or tunnel cap", gateway: parityPost(t, cp, cpCoder, "", initialize),
+			proxy: func() (int, http.Header) { a := connectFrom(t, cp, cpCoder, hold); return a.status, a.header },
+			codes: [2]string{"session_limit", "too_many_tunnels"}, kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPConnect},
+			status: 429, sameHTTPClass: true},
 	})
+}
+
+// holdingListener is a loopback address that accepts connections and holds them open.
+func holdingListener(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func holdPort(t *testing.T, addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	n, err := strconv.Atoi(p)
+	require.NoError(t, err)
+	return n
+}
+
+// connectFrom sends CONNECT dest from src to the proxy; an established tunnel stays open until
+// the test ends.
+func connectFrom(t *testing.T, cp *callPath, src, dest string) answer {
+	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}).Dial("tcp", cp.proxy)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = io.WriteString(c, "CONNECT "+dest+" HTTP/1.1\r\nHost: "+dest+"\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	require.NoError(t, err)
+	return answer{status: resp.StatusCode, header: resp.Header}
 }
