@@ -52,8 +52,8 @@ func (c completions) decide(ctx context.Context, kind audit.Kind, u *upstream, n
 	if cl == nil {
 		return c.g.visible(ctx, kind, u.cfg.Name, name)
 	}
-	cl.Event.Target.Upstream, cl.Event.Target.Tool = u.cfg.Name, name
-	in := &policy.Input{Kind: kind, Identity: cl.Event.Identity, MCP: &policy.MCP{Upstream: u.cfg.Name, Tool: name}}
+	cl.Describe(audit.Target{Upstream: u.cfg.Name, Tool: name})
+	in := &policy.Input{Kind: kind, Identity: cl.Identity(), MCP: &policy.MCP{Upstream: u.cfg.Name, Tool: name}}
 	_, rf := cl.Authorize(ctx, in, false)
 	if rf != nil {
 		cl.Refuse(rf)

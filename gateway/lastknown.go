@@ -244,7 +244,7 @@ func (g *Gateway) answerUnseen(ctx context.Context, cl *callState) bool {
 		tool = strings.TrimPrefix(name, u.cfg.Name+"_")
 	}
 	c := cl.call
-	a := action{kind: c.Event.Kind, upstream: u, name: tool}
+	a := action{kind: c.Kind(), upstream: u, name: tool}
 	if rf := g.authorize(ctx, c, a); rf != nil {
 		c.Refuse(rf)
 		writeToolResult(cl.w, cl.id, mcp.NewToolResultError("denied by Sandgate policy: "+rf.Reason))
