@@ -51,9 +51,10 @@ func TestListResultMetaReachesTheSandboxes(t *testing.T) {
 	}
 }
 
-func resultMember(t *testing.T, result json.RawMessage, name string) json.RawMessage {
+// resultMember is member name of obj, as written.
+func resultMember(t *testing.T, obj json.RawMessage, name string) json.RawMessage {
 	t.Helper()
 	var res map[string]json.RawMessage
-	require.NoError(t, json.Unmarshal(result, &res))
+	require.NoError(t, json.Unmarshal(obj, &res))
 	return res[name]
 }
