@@ -2,11 +2,16 @@ package gateway
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/internal/catalogs"
 	"github.com/sandgate/sandgate/internal/config"
 )
 
@@ -49,6 +54,23 @@ func TestListResultMetaReachesTheSandboxes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A list's _meta survives a restart while its upstream is down: it is saved with the last known
+// catalog.
+func TestListResultMetaOfTheLastKnownCatalog(t *testing.T) {
+	store := catalogs.NewFile(filepath.Join(t.TempDir(), catalogs.FileName))
+	withStore := func(o *Options) { o.Catalogs = store }
+	up := startRawUpstream(t, "testdata/rich-catalog.json")
+	ucfg := config.Upstream{Name: "rich", URL: up.URL(), Prefix: config.PrefixNever, ConnectTimeout: config.Duration(time.Second)}
+	startGatewayWith(t, "testdata/policy", withStore, ucfg).waitReady(t)
+	up.srv.Close() // down from now on
+
+	h := startGatewayWith(t, "testdata/policy", withStore, ucfg)
+	require.Eventually(t, func() bool { return h.gw.Tried() == nil }, 30*time.Second, 10*time.Millisecond)
+	require.Error(t, h.gw.Ready(), "the upstream is down")
+	got := resultMember(t, openRawSession(t, h.URL(), "127.0.0.2").call(string(mcp.MethodToolsList), nil), "_meta")
+	assert.JSONEq(t, string(resultMember(t, up.catalog[string(mcp.MethodToolsList)], "_meta")), string(got))
 }
 
 // resultMember is member name of obj, as written.
