@@ -156,6 +156,7 @@ func spliceMessage(msg []byte, k listKind, raw verbatimList) ([]byte, error) {
 		return nil, err
 	}
 	pos := make(map[int]int, len(items))
+	var known []string // the IDs of the entries raw knows
 	for i, it := range items {
 		var f map[string]json.RawMessage
 		var id string
@@ -163,6 +164,7 @@ func spliceMessage(msg []byte, k listKind, raw verbatimList) ([]byte, error) {
 		if json.Unmarshal(it, &f) == nil && json.Unmarshal(orNull(f[k.key]), &id) == nil {
 			if r, ok := raw.entries[id]; ok {
 				items[i], pos[i] = r, raw.order[id]
+				known = append(known, id)
 			}
 		}
 	}
@@ -180,7 +182,7 @@ func spliceMessage(msg []byte, k listKind, raw verbatimList) ([]byte, error) {
 	if res[k.array], err = json.Marshal(items); err != nil {
 		return nil, err
 	}
-	if meta := raw.metaOf(items, k); meta != nil && res["_meta"] == nil {
+	if meta := raw.metaOf(known); meta != nil && res["_meta"] == nil {
 		res["_meta"] = meta
 	}
 	if m["result"], err = json.Marshal(res); err != nil {
@@ -349,22 +351,18 @@ func (l *verbatimList) add(id string, raw json.RawMessage, from int) {
 // upstream records the next upstream's list result's _meta; its index is the upstream's.
 func (l *verbatimList) upstream(meta json.RawMessage) { l.metas = append(l.metas, meta) }
 
-// metaOf is the _meta of a list response holding items: the _meta of the list result of each
-// upstream with an entry among them, merged in the upstreams' order (the first upstream to set
-// a key wins); nil when there is none. A sandbox that sees none of an upstream's entries sees
-// nothing of its list's _meta.
-func (l verbatimList) metaOf(items []json.RawMessage, k listKind) json.RawMessage {
+// metaOf is the _meta of a list response holding the entries ids: the _meta of the list result
+// of each upstream with an entry among them, merged in the upstreams' order (the first upstream
+// to set a key wins); nil when there is none. A sandbox that sees none of an upstream's entries
+// sees nothing of its list's _meta.
+func (l verbatimList) metaOf(ids []string) json.RawMessage {
 	if len(l.metas) == 0 {
 		return nil
 	}
 	shown := make([]bool, len(l.metas))
-	for _, it := range items {
-		var f map[string]json.RawMessage
-		var id string
-		if json.Unmarshal(it, &f) == nil && json.Unmarshal(orNull(f[k.key]), &id) == nil {
-			if i, ok := l.from[id]; ok && i < len(shown) {
-				shown[i] = true
-			}
+	for _, id := range ids {
+		if i, ok := l.from[id]; ok && i < len(shown) {
+			shown[i] = true
 		}
 	}
 	merged := map[string]json.RawMessage{}
