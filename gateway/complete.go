@@ -63,7 +63,7 @@ func (c completions) decide(ctx context.Context, kind audit.Kind, u *upstream, n
 
 func (c completions) forward(ctx context.Context, u *upstream, req mcp.CompleteRequest) (*mcp.Completion, error) {
 	res, err := do(ctx, u, func(ctx context.Context, cl *client.Client) (*mcp.CompleteResult, error) {
-		return request(ctx, cl, mcp.MethodCompletionComplete, req.Params, parseJSON[mcp.CompleteResult])
+		return request(ctx, cl, mcp.MethodCompletionComplete, req.Params, keptWhole(ctx, parseJSON[mcp.CompleteResult]))
 	})
 	if err != nil {
 		if cl := call.From(ctx); cl != nil {
