@@ -344,7 +344,10 @@ func (c *Core) record(ctx context.Context, ev *audit.Event, cl *Call) {
 		err = c.opts.Audit.Record(ev)
 	}
 	if err != nil {
-		if c.blocking {
+		// The answer of a call whose event was not written is cut, except the fail-closed
+		// refusal itself: it says the log is down, does nothing, and withholding it would leave
+		// the client a dropped connection instead of the reason (docs/audit.md).
+		if c.blocking && ev.Outcome.Error != CodeAuditUnavailable {
 			cl.release.cutAnswer()
 		}
 		c.metrics.auditErrors.Add(ctx, 1)
