@@ -118,23 +118,26 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reject(msg.ID, rpcCode, rf)
 		return
 	}
-	ctx, cl := gd.g.core.Begin(r.Context(), kindOf(r.Method, msg), id)
-	cl.Span().SetName("mcp " + spanMethod(r.Method, msg))
-	cl.Describe(audit.Target{Method: msg.Method})
-	cl.BytesIn.Store(int64(len(body)))
-	if rf := cl.AuditRefusal(); rf != nil {
-		// No room for this request's event (a full disk): nothing of it is answered but the
-		// refusal, whatever its method (docs/audit.md).
-		writeRPCError(w, cl.Refuse(rf), msg.ID, codeInternalError, rf)
-		return
-	}
-	if r.Method == http.MethodPost {
-		if rf := readOnce(body, msg.Method); rf != nil {
-			writeRPCError(w, cl.Refuse(rf), msg.ID, codeInvalidParams, rf)
-			return
+	spec := call.Spec{Kind: kindOf(r.Method, msg), Identity: id, Target: audit.Target{Method: msg.Method},
+		Span: "mcp " + spanMethod(r.Method, msg), BytesIn: int64(len(body))}
+	call.Run(r.Context(), gd.g.core, spec, func(ctx context.Context, cl *call.Call) (struct{}, *call.Refusal) {
+		if r.Method == http.MethodPost {
+			if rf := readOnce(body, msg.Method); rf != nil {
+				return struct{}{}, rf
+			}
 		}
-	}
-	gd.serveCall(ctx, w, r, cl, msg, body, id)
+		gd.serveCall(ctx, w, r, cl, msg, body, id)
+		return struct{}{}, nil
+	}, func(rf *call.Refusal) struct{} {
+		// No room for this request's event (a full disk): nothing of it is answered but the
+		// refusal, whatever its method (docs/audit.md). Otherwise its parameters were refused.
+		rpcCode := codeInvalidParams
+		if rf.Code == call.CodeAuditUnavailable {
+			rpcCode = codeInternalError
+		}
+		writeRPCError(w, rf.Status(), msg.ID, rpcCode, rf)
+		return struct{}{}
+	})
 }
 
 // serveCall serves a request whose call has begun: everything it writes goes through the
@@ -368,10 +371,16 @@ type rpcError struct {
 }
 
 // writeRPCError answers with a JSON-RPC error object (id null unless the request's id is known).
-// The refusal's own headers (Retry-After) go with it, as on the proxy.
+// The refusal's own headers (Retry-After) go with it, and its code in the error's data, as the
+// proxy puts it in its error body: the code the event has, for a client to branch on.
 func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, rf *call.Refusal) {
 	rf.SetHeaders(w.Header())
-	writeRPC(w, status, id, rpcError{Code: code, Message: rf.Reason})
+	writeRPC(w, status, id, rpcError{Code: code, Message: rf.Reason, Data: refusalData{Code: rf.Code}})
+}
+
+// refusalData is the data of a JSON-RPC error that answers a refusal.
+type refusalData struct {
+	Code string `json:"code"`
 }
 
 // writeRPCResult answers a request with a JSON-RPC error in a 200 response, as a server does

@@ -74,7 +74,7 @@ func (g *Gateway) rejectConn(c net.Conn, rf *call.Refusal) {
 
 // rpcRefusal is the answer to a head refused before any request exists.
 func rpcRefusal(rf *call.Refusal) *http.Response {
-	b := rpcErrorBody(nil, rpcError{Code: codeInvalidRequest, Message: rf.Reason})
+	b := rpcErrorBody(nil, rpcError{Code: codeInvalidRequest, Message: rf.Reason, Data: refusalData{Code: rf.Code}})
 	status := rf.Status()
 	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)),
 		ProtoMajor: 1, ProtoMinor: 1, Close: true, ContentLength: int64(len(b)),

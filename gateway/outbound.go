@@ -114,7 +114,7 @@ func (g *Gateway) ask(ctx context.Context, to askTarget, u *upstream, in inbound
 	case to.session != nil:
 		who = to.session.identity()
 	}
-	return call.Run(ctx, g.core, audit.KindServerRequest, who, func(ctx context.Context, cl *call.Call) (clientReply, *call.Refusal) {
+	return call.Run(ctx, g.core, call.Spec{Kind: audit.KindServerRequest, Identity: who}, func(ctx context.Context, cl *call.Call) (clientReply, *call.Refusal) {
 		return g.askSandbox(ctx, cl, to, u, in)
 	}, func(rf *call.Refusal) clientReply {
 		if rf.Code == call.CodeAuditUnavailable {

@@ -28,31 +28,41 @@ import (
 // here; an accepted one is audited when its tunnel closes.
 func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
 	r := gctx.Req
-	x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPConnect)
-	reject := func(rf *call.Refusal) (*goproxy.ConnectAction, string) {
-		x.status = x.c.Refuse(rf)
+	x := &exchange{p: p}
+	spec := call.Spec{Kind: audit.KindHTTPConnect, Identity: identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), Target: requestTarget(r)}
+	return call.Run(r.Context(), p.core, spec, func(ctx context.Context, cl *call.Call) (*goproxy.ConnectAction, *call.Refusal) {
+		x.c = cl
+		return p.connect(ctx, x, host)
+	}, func(rf *call.Refusal) *goproxy.ConnectAction {
+		x.status = rf.Status()
 		gctx.Resp = refusalResponse(r, rf)
-		return goproxy.RejectConnect, host
-	}
+		return goproxy.RejectConnect
+	}), host
+}
+
+// connect is a CONNECT's act: the decision, then the tunnel that carries the call on (its close
+// finishes it).
+func (p *Proxy) connect(ctx context.Context, x *exchange, host string) (*goproxy.ConnectAction, *call.Refusal) {
 	dest, err := hostport.Parse(host, 443)
 	if err != nil {
-		return reject(call.Refuse(call.CodeBadHost, "%v", err))
+		return nil, call.Refuse(call.CodeBadHost, "%v", err)
 	}
 	x.dest = dest
 	x.c.Describe(audit.Target{Host: auditHost(dest, "https")})
 	in := &policy.Input{Kind: audit.KindHTTPConnect, Identity: x.c.Identity(),
 		HTTP: &policy.HTTP{Method: http.MethodConnect, Host: dest.Host, Port: dest.Port, MaxTokens: -1}}
-	if _, rf := x.c.Authorize(r.Context(), in, true); rf != nil {
-		return reject(rf)
+	if _, rf := x.c.Authorize(ctx, in, true); rf != nil {
+		return nil, rf
 	}
 	he := p.hosts[dest.String()]
 	if he == nil {
-		return reject(call.Refuse(call.CodeHostNotConfigured, "%s is not a configured proxy host (proxy.hosts)", dest))
+		return nil, call.Refuse(call.CodeHostNotConfigured, "%s is not a configured proxy host (proxy.hosts)", dest)
 	}
 	key := x.c.Identity().Key()
 	if !p.acquireTunnel(key) {
-		return reject(call.Refuse(call.CodeTooManyTunnels, "sandbox has %d open tunnels, the limit", p.cfg.Limits.TunnelsPerSandbox))
+		return nil, call.Refuse(call.CodeTooManyTunnels, "sandbox has %d open tunnels, the limit", p.cfg.Limits.TunnelsPerSandbox)
 	}
+	x.c.Outlive()
 	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
 		p.m.tunnels.Add(context.Background(), 1)
 		cc := &countConn{Conn: client, in: &x.c.BytesIn, out: &x.c.BytesOut}
@@ -78,7 +88,7 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 		}
 		defer closed()
 		p.tunnel(cc, x, he)
-	}}, host
+	}}, nil
 }
 
 func refusalResponse(r *http.Request, rf *call.Refusal) *http.Response {
@@ -242,37 +252,39 @@ type tunnelRequests struct {
 	he   *hostEntry
 }
 
-func (t *tunnelRequests) exchange(r *http.Request, kind audit.Kind) *exchange {
-	x := t.p.newExchange(r, t.id, kind)
-	x.c.Describe(audit.Target{Host: auditHost(t.dest, "https")})
-	x.up = t.he.up
-	return x
+// serve runs one request of the tunnel as the proxy serves any (Proxy.serve), its target the
+// CONNECT's destination.
+func (t *tunnelRequests) serve(w http.ResponseWriter, r *http.Request, kind audit.Kind, act func(context.Context, *exchange) *call.Refusal) {
+	t.p.serve(w, r, t.id, kind, func(ctx context.Context, x *exchange) *call.Refusal {
+		x.c.Describe(audit.Target{Host: auditHost(t.dest, "https")})
+		x.up = t.he.up
+		return act(ctx, x)
+	})
 }
 
 // flagged answers a request whose head the guard refused: a protocol-level rejection.
 func (t *tunnelRequests) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
-	t.exchange(r, audit.KindHTTPRejected).refuse(w, rf)
+	t.serve(w, r, audit.KindHTTPRejected, func(context.Context, *exchange) *call.Refusal { return rf })
 }
 
 func (t *tunnelRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.p.tunnelsDrain.inflight.Add(1)
 	defer t.p.tunnelsDrain.inflight.Add(-1)
-	x := t.exchange(r, audit.KindHTTPRequest)
-	if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
-		rf := call.Refuse(call.CodeAbsoluteURIInTunnel, "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests")
-		rf.Close = true
-		x.refuse(w, rf)
-		return
-	}
-	h, err := hostport.Parse(r.Host, 443)
-	if err != nil || h != t.dest {
-		rf := call.Refuse(call.CodeHostMismatch, "request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), t.dest)
-		rf.Close = true
-		x.refuse(w, rf)
-		return
-	}
-	x.dest = t.dest
-	t.p.decideAndForward(w, r, x, r.URL.EscapedPath())
+	t.serve(w, r, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) *call.Refusal {
+		if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
+			rf := call.Refuse(call.CodeAbsoluteURIInTunnel, "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests")
+			rf.Close = true
+			return rf
+		}
+		h, err := hostport.Parse(r.Host, 443)
+		if err != nil || h != t.dest {
+			rf := call.Refuse(call.CodeHostMismatch, "request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), t.dest)
+			rf.Close = true
+			return rf
+		}
+		x.dest = t.dest
+		return t.p.decideAndForward(ctx, w, r, x, r.URL.EscapedPath())
+	})
 }
 
 func truncateString(s string, n int) string {

@@ -55,24 +55,37 @@ func exchangeFrom(ctx context.Context) *exchange {
 	return x
 }
 
-func (p *Proxy) newExchange(r *http.Request, id identity.Identity, kind audit.Kind) *exchange {
+// serve is the proxy's shape of call.Run: act works on the request's exchange (its call begun
+// with what the request names) and returns a refusal, which is answered in the shape of the
+// exchange's API once the call's event is written; an act that forwards ends the call itself.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, id identity.Identity, kind audit.Kind, act func(context.Context, *exchange) *call.Refusal) {
 	x := &exchange{p: p}
-	_, x.c = p.core.Begin(r.Context(), kind, id)
+	call.Run(r.Context(), p.core, call.Spec{Kind: kind, Identity: id, Target: requestTarget(r)},
+		func(ctx context.Context, cl *call.Call) (struct{}, *call.Refusal) {
+			x.c = cl
+			return struct{}{}, act(ctx, x)
+		}, func(rf *call.Refusal) struct{} {
+			x.answerRefusal(w, rf)
+			return struct{}{}
+		})
+}
+
+// requestTarget is what a request names before anything of it is checked.
+func requestTarget(r *http.Request) audit.Target {
 	t := audit.Target{Method: r.Method, Host: r.Host}
 	if r.URL != nil && r.Method != http.MethodConnect {
 		t.Path = r.URL.Path
 	}
-	x.c.Describe(t)
-	return x
+	return t
 }
 
-// refuse answers the request itself and ends the exchange's call as refused.
-func (x *exchange) refuse(w http.ResponseWriter, rf *call.Refusal) {
+// answerRefusal answers the request with rf (the call is already ended by it).
+func (x *exchange) answerRefusal(w http.ResponseWriter, rf *call.Refusal) {
 	if rf.Close {
 		w.Header().Set("Connection", "close")
 	}
 	writeRefusal(w, rf, x.openAI())
-	x.status = x.c.Refuse(rf)
+	x.status = rf.Status()
 }
 
 // openAI reports whether refusals on this exchange take OpenAI's error shape.
@@ -136,41 +149,39 @@ func (x *exchange) credentialEchoed() {
 }
 
 // serveRoute handles /routes/NAME/rest.
-func (p *Proxy) serveRoute(w http.ResponseWriter, r *http.Request) {
-	x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
-	rest := strings.TrimPrefix(r.URL.EscapedPath(), routePrefix)
-	name, rest, _ := strings.Cut(rest, "/")
-	rest = "/" + rest
-	x.c.Describe(audit.Target{Route: name})
-	up := p.routes[name]
-	if up == nil {
-		x.refuse(w, call.Refuse(call.CodeNoRoute, "no route named %q", name))
-		return
-	}
-	x.up, x.dest = up, up.addr
-	if hasDotSegment(rest) {
-		x.refuse(w, call.Refuse(call.CodeBadPath, "path contains dot segments"))
-		return
-	}
-	x.c.Describe(audit.Target{Host: auditHost(up.addr, up.scheme)})
-	p.decideAndForward(w, r, x, rest)
+func (p *Proxy) serveRoute(w http.ResponseWriter, r *http.Request, id identity.Identity) {
+	p.serve(w, r, id, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) *call.Refusal {
+		rest := strings.TrimPrefix(r.URL.EscapedPath(), routePrefix)
+		name, rest, _ := strings.Cut(rest, "/")
+		rest = "/" + rest
+		x.c.Describe(audit.Target{Route: name})
+		up := p.routes[name]
+		if up == nil {
+			return call.Refuse(call.CodeNoRoute, "no route named %q", name)
+		}
+		x.up, x.dest = up, up.addr
+		if hasDotSegment(rest) {
+			return call.Refuse(call.CodeBadPath, "path contains dot segments")
+		}
+		x.c.Describe(audit.Target{Host: auditHost(up.addr, up.scheme)})
+		return p.decideAndForward(ctx, w, r, x, rest)
+	})
 }
 
 // serveForward handles a plain-HTTP absolute-URI request (GET http://host/path).
-func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request) {
-	x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
-	if r.URL.Scheme != "http" {
-		x.refuse(w, call.Refuse(call.CodeBadScheme, "only http:// absolute URIs are forwarded; use CONNECT for https"))
-		return
-	}
-	dest, err := hostport.Parse(r.URL.Host, 80)
-	if err != nil {
-		x.refuse(w, call.Refuse(call.CodeBadHost, "%v", err))
-		return
-	}
-	x.up, x.dest = p.plain, dest
-	x.c.Describe(audit.Target{Host: auditHost(dest, "http")})
-	p.decideAndForward(w, r, x, r.URL.EscapedPath())
+func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, id identity.Identity) {
+	p.serve(w, r, id, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) *call.Refusal {
+		if r.URL.Scheme != "http" {
+			return call.Refuse(call.CodeBadScheme, "only http:// absolute URIs are forwarded; use CONNECT for https")
+		}
+		dest, err := hostport.Parse(r.URL.Host, 80)
+		if err != nil {
+			return call.Refuse(call.CodeBadHost, "%v", err)
+		}
+		x.up, x.dest = p.plain, dest
+		x.c.Describe(audit.Target{Host: auditHost(dest, "http")})
+		return p.decideAndForward(ctx, w, r, x, r.URL.EscapedPath())
+	})
 }
 
 func hasDotSegment(p string) bool {
@@ -191,15 +202,14 @@ func auditHost(a hostport.Addr, scheme string) string {
 	return a.String()
 }
 
-// decideAndForward is the proxy's shape of the request path: the policy input (with the model
-// request read from the body), call.Authorize, the credential, forward; the exchange's call
-// writes the one event. x.up and x.dest are set; path is the escaped upstream path (before the
-// base path).
-func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exchange, path string) {
+// decideAndForward is the act of a request the proxy forwards: the policy input (with the
+// model request read from the body), call.Authorize, the credential, forward, and the end of
+// the exchange's call; or the refusal serve answers. x.up and x.dest are set; path is the
+// escaped upstream path (before the base path).
+func (p *Proxy) decideAndForward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, path string) *call.Refusal {
 	unescaped, err := url.PathUnescape(path)
 	if err != nil {
-		x.refuse(w, call.Refuse(call.CodeBadPath, "path does not unescape"))
-		return
+		return call.Refuse(call.CodeBadPath, "path does not unescape")
 	}
 	in := &policy.Input{Kind: audit.KindHTTPRequest, Identity: x.c.Identity(), HTTP: &policy.HTTP{
 		Method: r.Method, Host: x.dest.Host, Port: x.dest.Port, Path: unescaped, Route: x.up.route, MaxTokens: -1}}
@@ -208,25 +218,22 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 	if !in.Identity.Known {
 		// Identity first, as ServeHTTP does for a new request: a caller that stopped being a
 		// sandbox mid-tunnel (its pod deleted) gets the same answer, its body never read.
-		x.refuse(w, call.Refuse(call.CodeUnknownCaller, "caller is not a known sandbox"))
-		return
+		return call.Refuse(call.CodeUnknownCaller, "caller is not a known sandbox")
 	}
 	l := p.cfg.Limits
 	x.body = call.BoundBody(w, r, call.BodyTiming{Timeout: l.BodyTimeout.D(), MinRate: l.MinBodyRate})
 	body, rf := p.readModelRequest(r, x, in)
 	if rf != nil {
-		x.refuse(w, rf)
-		return
+		return rf
 	}
-	d, rf := x.c.Authorize(r.Context(), in, true)
+	d, rf := x.c.Authorize(ctx, in, true)
 	if rf == nil {
 		rf = p.chooseCredential(x, d)
 	}
 	if rf != nil {
-		x.refuse(w, rf)
-		return
+		return rf
 	}
-	r2 := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+	r2 := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
 	if body != nil {
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.ContentLength = int64(len(body))
@@ -240,6 +247,7 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 		x.finish()
 	}()
 	p.rp.ServeHTTP(sw, r2)
+	return nil
 }
 
 // readModelRequest reads the body of a request to a model API and puts its model, max_tokens

@@ -356,7 +356,8 @@ func (p *Proxy) CAPEM() []byte {
 // ServeHTTP dispatches: CONNECT to the forward proxy, /routes/NAME/... to the route,
 // absolute-URI http:// requests to plain forwarding; anything else is 404.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if id := identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr); !id.Known {
+	id := identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr)
+	if !id.Known {
 		p.refuseUnknown(w, r, id)
 		return
 	}
@@ -364,12 +365,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodConnect:
 		p.gp.ServeHTTP(w, r)
 	case r.URL.IsAbs():
-		p.serveForward(w, r)
+		p.serveForward(w, r, id)
 	case strings.HasPrefix(r.URL.Path, routePrefix):
-		p.serveRoute(w, r)
+		p.serveRoute(w, r, id)
 	default:
-		x := p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRequest)
-		x.refuse(w, call.Refuse(call.CodeNoRoute, "not a proxy request and no /routes/NAME/ prefix"))
+		p.serve(w, r, id, audit.KindHTTPRequest, func(context.Context, *exchange) *call.Refusal {
+			return call.Refuse(call.CodeNoRoute, "not a proxy request and no /routes/NAME/ prefix")
+		})
 	}
 }
 
@@ -399,7 +401,8 @@ func (p *Proxy) routeAPI(r *http.Request) string {
 
 // flagged answers a request on the listener whose head the guard refused.
 func (p *Proxy) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
-	p.newExchange(r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRejected).refuse(w, rf)
+	p.serve(w, r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRejected,
+		func(context.Context, *exchange) *call.Refusal { return rf })
 }
 
 // refuseConn audits a head refused before any request exists (malformed, cut short, timed out,

@@ -128,7 +128,7 @@ func TestBothHalvesAnswerAlikeOnPolicy(t *testing.T) {
 		// The gateway's cap counts sessions, the proxy's tunnels: each is the long-lived thing
 		// a sandbox holds open on its half.
 		{name: "session or tunnel cap", gateway: parityPost(t, cp, cpCoder, "", initialize),
-			proxy: func() (int, http.Header) { a := connectFrom(t, cp, cpCoder, hold); return a.status, a.header },
+			proxy: func() reply { a := connectFrom(t, cp, cpCoder, hold); return reply{a.status, a.header, a.body} },
 			codes: [2]string{"session_limit", "too_many_tunnels"}, kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPConnect},
 			status: 429, sameHTTPClass: true},
 	})
@@ -169,5 +169,10 @@ func connectFrom(t *testing.T, cp *callPath, src, dest string) answer {
 	require.NoError(t, err)
 	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
 	require.NoError(t, err)
-	return answer{status: resp.StatusCode, header: resp.Header}
+	a := answer{status: resp.StatusCode, header: resp.Header}
+	if resp.StatusCode != http.StatusOK { // a refusal has a body; an open tunnel does not end
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		a.body = string(b)
+	}
+	return a
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -68,7 +69,15 @@ func closedAddr(t *testing.T) string {
 type answer struct {
 	status int
 	header http.Header
+	body   string
 	ev     audit.Event
+}
+
+// reply is a half's HTTP answer to one scenario.
+type reply struct {
+	status int
+	header http.Header
+	body   string
 }
 
 // TestBothHalvesAnswerAlike runs one table of scenarios against the gateway and the proxy
@@ -79,18 +88,19 @@ type answer struct {
 func TestBothHalvesAnswerAlike(t *testing.T) {
 	cp := startParity(t)
 	triageSID, coderSID := cp.session(t, cpTriage), cp.session(t, cpCoder)
-	post := func(src, sid, body string) func() (int, http.Header) { return parityPost(t, cp, src, sid, body) }
-	route := func(src, body string) func() (int, http.Header) { return parityRoute(t, cp, src, body) }
-	raw := func(addr, text string) func() (int, http.Header) {
-		return func() (int, http.Header) {
+	post := func(src, sid, body string) func() reply { return parityPost(t, cp, src, sid, body) }
+	route := func(src, body string) func() reply { return parityRoute(t, cp, src, body) }
+	raw := func(addr, text string) func() reply {
+		return func() reply {
 			c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(cpCoder)}}).Dial("tcp", addr)
 			require.NoError(t, err)
 			defer c.Close()
 			_, _ = io.WriteString(c, text)
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			require.NoError(t, err)
-			resp.Body.Close()
-			return resp.StatusCode, resp.Header
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			return reply{resp.StatusCode, resp.Header, string(b)}
 		}
 	}
 	const haiku = `{"model":"claude-haiku-4-5","max_tokens":100,"messages":[]}`
@@ -120,8 +130,8 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 // parityScenario is one row of the parity table: the same situation on each half.
 type parityScenario struct {
 	name          string
-	gateway       func() (int, http.Header)
-	proxy         func() (int, http.Header)
+	gateway       func() reply
+	proxy         func() reply
 	code          string
 	codes         [2]string     // the gateway's code and the proxy's, where they count different things (code "")
 	kinds         [2]audit.Kind // the gateway's event kind, the proxy's
@@ -133,20 +143,20 @@ type parityScenario struct {
 }
 
 // parityPost posts one MCP message from src on session sid (none: "").
-func parityPost(t *testing.T, cp *callPath, src, sid, body string) func() (int, http.Header) {
-	return func() (int, http.Header) {
-		code, _, h := cp.post(t, src, sid, body)
-		return code, h
+func parityPost(t *testing.T, cp *callPath, src, sid, body string) func() reply {
+	return func() reply {
+		code, b, h := cp.post(t, src, sid, body)
+		return reply{code, h, b}
 	}
 }
 
 // parityRoute posts a model request from src to the proxy's anthropic route.
-func parityRoute(t *testing.T, cp *callPath, src, body string) func() (int, http.Header) {
-	return func() (int, http.Header) {
+func parityRoute(t *testing.T, cp *callPath, src, body string) func() reply {
+	return func() reply {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+cp.proxy+"/routes/anthropic/v1/messages", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		code, _, h := send(t, src, req)
-		return code, h
+		code, b, h := send(t, src, req)
+		return reply{code, h, b}
 	}
 }
 
@@ -155,10 +165,13 @@ func runParity(t *testing.T, cp *callPath, scenarios []parityScenario) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			var got [2]answer
-			for i, do := range []func() (int, http.Header){sc.gateway, sc.proxy} {
+			for i, do := range []func() reply{sc.gateway, sc.proxy} {
 				for try := 0; ; try++ {
 					var a answer
-					evs := cp.eventsOf(t, func() { a.status, a.header = do() })
+					evs := cp.eventsOf(t, func() {
+						r := do()
+						a.status, a.header, a.body = r.status, r.header, r.body
+					})
 					require.Len(t, evs, 1, "exactly one event: %+v", evs)
 					a.ev = evs[0]
 					if !sc.untilRefused || a.ev.Outcome.Error == sc.code || try == 2 {
@@ -182,7 +195,56 @@ func runParity(t *testing.T, cp *callPath, scenarios []parityScenario) {
 				if sc.sameHTTPClass {
 					assert.Equal(t, sc.status, a.status, half)
 				}
+				assertErrorShape(t, half, a, want, sc.allowed)
 			}
 		})
+	}
+}
+
+// assertErrorShape checks the body of a half's answer: the error of its protocol (a JSON-RPC
+// error, an MCP tool result marked isError, a provider's error object) whose message carries the
+// event's reason (the refusal's, for what policy or a limit refused) and, where the shape has a
+// field for it (JSON-RPC error data, the provider error's code), the event's code.
+func assertErrorShape(t *testing.T, half string, a answer, code string, allowed bool) {
+	t.Helper()
+	var msg struct {
+		Error *struct {
+			Message string `json:"message"`
+			Code    any    `json:"code"`
+			Data    *struct {
+				Code string `json:"code"`
+			} `json:"data"`
+		} `json:"error"`
+		Result *struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"result"`
+	}
+	body := a.body
+	if i := strings.Index(body, "data: "); i >= 0 && strings.HasPrefix(a.header.Get("Content-Type"), "text/event-stream") {
+		body, _, _ = strings.Cut(body[i+len("data: "):], "\n")
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &msg), "%s: the answer is JSON: %q", half, a.body)
+	var text, gotCode string
+	switch {
+	case msg.Error != nil:
+		text = msg.Error.Message
+		if s, ok := msg.Error.Code.(string); ok { // the provider's error
+			gotCode = s
+		} else if msg.Error.Data != nil { // JSON-RPC
+			gotCode = msg.Error.Data.Code
+		}
+		assert.Equal(t, code, gotCode, "%s: the error names the event's code: %s", half, a.body)
+	case msg.Result != nil:
+		require.True(t, msg.Result.IsError, "%s: a tool result that answers a refusal is an error: %s", half, a.body)
+		require.NotEmpty(t, msg.Result.Content, half)
+		text = msg.Result.Content[0].Text
+	default:
+		t.Fatalf("%s: neither an error nor a result: %s", half, a.body)
+	}
+	if !allowed {
+		assert.Contains(t, text, a.ev.Decision.Reason, "%s: the message carries the event's reason", half)
 	}
 }

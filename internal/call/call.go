@@ -137,6 +137,8 @@ type Call struct {
 	refusal atomic.Pointer[Refusal]
 	// release is the request's answer as its connection server holds it (nil: none).
 	release *Release
+	// outlives says act handed the call's end on (Outlive): Run does not finish it.
+	outlives bool
 }
 
 type callKey struct{}

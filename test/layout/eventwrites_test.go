@@ -127,3 +127,44 @@ func TestCallHandsOutNoEventPointer(t *testing.T) {
 func isAudit(t reflect.Type) bool {
 	return t.Kind() == reflect.Struct && t.PkgPath() == reflect.TypeOf(audit.Event{}).PkgPath()
 }
+
+// beginAllowed are the only places outside internal/call that begin a call themselves: the
+// gateway's handlers when run in-process, with no connection server to have begun one.
+var beginAllowed = map[string]bool{"gateway/authorize.go": true}
+
+// Every call runs through call.Run, which owns its sequence (Begin, the audit log's room, act,
+// Finish): a half supplies only the act. This flags a call of a method named Begin in the halves'
+// non-test files, outside internal/call and the one place above.
+func TestCallsBeginOnlyInRun(t *testing.T) {
+	root := repoRoot(t)
+	var bad []string
+	for _, room := range eventRooms {
+		err := filepath.WalkDir(filepath.Join(root, room), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			rel = filepath.ToSlash(rel)
+			if d.IsDir() && rel == "internal/call" {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || beginAllowed[rel] {
+				return nil
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			require.NoError(t, err, "parsing %s", rel)
+			ast.Inspect(f, func(n ast.Node) bool {
+				if c, ok := n.(*ast.CallExpr); ok {
+					if s, ok := c.Fun.(*ast.SelectorExpr); ok && s.Sel.Name == "Begin" {
+						bad = append(bad, rel+":"+strconv.Itoa(fset.Position(c.Pos()).Line))
+					}
+				}
+				return true
+			})
+			return nil
+		})
+		require.NoError(t, err, "walking %s", room)
+	}
+	assert.Empty(t, bad, "calls begun outside call.Run: give the sequence an act instead")
+}
