@@ -77,8 +77,9 @@ func (p *Proxy) connect(ctx context.Context, x *exchange, host string) (*goproxy
 			p.releaseTunnel(key)
 		}
 		if !p.track(cc) {
-			x.status = http.StatusServiceUnavailable
-			x.c.Note(call.CodeShuttingDown)
+			rf := call.Refuse(call.CodeShuttingDown, "the proxy is shutting down")
+			x.c.NoteFailure(rf)
+			x.status = rf.Status()
 			closed()
 			return
 		}
