@@ -4,7 +4,8 @@
 # Safe to run again: each step checks whether its result is already there.
 #   apt:  redis-server, etcd-server, curl, iproute2 (netns attack tests), prometheus (for its
 #         promtool: the chart's alert rules)
-#   Go:   opa (policy tests), helm (chart tests), staticcheck (make lint), everything-server (MCP
+#   Go:   opa (policy tests; go.mod's tool directive), helm (chart tests; a tool of
+#         test/kube-apiserver's module), staticcheck (make lint), everything-server (MCP
 #         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
 #         CRDs + controller (pinned v0.5.6 from the Go module proxy, zip hash checked), cyclonus
 #         v0.5.6 (NetworkPolicy cross-check, zip hash checked), otelcol (an OpenTelemetry
@@ -12,6 +13,10 @@
 #   npm:  node@22, @modelcontextprotocol/conformance, @modelcontextprotocol/server-everything
 #         (the TypeScript SDK's reference server: second conformance upstream), @anthropic-ai/sdk
 #         (test/node, versions pinned in its package.json and package-lock.json)
+# Cold (empty Go, tool and npm caches) the Go builds are most of the time: opa, kube-apiserver,
+# helm and otelcol are built with Sandgate's own dependency versions so the build cache compiles
+# their shared packages once, and the builds run side by side. Setup prints the seconds of each
+# step and its total; README.md has the measured cold and warm figures.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # The built tools live in a cache outside the clone, once per machine, and .tools in the clone
@@ -104,7 +109,8 @@ helm_tool() {
 }
 
 # The OpenTelemetry Collector of the audit export tests (test/otelcoltest runs it): its own module
-# under test/otelcol, every collector module on one release line (v0.161.0 / v1.67.0), stamped by
+# under test/otelcol, every collector module on one release line (v0.161.0 / v1.67.0), what it
+# shares with Sandgate (grpc, otel, protobuf, x/*, client-go) at Sandgate's versions, stamped by
 # that module's files like the kube-apiserver.
 otel_collector() {
   [ -d "$root/test/otelcol" ] || return 0
