@@ -8,17 +8,22 @@ import (
 	"net/url"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploghttp"
 	otellog "go.opentelemetry.io/otel/log"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/credentials"
 )
 
 // OTLPCursorFile, in the audit folder, records how far the log has been exported over OTLP.
 const OTLPCursorFile = "otlp.cursor"
+
+// OTLPLinger is the exporter's default FollowerConfig.Linger: the OpenTelemetry SDK's batch
+// processor exports every second too (OTEL_BLRP_SCHEDULE_DELAY), so a log pipeline already
+// expects that delay, and at a few thousand events a second it fills whole batches.
+const OTLPLinger = time.Second
 
 // otlpCursorTag marks the OTLP exporter's cursor. It is not the endpoint: pointing the exporter
 // at a new Collector continues where it was instead of sending the whole log again.
@@ -54,8 +59,8 @@ type OTLPConfig struct {
 	Timeout time.Duration
 	// Resource describes this process (service.name, service.instance.id …).
 	Resource *resource.Resource
-	// Follower tunes the follower (Batch, Poll, RetryBackoff); its Dir, Name and cursor are set
-	// here.
+	// Follower tunes the follower (Batch, Poll, RetryBackoff, Linger: default OTLPLinger, none
+	// when negative); its Dir, Name and cursor are set here.
 	Follower FollowerConfig
 }
 
@@ -66,17 +71,22 @@ type OTLPConfig struct {
 // Collector's OTLP response before the cursor moves; one whose answer was lost is sent again, so
 // a consumer sees a line at least once and drops repeats by sandgate.event.id.
 //
-// The exporter uses the OpenTelemetry log SDK to build the records (resource, scope, limits)
-// and calls the OTLP exporter itself, synchronously, instead of the SDK's batch processor: that
-// processor drops records when its queue is full and never reports a failed export, and the
-// file already is the queue.
+// The exporter uses the OpenTelemetry log SDK's records (resource, scope, limits) and calls the
+// OTLP exporter itself, synchronously, instead of the SDK's batch processor: that processor
+// drops records when its queue is full and never reports a failed export, and the file already
+// is the queue. Each record starts as a copy of one the provider's Logger built (see
+// prototypeRecord), so it carries what Emit would give it without Emit's copies.
 type OTLPExporter struct {
 	*Follower
-	exporter sdklog.Exporter
-	provider *sdklog.LoggerProvider
-	logger   otellog.Logger
-	records  *recordBuffer
-	timeout  time.Duration
+	exporter  sdklog.Exporter
+	provider  *sdklog.LoggerProvider
+	prototype sdklog.Record
+	timeout   time.Duration
+	// records, attrs and the line decoder are reused from batch to batch (Send is never
+	// concurrent: the Follower serialises it); the exporter keeps no record after Export.
+	records []sdklog.Record
+	attrs   []attribute.KeyValue
+	lines   lineDecoder
 }
 
 // NewOTLPExporter builds an exporter of cfg.Dir's log. Start it with Run; Shutdown releases the
@@ -90,15 +100,12 @@ func NewOTLPExporter(cfg OTLPConfig) (*OTLPExporter, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf := &recordBuffer{}
-	opts := []sdklog.LoggerProviderOption{sdklog.WithProcessor(buf)}
-	if cfg.Resource != nil {
-		opts = append(opts, sdklog.WithResource(cfg.Resource))
-	}
-	provider := sdklog.NewLoggerProvider(opts...)
-	e := &OTLPExporter{exporter: exp, provider: provider, records: buf, timeout: cfg.Timeout,
-		logger: provider.Logger("github.com/sandgate/sandgate/audit")}
+	provider, prototype := newRecordProvider(cfg.Resource)
+	e := &OTLPExporter{exporter: exp, provider: provider, prototype: prototype, timeout: cfg.Timeout}
 	fc := cfg.Follower
+	if fc.Linger == 0 {
+		fc.Linger = OTLPLinger
+	}
 	fc.Dir, fc.Name, fc.CursorFile, fc.CursorTag = cfg.Dir, "audit otlp exporter", OTLPCursorFile, otlpCursorTag
 	if e.Follower, err = NewFollower(fc, e); err != nil {
 		return nil, errors.Join(err, exp.Shutdown(context.Background()))
@@ -173,18 +180,16 @@ func logsURL(endpoint string) string {
 // Send exports lines as one OTLP request (the exporter's Destination). It returns nil only when
 // the Collector acknowledged the request.
 func (e *OTLPExporter) Send(ctx context.Context, lines [][]byte) error {
-	e.records.reset()
 	now := time.Now()
+	clear(e.records) // drop the last batch's bodies and attributes before building this one
+	e.records = e.records[:0]
 	for _, line := range lines {
-		rec, sc := logRecord(line, now)
-		e.logger.Emit(trace.ContextWithSpanContext(ctx, trace.NewSpanContext(sc)), rec)
-	}
-	if len(e.records.list) != len(lines) {
-		return fmt.Errorf("audit otlp exporter: %d of %d records built (exporter shut down?)", len(e.records.list), len(lines))
+		e.records = append(e.records, e.prototype)
+		e.attrs = fillRecord(&e.records[len(e.records)-1], &e.lines, line, now, e.attrs)
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	if err := e.exporter.Export(ctx, e.records.list); err != nil {
+	if err := e.exporter.Export(ctx, e.records); err != nil {
 		return fmt.Errorf("audit otlp exporter: export %d records: %w", len(lines), err)
 	}
 	return nil
@@ -195,17 +200,30 @@ func (e *OTLPExporter) Shutdown(ctx context.Context) error {
 	return errors.Join(e.provider.Shutdown(ctx), e.exporter.Shutdown(ctx))
 }
 
-// recordBuffer is the LoggerProvider's one processor: it keeps the records the SDK built for
-// the batch being sent, which Send then exports itself.
-type recordBuffer struct {
-	list []sdklog.Record
+// newRecordProvider returns the exporter's LoggerProvider (of res, nil for the default) and a
+// record as its Logger builds it, with the provider's resource, scope, limits and key handling:
+// the prototype of every record the exporter sends.
+func newRecordProvider(res *resource.Resource) (*sdklog.LoggerProvider, sdklog.Record) {
+	// Keys are unique by construction (appendEventAttributes), so the SDK's deduplication, a
+	// map per record, would find nothing.
+	buf := &recordBuffer{}
+	opts := []sdklog.LoggerProviderOption{sdklog.WithProcessor(buf), sdklog.WithAllowKeyDuplication()}
+	if res != nil {
+		opts = append(opts, sdklog.WithResource(res))
+	}
+	provider := sdklog.NewLoggerProvider(opts...)
+	provider.Logger("github.com/sandgate/sandgate/audit").Emit(context.Background(), otellog.Record{})
+	return provider, buf.record
 }
 
-func (b *recordBuffer) reset() { clear(b.list); b.list = b.list[:0] }
+// recordBuffer is the LoggerProvider's one processor: it keeps a copy of the record emitted.
+type recordBuffer struct {
+	record sdklog.Record
+}
 
 // OnEmit keeps a copy of r: the SDK reuses r after the call.
 func (b *recordBuffer) OnEmit(_ context.Context, r *sdklog.Record) error {
-	b.list = append(b.list, r.Clone())
+	b.record = r.Clone()
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	otellog "go.opentelemetry.io/otel/log"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
 
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/test/otelcoltest"
@@ -102,9 +103,20 @@ func sealedLines(t *testing.T, evs []Event) [][]byte {
 	return readLines(t, filepath.Join(dir, ActiveFile))
 }
 
-func recordAttrs(r otellog.Record) map[string]attribute.Value {
+// testRecord is the record the exporter builds for line.
+func testRecord(line []byte) sdklog.Record {
+	_, rec := newRecordProvider(nil)
+	fillRecord(&rec, &lineDecoder{}, line, time.Now(), nil)
+	return rec
+}
+
+// recordAttrs are a record's attributes by key; a key that comes twice fails t (the exporter's
+// provider does not deduplicate them).
+func recordAttrs(t *testing.T, r sdklog.Record) map[string]attribute.Value {
 	m := map[string]attribute.Value{}
 	r.WalkAttributes(func(kv attribute.KeyValue) bool {
+		_, dup := m[string(kv.Key)]
+		assert.False(t, dup, "attribute %s comes twice", kv.Key)
 		m[string(kv.Key)] = kv.Value
 		return true
 	})
@@ -134,15 +146,15 @@ func TestOTLPRecordFollowsTheMappingTable(t *testing.T) {
 	lines := sealedLines(t, mappingEvents())
 	seen := map[string]bool{}
 	for _, line := range lines {
-		rec, sc := logRecord(line, time.Now())
+		rec := testRecord(line)
 		ev, err := ParseLine(line)
 		require.NoError(t, err)
 		assert.Equal(t, string(ev.Kind), rec.EventName())
 		assert.Equal(t, string(line), rec.Body().AsString(), "the body is the line as written")
 		assert.True(t, rec.Timestamp().Equal(ev.Time))
-		assert.Equal(t, ev.TraceID, sc.TraceID.String())
-		assert.Equal(t, ev.SpanID, sc.SpanID.String())
-		for k, v := range recordAttrs(rec) {
+		assert.Equal(t, ev.TraceID, rec.TraceID().String())
+		assert.Equal(t, ev.SpanID, rec.SpanID().String())
+		for k, v := range recordAttrs(t, rec) {
 			field, ok := documented[k]
 			if !assert.True(t, ok, "%s is on the record but not in docs/audit.md's table", k) {
 				continue
@@ -180,13 +192,13 @@ func TestOTLPRecordSeverity(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			line := sealedLines(t, []Event{tc.ev})[0]
-			rec, _ := logRecord(line, time.Now())
+			rec := testRecord(line)
 			assert.Equal(t, tc.want, rec.Severity())
 			assert.Equal(t, tc.text, rec.SeverityText())
 		})
 	}
 
-	rec, _ := logRecord([]byte(`{"id":"x","kind":"mcp.tools_call"}`), time.Now())
+	rec := testRecord([]byte(`{"id":"x","kind":"mcp.tools_call"}`))
 	assert.Equal(t, "audit.unparsed", rec.EventName(), "a line that does not parse is still sent")
 	assert.Equal(t, otellog.SeverityError, rec.Severity())
 }
@@ -404,4 +416,38 @@ func TestOTLPExporterSendsTheCurrentAuthHeader(t *testing.T) {
 			sameIDs(t, logIDs(t, dir), waitForIDs(t, col, logIDs(t, dir)))
 		})
 	}
+}
+
+// TestOTLPExporterSendsADamagedLineAsBytes: a line that is not UTF-8 (only a damaged or edited
+// file has one) reaches the Collector as an "audit.unparsed" record with the line as bytes, and
+// the lines around it arrive too: OTLP strings must be UTF-8, and one such string used to fail
+// its whole batch at every retry, so the exporter never moved past it.
+func TestOTLPExporterSendsADamagedLineAsBytes(t *testing.T) {
+	col := otelcoltest.Start(t)
+	dir := t.TempDir()
+	w := openWriter(t, FileConfig{Dir: dir, Fsync: FsyncNever})
+	first := testEvent(1)
+	require.NoError(t, w.Record(&first))
+	require.NoError(t, w.Close(context.Background()))
+	f, err := os.OpenFile(filepath.Join(dir, ActiveFile), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	damaged := "{\"id\":\"damaged\",\"kind\":\"mcp.tools_call\",\"note\":\"\xff\xfe\"}\n"
+	_, err = f.WriteString(damaged)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	e := newOTLPExporterFor(t, dir, OTLPProtocolHTTP, col)
+	require.NoError(t, e.Sync(ctxTimeout(t, 20*time.Second)), "the exporter gets past the damaged line")
+	recs := col.WaitFor(t, 20*time.Second, "every line reaches the Collector", func(r []otelcoltest.Record) bool {
+		return len(r) >= len(readLines(t, filepath.Join(dir, ActiveFile)))
+	})
+	var unparsed []otelcoltest.Record
+	for _, r := range recs {
+		if r.EventName == "audit.unparsed" {
+			unparsed = append(unparsed, r)
+		}
+	}
+	require.Len(t, unparsed, 1)
+	assert.Equal(t, "invalid_utf8", unparsed[0].Attributes["error.type"])
+	assert.Contains(t, exportedIDs(recs), first.ID, "the line before it arrived too")
 }

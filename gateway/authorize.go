@@ -31,7 +31,7 @@ func (g *Gateway) requestContext(ctx context.Context, r *http.Request) context.C
 		}
 	}
 	if cl := call.From(ctx); cl != nil {
-		return context.WithValue(ctx, identityKey{}, cl.Event.Identity)
+		return context.WithValue(ctx, identityKey{}, cl.Identity())
 	}
 	return context.WithValue(ctx, identityKey{}, identity.FromRemoteAddr(g.opts.Identity, r.RemoteAddr))
 }
@@ -124,7 +124,7 @@ func (g *Gateway) visiblePrompts(ctx context.Context, prompts []mcp.Prompt) []mc
 // the same place (guard). The decision stays on cl; readResource then only forwards.
 func (g *Gateway) readable(ctx context.Context, cl *call.Call, uri string) bool {
 	u, ok := g.resourceUpstream(uri)
-	cl.Event.Target.Tool = uri
+	cl.Describe(audit.Target{Tool: uri})
 	if !ok {
 		cl.Refuse(call.Refuse(call.CodeNotFound, "resource not found"))
 		return false
@@ -141,7 +141,7 @@ func (g *Gateway) readable(ctx context.Context, cl *call.Call, uri string) bool 
 func counted(ctx context.Context, shown, total int) {
 	if cl := call.From(ctx); cl != nil {
 		hidden := max(total-shown, 0)
-		cl.Event.Target.Shown, cl.Event.Target.Hidden = &shown, &hidden
+		cl.Describe(audit.Target{Shown: &shown, Hidden: &hidden})
 	}
 }
 
@@ -209,23 +209,23 @@ func (g *Gateway) afterListTemplates(ctx context.Context, _ any, _ *mcp.ListReso
 // or hidden tool or prompt is a denial like any other; a handler's error is the call's error.
 func (g *Gateway) onError(ctx context.Context, _ any, method mcp.MCPMethod, msg any, err error) {
 	cl := call.From(ctx)
-	if cl == nil || cl.Event.Outcome.Error != "" {
+	if cl == nil || cl.OutcomeError() != "" {
 		return
 	}
 	switch {
 	case errors.Is(err, server.ErrToolNotFound) || errors.Is(err, server.ErrPromptNotFound) || errors.Is(err, server.ErrResourceNotFound):
 		if r, ok := msg.(*mcp.CallToolRequest); ok {
-			cl.Event.Target.Tool = r.Params.Name
+			cl.Describe(audit.Target{Tool: r.Params.Name})
 		}
 		if r, ok := msg.(*mcp.GetPromptRequest); ok {
-			cl.Event.Target.Tool = r.Params.Name
+			cl.Describe(audit.Target{Tool: r.Params.Name})
 		}
-		cl.Event.Decision.Allow, cl.Event.Decision.Reason = false, "not found or not visible to the caller"
-		cl.Event.Outcome.Status, cl.Event.Outcome.Error = http.StatusNotFound, call.CodeNotFound
+		// mcp-go answers it; the call ends when the guard's handler returns.
+		cl.NoteRefusal(call.Refuse(call.CodeNotFound, "not found or not visible to the caller"))
 	default:
 		// An upstream's error text may echo its credential: the event never holds it.
 		text, _ := g.guard.Current().ScrubString(err.Error())
-		cl.Event.Outcome.Error = string(method) + ": " + truncate(text, 200)
+		cl.Note(string(method) + ": " + truncate(text, 200))
 	}
 }
 
@@ -245,24 +245,29 @@ type action struct {
 	rawArgs  any // the arguments as sent, for the audit event's hash
 }
 
-// authorize is the gateway's shape of the request path's decision step for a: the target and
-// the credential's name on the event, then call.Authorize with admission. On a refusal the
-// caller ends the call (Refuse, or Hide where a refusal must look like absence).
+// authorize is the gateway's shape of the request path's decision step for a: the target on
+// the event, call.Authorize with admission, then the credential step both halves share
+// (call.TakeCredential). The value is not kept: the upstream's transport reads it for each
+// request (headers), so a rotated credential applies at once. On a refusal the caller ends the
+// call (Refuse, or Hide where a refusal must look like absence).
 func (g *Gateway) authorize(ctx context.Context, cl *call.Call, a action) *call.Refusal {
-	cl.Event.Kind = a.kind
-	cl.Event.Target.Upstream, cl.Event.Target.Tool = a.upstream.cfg.Name, a.name
+	t := audit.Target{Upstream: a.upstream.cfg.Name, Tool: a.name}
 	if a.rawArgs != nil {
-		cl.Event.Target.ArgsSHA256 = argsHash(a.rawArgs)
+		t.ArgsSHA256 = argsHash(a.rawArgs)
 	}
-	in := &policy.Input{Kind: a.kind, Identity: cl.Event.Identity,
+	cl.Describe(t)
+	in := &policy.Input{Kind: a.kind, Identity: cl.Identity(),
 		MCP: &policy.MCP{Upstream: a.upstream.cfg.Name, Tool: a.name, Arguments: a.args}}
-	if _, rf := cl.Authorize(ctx, in, true); rf != nil {
+	d, rf := cl.Authorize(ctx, in, true)
+	if rf != nil {
 		return rf
 	}
+	configured := ""
 	if c := a.upstream.cfg.Credential; c != nil {
-		cl.Event.Credential = c.Name
+		configured = c.Name
 	}
-	return nil
+	_, rf = cl.TakeCredential(g.opts.Credentials, configured, d.Credential)
+	return rf
 }
 
 // forward sends an authorized call to its upstream and ends the call with the outcome.
@@ -278,13 +283,14 @@ func forward[R any](ctx context.Context, cl *call.Call, u *upstream, send func(c
 		if u.guard != nil {
 			// The error's text reaches the sandbox (scrubbed by the guard's writer, after the
 			// event is written): the event says so now.
-			_, echoed := u.guard.Current().ScrubString(err.Error())
-			cl.Event.Outcome.CredentialEchoed = cl.Event.Outcome.CredentialEchoed || echoed
+			if _, echoed := u.guard.Current().ScrubString(err.Error()); echoed {
+				cl.CredentialEchoed()
+			}
 		}
 		cl.Fail(call.Refuse(failureCode(err), "upstream %s: %v", u.cfg.Name, err))
 		return res, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
 	}
-	cl.Event.Outcome.Status = http.StatusOK
+	cl.Answered(http.StatusOK)
 	return res, nil
 }
 
@@ -310,7 +316,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	args, err := policyArguments(req)
 	if err != nil {
 		rf := call.Refuse(call.CodeBadParams, "%v", err)
-		cl.Event.Target.Upstream, cl.Event.Target.Tool = n.upstream.cfg.Name, n.name
+		cl.Describe(audit.Target{Upstream: n.upstream.cfg.Name, Tool: n.name})
 		cl.Refuse(rf)
 		return mcp.NewToolResultError("refused by Sandgate: " + rf.Reason), nil
 	}
@@ -319,7 +325,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 		cl.Refuse(rf)
 		return mcp.NewToolResultError("denied by Sandgate policy: " + rf.Reason), nil
 	}
-	release, deny := g.core.Admission().AcquireToolCall(ctx, cl.Event.Identity)
+	release, deny := g.core.Admission().AcquireToolCall(ctx, cl.Identity())
 	defer release()
 	if deny != nil {
 		rf := &call.Refusal{Code: string(deny.Code), Reason: deny.Reason, RetryAfter: deny.RetryAfter}
@@ -342,7 +348,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 		return mcp.NewToolResultError(err.Error()), nil
 	}
 	if res.IsError {
-		cl.Event.Outcome.Error = "tool_error_result"
+		cl.Note("tool_error_result")
 	}
 	return res, nil
 }
@@ -357,7 +363,7 @@ func (g *Gateway) readResource(ctx context.Context, req mcp.ReadResourceRequest)
 	if !ok {
 		return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)
 	}
-	if cl.Event.Target.Upstream == "" { // not decided by the guard (in-process use)
+	if cl.Target().Upstream == "" { // not decided by the guard (in-process use)
 		if rf := g.authorize(ctx, cl, action{kind: audit.KindResourcesRead, upstream: u, name: uri}); rf != nil {
 			cl.Hide(rf)
 			return nil, fmt.Errorf("resource %q: %w", uri, server.ErrResourceNotFound)

@@ -145,7 +145,7 @@ func (u *upstream) listOnce(slot **classList, list func() (map[string]bool, bool
 func (u *upstream) listNames(ctx context.Context, cli *client.Client) (map[string]bool, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.cfg.CallTimeout.D())
 	defer cancel()
-	entries, err := listAll(ctx, cli, listTools)
+	entries, _, err := listAll(ctx, cli, listTools)
 	if err != nil {
 		u.log.Info("tools of a sandbox's upstream session not listed; none held back", "err", err)
 		return nil, false

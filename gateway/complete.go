@@ -52,8 +52,8 @@ func (c completions) decide(ctx context.Context, kind audit.Kind, u *upstream, n
 	if cl == nil {
 		return c.g.visible(ctx, kind, u.cfg.Name, name)
 	}
-	cl.Event.Target.Upstream, cl.Event.Target.Tool = u.cfg.Name, name
-	in := &policy.Input{Kind: kind, Identity: cl.Event.Identity, MCP: &policy.MCP{Upstream: u.cfg.Name, Tool: name}}
+	cl.Describe(audit.Target{Upstream: u.cfg.Name, Tool: name})
+	in := &policy.Input{Kind: kind, Identity: cl.Identity(), MCP: &policy.MCP{Upstream: u.cfg.Name, Tool: name}}
 	_, rf := cl.Authorize(ctx, in, false)
 	if rf != nil {
 		cl.Refuse(rf)
@@ -63,7 +63,7 @@ func (c completions) decide(ctx context.Context, kind audit.Kind, u *upstream, n
 
 func (c completions) forward(ctx context.Context, u *upstream, req mcp.CompleteRequest) (*mcp.Completion, error) {
 	res, err := do(ctx, u, func(ctx context.Context, cl *client.Client) (*mcp.CompleteResult, error) {
-		return request(ctx, cl, mcp.MethodCompletionComplete, req.Params, parseJSON[mcp.CompleteResult])
+		return request(ctx, cl, mcp.MethodCompletionComplete, req.Params, keptWhole(ctx, parseJSON[mcp.CompleteResult]))
 	})
 	if err != nil {
 		if cl := call.From(ctx); cl != nil {

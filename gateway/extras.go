@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 
@@ -22,10 +23,15 @@ import (
 // typedFields are, per method, the top-level result fields the sandbox's result already carries
 // (or that belong to the upstream hop only: resultType and the multi round-trip fields).
 var typedFields = map[string][]string{
-	string(mcp.MethodToolsCall):     {"content", "structuredContent", "isError", "_meta"},
-	string(mcp.MethodResourcesRead): {"contents"},
-	string(mcp.MethodPromptsGet):    {"description", "messages", "_meta"},
+	string(mcp.MethodToolsCall):          {"content", "structuredContent", "isError", "_meta"},
+	string(mcp.MethodResourcesRead):      {"contents"},
+	string(mcp.MethodPromptsGet):         {"description", "messages", "_meta"},
+	string(mcp.MethodCompletionComplete): {"completion", "_meta"},
 }
+
+// wholeResults are the methods whose results are kept whole (keptWhole, toolResultFor) rather
+// than field by field: a completion's typed form drops hasMore: false (omitempty).
+var wholeResults = []string{string(mcp.MethodToolsCall), string(mcp.MethodCompletionComplete)}
 
 var hopFields = []string{"resultType", "inputRequests", "requestState"}
 
@@ -35,7 +41,7 @@ type resultExtras struct {
 	id     json.RawMessage // of the request
 	mu     sync.Mutex
 	fields map[string]json.RawMessage
-	result *verbatimResult // a tools/call result, whole (rawresult.go)
+	result *verbatimResult // a result kept whole (rawresult.go)
 }
 
 type extrasKey struct{}
@@ -64,7 +70,7 @@ func (e *resultExtras) complete(msg []byte) ([]byte, error) {
 func keepExtras(ctx context.Context, method string, raw json.RawMessage) {
 	e, ok := ctx.Value(extrasKey{}).(*resultExtras)
 	known, forwarded := typedFields[method]
-	if !ok || !forwarded || method == string(mcp.MethodToolsCall) { // kept whole (toolResultFor)
+	if !ok || !forwarded || slices.Contains(wholeResults, method) {
 		return
 	}
 	fields, err := extraFields(raw, known)

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -370,15 +369,20 @@ func (g *Gateway) rebuild() {
 	resources := map[string]*upstream{}
 	raw := map[mcp.MCPMethod]*verbatimList{}
 	for _, k := range listKinds {
-		raw[k.method] = &verbatimList{entries: map[string]json.RawMessage{}, order: map[string]int{}}
+		raw[k.method] = newVerbatimList()
 	}
 	var resList []server.ServerResource
 	var templates []templateEntry
 	var tmplList []server.ServerResourceTemplate
-	for _, u := range g.upstreams {
+	from := map[*upstream]int{} // each upstream's index in the lists' metas
+	for i, u := range g.upstreams {
+		from[u] = i
 		// A down upstream keeps the catalog it last listed (empty if it never was): its tools stay
 		// visible to whom policy shows them and answer upstream_unavailable meanwhile.
 		cat := u.catalog()
+		for _, k := range listKinds {
+			raw[k.method].upstream(cat.meta[k.method])
+		}
 		toolDefs[u], promptDefs[u] = map[string]entry[mcp.Tool]{}, map[string]entry[mcp.Prompt]{}
 		for _, t := range cat.tools {
 			toolC = append(toolC, candidate{u, t.def.Name})
@@ -394,12 +398,12 @@ func (g *Gateway) rebuild() {
 				continue
 			}
 			resources[r.def.URI] = u
-			raw[listResources.method].add(r.id, r.raw)
+			raw[listResources.method].add(r.id, r.raw, i)
 			resList = append(resList, server.ServerResource{Resource: r.def, Handler: g.readResource})
 		}
 		for _, t := range cat.templates {
 			templates = append(templates, templateEntry{t.def, u})
-			raw[listTemplates.method].add(t.id, t.raw)
+			raw[listTemplates.method].add(t.id, t.raw, i)
 			tmplList = append(tmplList, server.ServerResourceTemplate{Template: t.def, Handler: g.readResource})
 		}
 	}
@@ -409,7 +413,7 @@ func (g *Gateway) rebuild() {
 		e := toolDefs[n.upstream][n.name]
 		e.def.Name = n.exposed
 		tools[n.exposed] = n
-		raw[listTools.method].add(n.exposed, renamed(e.raw, "name", n.exposed))
+		raw[listTools.method].add(n.exposed, renamed(e.raw, "name", n.exposed), from[n.upstream])
 		serverTools = append(serverTools, server.ServerTool{Tool: e.def, Handler: g.callTool})
 	}
 	prompts := map[string]named{}
@@ -418,7 +422,7 @@ func (g *Gateway) rebuild() {
 		e := promptDefs[n.upstream][n.name]
 		e.def.Name = n.exposed
 		prompts[n.exposed] = n
-		raw[listPrompts.method].add(n.exposed, renamed(e.raw, "name", n.exposed))
+		raw[listPrompts.method].add(n.exposed, renamed(e.raw, "name", n.exposed), from[n.upstream])
 		serverPrompts = append(serverPrompts, server.ServerPrompt{Prompt: e.def, Handler: g.getPrompt})
 	}
 	g.mu.Lock()

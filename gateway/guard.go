@@ -120,7 +120,7 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cl := gd.g.core.Begin(r.Context(), kindOf(r.Method, msg), id)
 	cl.Span().SetName("mcp " + spanMethod(r.Method, msg))
-	cl.Event.Target.Method = msg.Method
+	cl.Describe(audit.Target{Method: msg.Method})
 	cl.BytesIn.Store(int64(len(body)))
 	if rf := cl.AuditRefusal(); rf != nil {
 		// No room for this request's event (a full disk): nothing of it is answered but the
@@ -146,10 +146,10 @@ func (gd *guard) serveCall(ctx context.Context, w http.ResponseWriter, r *http.R
 	sw := newScrubWriter(rec, gd.g.guard.Current(), func() { echoed.Store(true) })
 	defer func() {
 		sw.end()
-		if cl.Event.Outcome.Status == 0 {
-			cl.Event.Outcome.Status = rec.status()
+		cl.Answered(rec.status())
+		if echoed.Load() {
+			cl.CredentialEchoed()
 		}
-		cl.Event.Outcome.CredentialEchoed = echoed.Load()
 		cl.Finish()
 		rec.release(ctx)
 	}()
@@ -162,7 +162,7 @@ func (gd *guard) serveCall(ctx context.Context, w http.ResponseWriter, r *http.R
 		gd.g.answerUnseen(ctx, &callState{call: cl, w: sw, id: msg.ID, body: body}) {
 		return // a tool of an upstream never seen (lastknown.go)
 	}
-	gd.serve(ctx, sw, r, cl.Event.Kind, msg, id)
+	gd.serve(ctx, sw, r, cl.Kind(), msg, id)
 }
 
 // serve hands a request that passed the guard's checks (of kind, from caller id) to what

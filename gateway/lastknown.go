@@ -45,6 +45,8 @@ type savedCatalog struct {
 	Resources []savedEntry `json:"resources,omitempty"`
 	Templates []savedEntry `json:"templates,omitempty"`
 	Prompts   []savedEntry `json:"prompts,omitempty"`
+	// Meta is each list result's own _meta, by list method.
+	Meta map[mcp.MCPMethod]json.RawMessage `json:"meta,omitempty"`
 }
 
 type savedEntry struct {
@@ -83,7 +85,7 @@ func loadEntries[T any](es []savedEntry, typed func(rawEntry) (T, error)) ([]ent
 
 func encodeCatalog(u *upstream, c catalog) ([]byte, error) {
 	return json.Marshal(savedCatalog{Source: u.source(), Saved: time.Now().UTC(), Tools: saveEntries(c.tools),
-		Resources: saveEntries(c.resources), Templates: saveEntries(c.templates), Prompts: saveEntries(c.prompts)})
+		Resources: saveEntries(c.resources), Templates: saveEntries(c.templates), Prompts: saveEntries(c.prompts), Meta: c.meta})
 }
 
 func decodeCatalog(u *upstream, b []byte) (catalog, error) {
@@ -94,7 +96,7 @@ func decodeCatalog(u *upstream, b []byte) (catalog, error) {
 	if s.Source != u.source() {
 		return catalog{}, fmt.Errorf("saved from %s, not %s", s.Source, u.source())
 	}
-	var c catalog
+	c := catalog{meta: s.Meta}
 	var err error
 	if c.tools, err = loadEntries(s.Tools, typedTool); err == nil {
 		if c.resources, err = loadEntries(s.Resources, typedJSON[mcp.Resource]); err == nil {
@@ -244,7 +246,7 @@ func (g *Gateway) answerUnseen(ctx context.Context, cl *callState) bool {
 		tool = strings.TrimPrefix(name, u.cfg.Name+"_")
 	}
 	c := cl.call
-	a := action{kind: c.Event.Kind, upstream: u, name: tool}
+	a := action{kind: c.Kind(), upstream: u, name: tool}
 	if rf := g.authorize(ctx, c, a); rf != nil {
 		c.Refuse(rf)
 		writeToolResult(cl.w, cl.id, mcp.NewToolResultError("denied by Sandgate policy: "+rf.Reason))

@@ -114,26 +114,28 @@ func (g *Gateway) ask(ctx context.Context, to askTarget, u *upstream, in inbound
 	case to.session != nil:
 		who = to.session.identity()
 	}
-	_, cl := g.core.Begin(ctx, audit.KindServerRequest, who)
-	defer cl.Finish()
-	cl.Event.Target.Upstream, cl.Event.Target.Method = u.cfg.Name, in.method
+	return call.Run(ctx, g.core, audit.KindServerRequest, who, func(ctx context.Context, cl *call.Call) (clientReply, *call.Refusal) {
+		return g.askSandbox(ctx, cl, to, u, in)
+	}, func(rf *call.Refusal) clientReply {
+		if rf.Code == call.CodeAuditUnavailable {
+			return errorReply(codeInternalError, rf.Reason)
+		}
+		return errorReply(mcp.METHOD_NOT_FOUND, rf.Reason)
+	})
+}
+
+// askSandbox is ask's act: it relays the request and waits for the sandbox's answer.
+func (g *Gateway) askSandbox(ctx context.Context, cl *call.Call, to askTarget, u *upstream, in inbound) (clientReply, *call.Refusal) {
+	cl.Describe(audit.Target{Upstream: u.cfg.Name, Method: in.method})
 	cl.BytesOut.Store(int64(len(in.raw)))
-	refuse := func(code, reason string) clientReply {
-		cl.Refuse(call.Refuse(code, "%s", reason))
-		return errorReply(mcp.METHOD_NOT_FOUND, reason)
-	}
-	if rf := cl.AuditRefusal(); rf != nil {
-		cl.Refuse(rf)
-		return errorReply(codeInternalError, rf.Reason)
-	}
 	if to.session == nil {
-		return refuse(call.CodeUpstreamInputUnanswered, in.method+": the sandbox's session (2026-07-28) takes no requests from the server")
+		return clientReply{}, call.Refuse(call.CodeUpstreamInputUnanswered, "%s", in.method+": the sandbox's session (2026-07-28) takes no requests from the server")
 	}
 	if !to.session.hasCapability(in.method) {
-		return refuse(call.CodeUpstreamInputUnsupported, in.method+": the sandbox's client does not declare that capability")
+		return clientReply{}, call.Refuse(call.CodeUpstreamInputUnsupported, "%s", in.method+": the sandbox's client does not declare that capability")
 	}
 	if _, echoed := g.guard.Current().ScrubString(string(in.raw)); echoed {
-		cl.Event.Outcome.CredentialEchoed = true // what reaches the sandbox is scrubbed on its stream
+		cl.CredentialEchoed() // what reaches the sandbox is scrubbed on its stream
 	}
 	id, answered := g.asks.add(to.session.id)
 	defer g.asks.remove(to.session.id, id)
@@ -155,15 +157,15 @@ func (g *Gateway) ask(ctx context.Context, to askTarget, u *upstream, in inbound
 		if r.err != nil {
 			cl.Fail(call.Refuse(call.CodeUpstreamInputUnanswered, "the sandbox answered an error"))
 		} else {
-			cl.Event.Outcome.Status = http.StatusOK
+			cl.Answered(http.StatusOK)
 		}
-		return r
+		return r, nil
 	case <-ctx.Done():
 	case <-callDone:
 	case <-to.session.ctx.Done():
 	}
 	cl.Fail(call.Refuse(call.CodeUpstreamInputUnanswered, "the sandbox did not answer in time"))
-	return errorReply(mcp.REQUEST_INTERRUPTED, in.method+": the sandbox did not answer")
+	return errorReply(mcp.REQUEST_INTERRUPTED, in.method+": the sandbox did not answer"), nil
 }
 
 // requestBytes is a request with id, method and params (as written).

@@ -58,6 +58,28 @@ func toolResultFor(ctx context.Context) func(*json.RawMessage) (*mcp.CallToolRes
 	}
 }
 
+// keptWhole is parse, the decoding of a result for mcp-go, also keeping the result verbatim for
+// the response's writer when the request has one (withExtras): the sandbox reads the upstream's
+// bytes, not mcp-go's encoding of the typed result.
+func keptWhole[R any](ctx context.Context, parse func(*json.RawMessage) (R, error)) func(*json.RawMessage) (R, error) {
+	e, ok := ctx.Value(extrasKey{}).(*resultExtras)
+	if !ok {
+		return parse
+	}
+	return func(raw *json.RawMessage) (R, error) {
+		r, err := parse(raw)
+		if err != nil {
+			return r, err
+		}
+		if vr, err := verbatimOf(*raw); err == nil {
+			e.mu.Lock()
+			e.result = vr
+			e.mu.Unlock()
+		}
+		return r, nil
+	}
+}
+
 // verbatimOf is raw, an object, without its hop fields.
 func verbatimOf(raw []byte) (*verbatimResult, error) {
 	vr := &verbatimResult{members: make([]byte, 0, len(raw))}

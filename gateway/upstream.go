@@ -39,6 +39,7 @@ type catalog struct {
 	resources []entry[mcp.Resource]
 	templates []entry[mcp.ResourceTemplate]
 	prompts   []entry[mcp.Prompt]
+	meta      map[mcp.MCPMethod]json.RawMessage // each list result's own _meta (listAll)
 }
 
 // upstreamHooks is how an upstream reports to the gateway.
@@ -453,24 +454,24 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks, caps m
 
 // list fetches every list the upstream declares, verbatim, and publishes the catalog.
 func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) error {
-	var cat catalog
+	cat := catalog{meta: map[mcp.MCPMethod]json.RawMessage{}}
 	caps := cli.GetServerCapabilities()
 	var err error
 	if caps.Tools != nil {
-		if cat.tools, err = listTyped(ctx, cli, listTools, typedTool); err != nil {
+		if cat.tools, err = listTyped(ctx, cli, listTools, typedTool, cat.meta); err != nil {
 			return err
 		}
 	}
 	if caps.Resources != nil {
-		if cat.resources, err = listTyped(ctx, cli, listResources, typedJSON[mcp.Resource]); err != nil {
+		if cat.resources, err = listTyped(ctx, cli, listResources, typedJSON[mcp.Resource], cat.meta); err != nil {
 			return err
 		}
-		if cat.templates, err = listTyped(ctx, cli, listTemplates, typedJSON[mcp.ResourceTemplate]); err != nil {
+		if cat.templates, err = listTyped(ctx, cli, listTemplates, typedJSON[mcp.ResourceTemplate], cat.meta); err != nil {
 			return err
 		}
 	}
 	if caps.Prompts != nil {
-		if cat.prompts, err = listTyped(ctx, cli, listPrompts, typedJSON[mcp.Prompt]); err != nil {
+		if cat.prompts, err = listTyped(ctx, cli, listPrompts, typedJSON[mcp.Prompt], cat.meta); err != nil {
 			return err
 		}
 	}
@@ -502,11 +503,16 @@ type entry[T any] struct {
 	def T
 }
 
-// listTyped lists k verbatim and decodes each entry with typed.
-func listTyped[T any](ctx context.Context, cli *client.Client, k listKind, typed func(rawEntry) (T, error)) ([]entry[T], error) {
-	raw, err := listAll(ctx, cli, k)
+// listTyped lists k verbatim and decodes each entry with typed; the list result's _meta goes to
+// meta.
+func listTyped[T any](ctx context.Context, cli *client.Client, k listKind, typed func(rawEntry) (T, error),
+	meta map[mcp.MCPMethod]json.RawMessage) ([]entry[T], error) {
+	raw, m, err := listAll(ctx, cli, k)
 	if err != nil {
 		return nil, err
+	}
+	if m != nil {
+		meta[k.method] = m
 	}
 	out := make([]entry[T], 0, len(raw))
 	for _, e := range raw {

@@ -44,35 +44,41 @@ type rawEntry struct {
 	raw json.RawMessage
 }
 
-// listAll fetches every page of a list method and returns its entries verbatim.
-func listAll(ctx context.Context, cli *client.Client, k listKind) ([]rawEntry, error) {
+// listAll fetches every page of a list method and returns its entries verbatim, and the _meta
+// of the result's first page that has one, without the protocol's own keys (which describe the
+// upstream's hop), nil when none has.
+func listAll(ctx context.Context, cli *client.Client, k listKind) ([]rawEntry, json.RawMessage, error) {
 	var out []rawEntry
+	var meta json.RawMessage
 	seen := map[string]bool{}
 	var params any
 	for {
 		var page map[string]json.RawMessage
 		if err := rpcInto(ctx, cli, string(k.method), params, &page); err != nil {
-			return nil, fmt.Errorf("%s: %w", k.method, err)
+			return nil, nil, fmt.Errorf("%s: %w", k.method, err)
 		}
 		var items []json.RawMessage
 		if err := json.Unmarshal(orNull(page[k.array]), &items); err != nil {
-			return nil, fmt.Errorf("%s: %s is not an array: %w", k.method, k.array, err)
+			return nil, nil, fmt.Errorf("%s: %s is not an array: %w", k.method, k.array, err)
+		}
+		if m := page["_meta"]; meta == nil && len(m) > 0 && m[0] == '{' {
+			meta, _ = withoutProtocolMeta(m)
 		}
 		for _, it := range items {
 			var fields map[string]json.RawMessage
 			var id string
 			if err := json.Unmarshal(it, &fields); err != nil || json.Unmarshal(orNull(fields[k.key]), &id) != nil || id == "" {
-				return nil, fmt.Errorf("%s: an entry has no %s", k.method, k.key)
+				return nil, nil, fmt.Errorf("%s: an entry has no %s", k.method, k.key)
 			}
 			out = append(out, rawEntry{id: id, raw: it})
 		}
 		var next string
 		_ = json.Unmarshal(orNull(page["nextCursor"]), &next)
 		if next == "" {
-			return out, nil
+			return out, meta, nil
 		}
 		if seen[next] {
-			return nil, fmt.Errorf("%s: the upstream repeated cursor %q", k.method, next)
+			return nil, nil, fmt.Errorf("%s: the upstream repeated cursor %q", k.method, next)
 		}
 		seen[next] = true
 		params = map[string]any{"cursor": next}
@@ -150,6 +156,7 @@ func spliceMessage(msg []byte, k listKind, raw verbatimList) ([]byte, error) {
 		return nil, err
 	}
 	pos := make(map[int]int, len(items))
+	var known []string // the IDs of the entries raw knows
 	for i, it := range items {
 		var f map[string]json.RawMessage
 		var id string
@@ -157,6 +164,7 @@ func spliceMessage(msg []byte, k listKind, raw verbatimList) ([]byte, error) {
 		if json.Unmarshal(it, &f) == nil && json.Unmarshal(orNull(f[k.key]), &id) == nil {
 			if r, ok := raw.entries[id]; ok {
 				items[i], pos[i] = r, raw.order[id]
+				known = append(known, id)
 			}
 		}
 	}
@@ -173,6 +181,9 @@ func spliceMessage(msg []byte, k listKind, raw verbatimList) ([]byte, error) {
 	var err error
 	if res[k.array], err = json.Marshal(items); err != nil {
 		return nil, err
+	}
+	if meta := raw.metaOf(known); meta != nil && res["_meta"] == nil {
+		res["_meta"] = meta
 	}
 	if m["result"], err = json.Marshal(res); err != nil {
 		return nil, err
@@ -314,18 +325,66 @@ func (g *Gateway) serveVerbatim(w http.ResponseWriter, r *http.Request, next htt
 }
 
 // verbatimList is one list's entries as the upstreams wrote them, by the ID the sandbox sees,
-// and their position in the upstreams' order.
+// and their position in the upstreams' order; and each upstream's list result's own _meta, and
+// which upstream each entry is from.
 type verbatimList struct {
 	entries map[string]json.RawMessage
 	order   map[string]int
+	metas   []json.RawMessage // by upstream, in the upstreams' order (nil: none)
+	from    map[string]int    // entry ID → its upstream's index in metas
 }
 
-func (l *verbatimList) add(id string, raw json.RawMessage) {
+func newVerbatimList() *verbatimList {
+	return &verbatimList{entries: map[string]json.RawMessage{}, order: map[string]int{}, from: map[string]int{}}
+}
+
+// add records an entry of upstream from (its index in metas).
+func (l *verbatimList) add(id string, raw json.RawMessage, from int) {
 	if _, dup := l.entries[id]; dup {
 		return
 	}
 	l.entries[id] = raw
 	l.order[id] = len(l.order)
+	l.from[id] = from
+}
+
+// upstream records the next upstream's list result's _meta; its index is the upstream's.
+func (l *verbatimList) upstream(meta json.RawMessage) { l.metas = append(l.metas, meta) }
+
+// metaOf is the _meta of a list response holding the entries ids: the _meta of the list result
+// of each upstream with an entry among them, merged in the upstreams' order (the first upstream
+// to set a key wins); nil when there is none. A sandbox that sees none of an upstream's entries
+// sees nothing of its list's _meta.
+func (l verbatimList) metaOf(ids []string) json.RawMessage {
+	if len(l.metas) == 0 {
+		return nil
+	}
+	shown := make([]bool, len(l.metas))
+	for _, id := range ids {
+		if i, ok := l.from[id]; ok && i < len(shown) {
+			shown[i] = true
+		}
+	}
+	merged := map[string]json.RawMessage{}
+	for i, meta := range l.metas {
+		var m map[string]json.RawMessage
+		if !shown[i] || json.Unmarshal(orNull(meta), &m) != nil {
+			continue
+		}
+		for key, v := range m {
+			if _, set := merged[key]; !set {
+				merged[key] = v
+			}
+		}
+	}
+	if len(merged) == 0 {
+		return nil
+	}
+	out, err := json.Marshal(merged)
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // rawEntries is the verbatim form of every entry of one list.

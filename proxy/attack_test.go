@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestAttacksAreRefusedAndAudited(t *testing.T) {
 	msg := `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[]}`
 
 	t.Run("inner request Host differs from CONNECT target is refused", func(t *testing.T) {
-		resp := h.innerRequest(t, alpha, "POST /v1/messages HTTP/1.1\r\nHost: evil.example\r\nContent-Length: "+itoa(len(msg))+"\r\n\r\n"+msg)
+		resp := h.innerRequest(t, alpha, "POST /v1/messages HTTP/1.1\r\nHost: evil.example\r\nContent-Length: "+strconv.Itoa(len(msg))+"\r\n\r\n"+msg)
 		assert.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode)
 		h.rec.waitFor(t, func(e audit.Event) bool { return e.Outcome.Error == "host_mismatch" && !e.Decision.Allow })
 	})
@@ -110,7 +111,7 @@ func TestAttacksAreRefusedAndAudited(t *testing.T) {
 
 	t.Run("X-Forwarded-For cannot claim another sandbox's identity and is not forwarded", func(t *testing.T) {
 		c, br := h.rawClient(t, "127.0.0.3") // beta may not use sonnet; alpha may
-		req := "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: sandgate\r\nX-Forwarded-For: 127.0.0.2\r\nX-Real-IP: 127.0.0.2\r\nForwarded: for=127.0.0.2\r\nContent-Length: " + itoa(len(msg)) + "\r\n\r\n" + msg
+		req := "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: sandgate\r\nX-Forwarded-For: 127.0.0.2\r\nX-Real-IP: 127.0.0.2\r\nForwarded: for=127.0.0.2\r\nContent-Length: " + strconv.Itoa(len(msg)) + "\r\n\r\n" + msg
 		_, err := io.WriteString(c, req)
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(br, nil)
@@ -123,7 +124,7 @@ func TestAttacksAreRefusedAndAudited(t *testing.T) {
 		assert.False(t, ev.Decision.Allow)
 
 		haiku := `{"model":"claude-haiku-4-5","max_tokens":10,"messages":[]}`
-		req = "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: sandgate\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Real-IP: 1.2.3.4\r\nContent-Length: " + itoa(len(haiku)) + "\r\n\r\n" + haiku
+		req = "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: sandgate\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Real-IP: 1.2.3.4\r\nContent-Length: " + strconv.Itoa(len(haiku)) + "\r\n\r\n" + haiku
 		_, err = io.WriteString(c, req)
 		require.NoError(t, err)
 		resp, err = http.ReadResponse(br, nil)
@@ -177,7 +178,7 @@ func TestAttacksAreRefusedAndAudited(t *testing.T) {
 	t.Run("body with a duplicated model key is refused", func(t *testing.T) {
 		dup := `{"model":"claude-sonnet-4-5","model":"claude-opus-4-1","max_tokens":1}`
 		c, br := h.rawClient(t, alpha)
-		_, _ = io.WriteString(c, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: sandgate\r\nContent-Length: "+itoa(len(dup))+"\r\n\r\n"+dup)
+		_, _ = io.WriteString(c, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: sandgate\r\nContent-Length: "+strconv.Itoa(len(dup))+"\r\n\r\n"+dup)
 		resp, err := http.ReadResponse(br, nil)
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
@@ -241,18 +242,4 @@ func TestAuditUnavailableFailsClosed(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, r2.StatusCode)
 	keys, _ := h.up.seen()
 	assert.Empty(t, keys)
-}
-
-func itoa(n int) string {
-	return strings.TrimSpace(strings.Repeat(" ", 0) + func() string {
-		b := []byte{}
-		if n == 0 {
-			return "0"
-		}
-		for n > 0 {
-			b = append([]byte{byte('0' + n%10)}, b...)
-			n /= 10
-		}
-		return string(b)
-	}())
 }

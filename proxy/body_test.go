@@ -35,7 +35,7 @@ func TestModelRequestBodies(t *testing.T) {
 				strconv.FormatInt(int64(len(body)), 16)+"\r\n"+body+"\r\n0\r\n\r\n")
 			require.NoError(t, err)
 		} else {
-			_, err := io.WriteString(c, head+"Content-Length: "+itoa(len(body))+"\r\n\r\n"+body)
+			_, err := io.WriteString(c, head+"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
 			require.NoError(t, err)
 		}
 		resp, err := http.ReadResponse(br, nil)

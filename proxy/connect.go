@@ -39,8 +39,8 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 		return reject(call.Refuse(call.CodeBadHost, "%v", err))
 	}
 	x.dest = dest
-	x.ev().Target.Host = auditHost(dest, "https")
-	in := &policy.Input{Kind: audit.KindHTTPConnect, Identity: x.ev().Identity,
+	x.c.Describe(audit.Target{Host: auditHost(dest, "https")})
+	in := &policy.Input{Kind: audit.KindHTTPConnect, Identity: x.c.Identity(),
 		HTTP: &policy.HTTP{Method: http.MethodConnect, Host: dest.Host, Port: dest.Port, MaxTokens: -1}}
 	if _, rf := x.c.Authorize(r.Context(), in, true); rf != nil {
 		return reject(rf)
@@ -49,7 +49,7 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 	if he == nil {
 		return reject(call.Refuse(call.CodeHostNotConfigured, "%s is not a configured proxy host (proxy.hosts)", dest))
 	}
-	key := x.ev().Identity.Key()
+	key := x.c.Identity().Key()
 	if !p.acquireTunnel(key) {
 		return reject(call.Refuse(call.CodeTooManyTunnels, "sandbox has %d open tunnels, the limit", p.cfg.Limits.TunnelsPerSandbox))
 	}
@@ -59,15 +59,16 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 		closed := func() {
 			p.untrack(cc)
 			_ = cc.Close()
-			if p.closing() && x.ev().Outcome.Error == "" {
-				x.ev().Outcome.Error = call.CodeShutdown // cut by the end of the shutdown drain
+			if p.closing() {
+				x.c.Note(call.CodeShutdown) // cut by the end of the shutdown drain
 			}
 			x.finish()
 			p.m.tunnels.Add(context.Background(), -1)
 			p.releaseTunnel(key)
 		}
 		if !p.track(cc) {
-			x.status, x.ev().Outcome.Error = http.StatusServiceUnavailable, call.CodeShuttingDown
+			x.status = http.StatusServiceUnavailable
+			x.c.Note(call.CodeShuttingDown)
 			closed()
 			return
 		}
@@ -106,9 +107,11 @@ func (p *Proxy) tunnel(client net.Conn, x *exchange, he *hostEntry) {
 		writeRawRefusal(client, rf)
 		// The tunnel's closing finishes the call; only the outcome is set here.
 		if rf.Class() == call.ClassPolicy {
-			x.ev().Decision.Allow, x.ev().Decision.Reason = false, rf.Reason
+			x.c.NoteRefusal(rf)
+		} else {
+			x.c.NoteFailure(rf)
 		}
-		x.status, x.ev().Outcome.Error = rf.Status(), rf.Code
+		x.status = rf.Status()
 		return
 	}
 	defer up.Close()
@@ -117,7 +120,7 @@ func (p *Proxy) tunnel(client net.Conn, x *exchange, he *hostEntry) {
 	}
 	x.status = http.StatusOK
 	if why := p.relay(client, up); why != "" {
-		x.ev().Outcome.Error = why
+		x.c.Note(why)
 	}
 }
 
@@ -213,14 +216,14 @@ func (p *Proxy) intercept(client net.Conn, x *exchange, he *hostEntry, closed fu
 	if err := tc.Handshake(); err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			x.ev().Outcome.Error = "client_silent"
+			x.c.Note("client_silent")
 		} else {
-			x.ev().Outcome.Error = "client_tls_handshake_failed"
+			x.c.Note("client_tls_handshake_failed")
 		}
 		return
 	}
 	_ = client.SetDeadline(time.Time{})
-	t := &tunnelRequests{p: p, id: x.ev().Identity, dest: x.dest, he: he}
+	t := &tunnelRequests{p: p, id: x.c.Identity(), dest: x.dest, he: he}
 	srv := p.connServer(t, t.flagged)
 	srv.Base = p.tunnelsDrain.base
 	served = true
@@ -241,7 +244,7 @@ type tunnelRequests struct {
 
 func (t *tunnelRequests) exchange(r *http.Request, kind audit.Kind) *exchange {
 	x := t.p.newExchange(r, t.id, kind)
-	x.ev().Target.Host = auditHost(t.dest, "https")
+	x.c.Describe(audit.Target{Host: auditHost(t.dest, "https")})
 	x.up = t.he.up
 	return x
 }

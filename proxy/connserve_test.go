@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ const modelsReq = "GET /v1/models HTTP/1.1\r\nHost: api.anthropic.com\r\n\r\n"
 func messagesReq(extra string) string {
 	msg := `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[]}`
 	return "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nContent-Type: application/json\r\n" + extra +
-		"Content-Length: " + itoa(len(msg)) + "\r\n\r\n" + msg
+		"Content-Length: " + strconv.Itoa(len(msg)) + "\r\n\r\n" + msg
 }
 
 // TestTunnelServesHTTP11 drives an intercepted tunnel's own request loop as a client would:

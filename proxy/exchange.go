@@ -58,15 +58,13 @@ func exchangeFrom(ctx context.Context) *exchange {
 func (p *Proxy) newExchange(r *http.Request, id identity.Identity, kind audit.Kind) *exchange {
 	x := &exchange{p: p}
 	_, x.c = p.core.Begin(r.Context(), kind, id)
-	x.c.Event.Target = audit.Target{Method: r.Method, Host: r.Host}
+	t := audit.Target{Method: r.Method, Host: r.Host}
 	if r.URL != nil && r.Method != http.MethodConnect {
-		x.c.Event.Target.Path = r.URL.Path
+		t.Path = r.URL.Path
 	}
+	x.c.Describe(t)
 	return x
 }
-
-// ev is the exchange's audit event.
-func (x *exchange) ev() *audit.Event { return &x.c.Event }
 
 // refuse answers the request itself and ends the exchange's call as refused.
 func (x *exchange) refuse(w http.ResponseWriter, rf *call.Refusal) {
@@ -110,18 +108,21 @@ func writeRefusal(w http.ResponseWriter, rf *call.Refusal, openAI bool) {
 func (x *exchange) finish() {
 	if x.usage != nil {
 		u := x.usage.Usage()
-		x.c.TokensIn, x.c.TokensOut = u.In, u.Out
+		x.c.SetUsage(u.In, u.Out)
 		x.chargeTokens()
 	}
-	x.c.Event.Outcome.Status = x.status
+	if x.echoed.Load() {
+		x.c.CredentialEchoed()
+	}
 	if x.truncated.Load() {
 		rf := call.Refuse(call.CodeUpstreamTruncated, "the upstream's response ended before it was complete")
 		if x.tooLarge.Load() {
 			rf = call.Refuse(call.CodeUpstreamTooLarge, "the upstream's response decoded past its bound")
 		}
-		x.c.Event.Outcome.Status, x.c.Event.Outcome.Error = rf.Status(), rf.Code
+		x.c.Fail(rf)
+		return
 	}
-	x.c.Event.Outcome.CredentialEchoed = x.echoed.Load()
+	x.c.Answered(x.status)
 	x.c.Finish()
 }
 
@@ -129,7 +130,8 @@ func (x *exchange) finish() {
 // exchange in the event and the metric.
 func (x *exchange) credentialEchoed() {
 	if !x.echoed.Swap(true) {
-		x.p.m.credentialEcho(x.ev().Target.Route, x.ev().Target.Host)
+		t := x.c.Target()
+		x.p.m.credentialEcho(t.Route, t.Host)
 	}
 }
 
@@ -139,7 +141,7 @@ func (p *Proxy) serveRoute(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), routePrefix)
 	name, rest, _ := strings.Cut(rest, "/")
 	rest = "/" + rest
-	x.ev().Target.Route = name
+	x.c.Describe(audit.Target{Route: name})
 	up := p.routes[name]
 	if up == nil {
 		x.refuse(w, call.Refuse(call.CodeNoRoute, "no route named %q", name))
@@ -150,7 +152,7 @@ func (p *Proxy) serveRoute(w http.ResponseWriter, r *http.Request) {
 		x.refuse(w, call.Refuse(call.CodeBadPath, "path contains dot segments"))
 		return
 	}
-	x.ev().Target.Host = auditHost(up.addr, up.scheme)
+	x.c.Describe(audit.Target{Host: auditHost(up.addr, up.scheme)})
 	p.decideAndForward(w, r, x, rest)
 }
 
@@ -167,7 +169,7 @@ func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x.up, x.dest = p.plain, dest
-	x.ev().Target.Host = auditHost(dest, "http")
+	x.c.Describe(audit.Target{Host: auditHost(dest, "http")})
 	p.decideAndForward(w, r, x, r.URL.EscapedPath())
 }
 
@@ -199,9 +201,10 @@ func (p *Proxy) decideAndForward(w http.ResponseWriter, r *http.Request, x *exch
 		x.refuse(w, call.Refuse(call.CodeBadPath, "path does not unescape"))
 		return
 	}
-	in := &policy.Input{Kind: audit.KindHTTPRequest, Identity: x.ev().Identity, HTTP: &policy.HTTP{
+	in := &policy.Input{Kind: audit.KindHTTPRequest, Identity: x.c.Identity(), HTTP: &policy.HTTP{
 		Method: r.Method, Host: x.dest.Host, Port: x.dest.Port, Path: unescaped, Route: x.up.route, MaxTokens: -1}}
-	x.ev().Target.Path, x.rawPath = unescaped, path
+	x.c.Describe(audit.Target{Path: unescaped})
+	x.rawPath = path
 	if !in.Identity.Known {
 		// Identity first, as ServeHTTP does for a new request: a caller that stopped being a
 		// sandbox mid-tunnel (its pod deleted) gets the same answer, its body never read.
@@ -266,31 +269,22 @@ func (p *Proxy) readModelRequest(r *http.Request, x *exchange, in *policy.Input)
 			return nil, call.Refuse(call.CodeBadModelRequest, "%v", err)
 		}
 		in.HTTP.Model, in.HTTP.MaxTokens, in.HTTP.Stream = mr.Model, mr.MaxTokens, mr.Stream
-		x.ev().Target.Model = mr.Model
+		x.c.Describe(audit.Target{Model: mr.Model})
 	}
 	return body, nil
 }
 
 // chooseCredential checks the credential policy chose against the destination's and takes its
 // value: only the destination's configured credential can ever be injected.
+// The step is the gateway's too (call.TakeCredential).
 func (p *Proxy) chooseCredential(x *exchange, d policy.Decision) *call.Refusal {
-	c := x.up.cred
-	if c == nil {
-		if d.Credential != "" {
-			return call.Refuse(call.CodeCredentialNotConfigured, "policy chose credential %q but this destination has no credential configured", d.Credential)
-		}
-		return nil
+	configured := ""
+	if x.up.cred != nil {
+		configured = x.up.cred.Name
 	}
-	if d.Credential != "" && d.Credential != c.Name {
-		return call.Refuse(call.CodeCredentialNotConfigured, "policy chose credential %q but this destination is configured with %q", d.Credential, c.Name)
-	}
-	v, ok := p.opts.Credentials.Get(c.Name)
-	if !ok || v == "" {
-		return call.Refuse(call.CodeCredentialUnavailable, "credential %q is not available", c.Name)
-	}
-	x.cred = v
-	x.ev().Credential = c.Name
-	return nil
+	var rf *call.Refusal
+	x.cred, rf = x.c.TakeCredential(p.opts.Credentials, configured, d.Credential)
+	return rf
 }
 
 // stripRequestHeaders are removed from every forwarded request (hop-by-hop headers are removed
@@ -310,7 +304,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	u, err := url.Parse(x.up.scheme + "://" + host + x.up.basePath + x.rawPath)
 	if err != nil { // cannot happen: the path came from a parsed request
-		u = &url.URL{Scheme: x.up.scheme, Host: host, Path: x.up.basePath + x.ev().Target.Path}
+		u = &url.URL{Scheme: x.up.scheme, Host: host, Path: x.up.basePath + x.c.Target().Path}
 	}
 	u.RawQuery = pr.In.URL.RawQuery
 	out.URL = u
@@ -493,7 +487,7 @@ func (c *countingBody) feedSSE(p []byte) int {
 		c.x.chargeTokens()
 		if c.x.spent != "" {
 			c.ended = true
-			c.x.ev().Outcome.Error = c.x.spent
+			c.x.c.Note(c.x.spent)
 			return off
 		}
 	}
@@ -508,7 +502,7 @@ func (x *exchange) chargeTokens() {
 	if total <= x.charged {
 		return
 	}
-	v := x.p.core.Admission().AddTokens(x.c.Detached(), x.ev().Identity, total-x.charged)
+	v := x.p.core.Admission().AddTokens(x.c.Detached(), x.c.Identity(), total-x.charged)
 	x.charged = total
 	if !v.Allowed && x.spent == "" {
 		x.spent = string(v.Code)

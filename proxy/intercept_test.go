@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func TestInterceptedTunnelLifecycle(t *testing.T) {
 	const alpha, n = "127.0.0.2", 40
 	h := newHarness(t, func(p *config.Proxy) { p.Limits.TunnelsPerSandbox = n })
 	msg := `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[]}`
-	req := "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nContent-Type: application/json\r\nContent-Length: " + itoa(len(msg)) + "\r\n\r\n" + msg
+	req := "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(msg)) + "\r\n\r\n" + msg
 
 	// open opens an intercepted tunnel and completes one request in it, keeping it alive. The
 	// client side is driven by hand, so every goroutine it adds is the proxy's (or the stand-in's).

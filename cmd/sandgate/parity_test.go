@@ -79,20 +79,8 @@ type answer struct {
 func TestBothHalvesAnswerAlike(t *testing.T) {
 	cp := startParity(t)
 	triageSID, coderSID := cp.session(t, cpTriage), cp.session(t, cpCoder)
-	post := func(src, sid, body string) func() (int, http.Header) {
-		return func() (int, http.Header) {
-			code, _, h := cp.post(t, src, sid, body)
-			return code, h
-		}
-	}
-	route := func(src, body string) func() (int, http.Header) {
-		return func() (int, http.Header) {
-			req, _ := http.NewRequest(http.MethodPost, "http://"+cp.proxy+"/routes/anthropic/v1/messages", strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			code, _, h := send(t, src, req)
-			return code, h
-		}
-	}
+	post := func(src, sid, body string) func() (int, http.Header) { return parityPost(t, cp, src, sid, body) }
+	route := func(src, body string) func() (int, http.Header) { return parityRoute(t, cp, src, body) }
 	raw := func(addr, text string) func() (int, http.Header) {
 		return func() (int, http.Header) {
 			c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(cpCoder)}}).Dial("tcp", addr)
@@ -112,18 +100,7 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 	badHead := func(path string) string {
 		return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length\r\n\r\n"
 	}
-	scenarios := []struct {
-		name          string
-		gateway       func() (int, http.Header)
-		proxy         func() (int, http.Header)
-		code          string
-		kinds         [2]audit.Kind // the gateway's event kind, the proxy's
-		status        int           // the event's, the same on both halves
-		retryAfter    bool
-		allowed       bool // policy allowed it: the failure is the upstream's
-		untilRefused  bool // repeat (up to 3 times) until the code: a limit's window may turn once
-		sameHTTPClass bool // the HTTP answers share a status class too (an MCP tool refusal is a result in a 200)
-	}{
+	scenarios := []parityScenario{
 		{name: "unknown caller", gateway: post(cpUnknown, "", initialize), proxy: route(cpUnknown, haiku),
 			code: "unknown_caller", kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPRejected}, status: 403, sameHTTPClass: true},
 		{name: "rate limited", gateway: post(cpTriage, triageSID, toolCall), proxy: route(cpTriage, haiku),
@@ -137,6 +114,44 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 		{name: "bad head", gateway: raw(cp.mcp, badHead("/mcp")), proxy: raw(cp.proxy, badHead("/routes/anthropic/v1/messages")),
 			code: "malformed_request", kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPRejected}, status: 400, sameHTTPClass: true},
 	}
+	runParity(t, cp, scenarios)
+}
+
+// parityScenario is one row of the parity table: the same situation on each half.
+type parityScenario struct {
+	name          string
+	gateway       func() (int, http.Header)
+	proxy         func() (int, http.Header)
+	code          string
+	codes         [2]string     // the gateway's code and the proxy's, where they count different things (code "")
+	kinds         [2]audit.Kind // the gateway's event kind, the proxy's
+	status        int           // the event's, the same on both halves
+	retryAfter    bool
+	allowed       bool // policy allowed it: the failure is the upstream's
+	untilRefused  bool // repeat (up to 3 times) until the code: a limit's window may turn once
+	sameHTTPClass bool // the HTTP answers share a status class too (an MCP tool refusal is a result in a 200)
+}
+
+// parityPost posts one MCP message from src on session sid (none: "").
+func parityPost(t *testing.T, cp *callPath, src, sid, body string) func() (int, http.Header) {
+	return func() (int, http.Header) {
+		code, _, h := cp.post(t, src, sid, body)
+		return code, h
+	}
+}
+
+// parityRoute posts a model request from src to the proxy's anthropic route.
+func parityRoute(t *testing.T, cp *callPath, src, body string) func() (int, http.Header) {
+	return func() (int, http.Header) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+cp.proxy+"/routes/anthropic/v1/messages", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		code, _, h := send(t, src, req)
+		return code, h
+	}
+}
+
+// runParity runs each scenario on both halves and asserts they answer alike.
+func runParity(t *testing.T, cp *callPath, scenarios []parityScenario) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			var got [2]answer
@@ -154,7 +169,11 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 			}
 			for i, half := range []string{"gateway", "proxy"} {
 				a := got[i]
-				assert.Equal(t, sc.code, a.ev.Outcome.Error, half)
+				want := sc.code
+				if want == "" {
+					want = sc.codes[i]
+				}
+				assert.Equal(t, want, a.ev.Outcome.Error, half)
 				assert.Equal(t, sc.kinds[i], a.ev.Kind, half)
 				assert.Equal(t, sc.status, a.ev.Outcome.Status, half)
 				assert.Equal(t, sc.allowed, a.ev.Decision.Allow, half)

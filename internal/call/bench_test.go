@@ -101,7 +101,7 @@ func BenchmarkCallDecision(b *testing.B) {
 				if _, rf := cl.Authorize(cctx, in, false); rf != nil {
 					b.Fatalf("refused: %+v", rf)
 				}
-				cl.Event.Outcome.Status = 200
+				cl.Answered(200)
 				cl.Finish()
 			}
 			var dropped uint64

@@ -109,19 +109,19 @@ func (c *Core) Decide(ctx context.Context, in *policy.Input) policy.Decision {
 }
 
 // Call is one sandbox-facing request on its way to exactly one audit event. The half that
-// began it fills Event.Target (and Event.Credential when it injects one) and ends it with
-// Finish or Refuse; later ends do nothing.
+// began it notes its target (Describe, and UsesCredential when it injects one) and ends it
+// with Finish, Refuse, Hide or Fail; later ends, and later notes, do nothing.
 type Call struct {
 	core  *Core
 	start time.Time
 	span  trace.Span
 	ctx   context.Context
-	// Event is the call's audit event; Finish completes and writes it.
-	Event audit.Event
+	// ev is the call's audit event (event.go sets it); Finish completes and writes it.
+	ev audit.Event
 	// BytesIn and BytesOut count the request and response body bytes.
 	BytesIn, BytesOut atomic.Int64
-	// TokensIn and TokensOut are the model tokens the response reported.
-	TokensIn, TokensOut int64
+	// tokensIn and tokensOut are the model tokens the response reported (SetUsage).
+	tokensIn, tokensOut int64
 	decided             bool
 	done                atomic.Bool
 	// slot is the room the audit log set aside for the event when the call began; noSlot says
@@ -155,9 +155,9 @@ func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity)
 		cl.release.hold.Store(true) // the answer's final bytes wait for this call's event
 	}
 	ctx, cl.span = c.tracer.Start(ctx, string(kind), trace.WithSpanKind(trace.SpanKindServer))
-	cl.Event = audit.Event{Kind: kind, Identity: id}
+	cl.ev = audit.Event{Kind: kind, Identity: id}
 	// Minted now, not when the event is recorded, so the decision log can name the event.
-	cl.Event.AssignID()
+	cl.ev.AssignID()
 	// Room for the event is taken before anything is answered, so that an answered call's
 	// event is written even if the disk fills up meanwhile (docs/audit.md).
 	if r, ok := c.opts.Audit.(audit.ReservingRecorder); ok {
@@ -219,12 +219,12 @@ func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (po
 	}
 	d := core.opts.Policy.Decide(ctx, in)
 	if core.opts.Decisions != nil {
-		core.opts.Decisions.Record(cl.Event.ID, in, d)
+		core.opts.Decisions.Record(cl.ev.ID, in, d)
 	}
 	if core.opts.Shadow != nil {
-		cl.shadow = core.opts.Shadow.Submit(cl.Event.ID, in, d)
+		cl.shadow = core.opts.Shadow.Submit(cl.ev.ID, in, d)
 	}
-	cl.Event.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
+	cl.ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	cl.span.SetAttributes(attribute.Bool("sandgate.decision.allow", d.Allow), attribute.String("sandgate.decision.code", d.Code))
 	if !d.Allow {
 		code := d.Code
@@ -239,14 +239,13 @@ func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (po
 // Refuse ends the call as refused by r: the event says deny with r's reason and code and the
 // refusal's status. It returns r's status for the half's answer.
 func (cl *Call) Refuse(r *Refusal) int {
+	if cl.done.Load() {
+		return r.Status()
+	}
 	cl.refusal.Store(r)
-	cl.Event.Decision.Allow = false
-	cl.Event.Decision.Reason = r.Reason
-	cl.Event.Outcome.Error = r.Code
-	status := r.Status()
-	cl.Event.Outcome.Status = status
+	cl.refused(r, r.Status())
 	cl.Finish()
-	return status
+	return r.Status()
 }
 
 // Refusal is the refusal Refuse ended the call with, or nil.
@@ -255,21 +254,22 @@ func (cl *Call) Refusal() *Refusal { return cl.refusal.Load() }
 // Hide ends the call as refused by r, answered as if what it asked for did not exist (404): a
 // hidden resource answers exactly like a missing one. The event keeps r's reason and code.
 func (cl *Call) Hide(r *Refusal) {
-	cl.Event.Decision.Allow = false
-	cl.Event.Decision.Reason = r.Reason
-	cl.Event.Outcome.Error = r.Code
-	cl.Event.Outcome.Status = classes[ClassNotFound].status
+	if cl.done.Load() {
+		return
+	}
+	cl.refused(r, classes[ClassNotFound].status)
 	cl.Finish()
 }
 
 // Fail ends an allowed call whose action failed (an upstream error): the decision stands, the
 // outcome says what went wrong.
 func (cl *Call) Fail(r *Refusal) int {
-	cl.Event.Outcome.Error = r.Code
-	status := r.Status()
-	cl.Event.Outcome.Status = status
+	if cl.done.Load() {
+		return r.Status()
+	}
+	cl.failed(r)
 	cl.Finish()
-	return status
+	return r.Status()
 }
 
 // Finish writes the call's one audit event and its metrics and ends its span. The event gets
@@ -287,11 +287,11 @@ func (cl *Call) Finish() {
 	defer cl.core.inflight.Add(-1)
 	core := cl.core
 	elapsed := time.Since(cl.start)
-	ev := &cl.Event
+	ev := &cl.ev
 	ev.Time = cl.start.UTC()
 	ev.Outcome.DurationMS = float64(elapsed.Microseconds()) / 1000
 	ev.Outcome.BytesIn, ev.Outcome.BytesOut = cl.BytesIn.Load(), cl.BytesOut.Load()
-	ev.Outcome.TokensIn, ev.Outcome.TokensOut = cl.TokensIn, cl.TokensOut
+	ev.Outcome.TokensIn, ev.Outcome.TokensOut = cl.tokensIn, cl.tokensOut
 	if ev.Decision.PolicyRevision == "" {
 		ev.Decision.PolicyRevision = core.opts.Policy.Revision()
 	}
@@ -344,7 +344,10 @@ func (c *Core) record(ctx context.Context, ev *audit.Event, cl *Call) {
 		err = c.opts.Audit.Record(ev)
 	}
 	if err != nil {
-		if c.blocking {
+		// The answer of a call whose event was not written is cut, except the fail-closed
+		// refusal itself: it says the log is down, does nothing, and withholding it would leave
+		// the client a dropped connection instead of the reason (docs/audit.md).
+		if c.blocking && ev.Outcome.Error != CodeAuditUnavailable {
 			cl.release.cutAnswer()
 		}
 		c.metrics.auditErrors.Add(ctx, 1)

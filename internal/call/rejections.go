@@ -96,7 +96,7 @@ func (c *Core) Reject(ctx context.Context, kind audit.Kind, id identity.Identity
 		return status
 	}
 	_, cl := c.Begin(ctx, kind, id)
-	cl.Event.Target = target
+	cl.ev.Target = target
 	cl.Refuse(r)
 	return status
 }
@@ -193,9 +193,9 @@ func (c *Core) writeSuppressed(ctx context.Context, w rejectWindow) {
 	if w.id.SourceIP != "" {
 		src = w.id.SourceIP
 	}
-	cl.Event.Decision.Reason = fmt.Sprintf("%d more rejections from %s suppressed (%s)", w.suppressed, src, suppressedCodes(w.byCode))
-	cl.Event.Outcome.Error = "suppressed"
-	cl.Event.Outcome.Status = 0
+	cl.ev.Decision.Reason = fmt.Sprintf("%d more rejections from %s suppressed (%s)", w.suppressed, src, suppressedCodes(w.byCode))
+	cl.ev.Outcome.Error = "suppressed"
+	cl.ev.Outcome.Status = 0
 	cl.decided = true
 	cl.Finish()
 }

@@ -77,7 +77,7 @@ func (r *shadowRun) call(t *testing.T, tool string, wait bool) *call.Call {
 	if rf != nil {
 		cl.Refuse(rf)
 	} else {
-		cl.Event.Outcome.Status = 200
+		cl.Answered(200)
 		cl.Finish()
 	}
 	return cl

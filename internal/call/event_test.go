@@ -1,0 +1,115 @@
+package call_test
+
+import (
+	"context"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// keptEvents keeps a copy of every event recorded.
+type keptEvents struct {
+	mu  sync.Mutex
+	evs []audit.Event
+}
+
+func (k *keptEvents) Record(ev *audit.Event) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.evs = append(k.evs, *ev)
+	return nil
+}
+func (k *keptEvents) Healthy() error { return nil }
+
+func newKeptCore(t *testing.T) (*call.Core, *keptEvents) {
+	kept := &keptEvents{}
+	core, err := call.New(call.Options{Audit: kept, Policy: fixedDecider{policy.Decision{Allow: true, Revision: "r1"}}})
+	require.NoError(t, err)
+	return core, kept
+}
+
+// Describe carries every field of a target a half sets, and leaves the others as noted: a
+// field added to audit.Target that Describe forgets fails here.
+func TestDescribeCarriesEveryTargetField(t *testing.T) {
+	core, kept := newKeptCore(t)
+	_, cl := core.Begin(context.Background(), audit.KindHTTPRequest, identity.Identity{Known: true})
+	var full audit.Target
+	v := reflect.ValueOf(&full).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.String:
+			f.SetString(v.Type().Field(i).Name)
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		default:
+			t.Fatalf("audit.Target.%s is a %s: teach Describe (event.go) and this test about it", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	cl.Describe(audit.Target{Host: "first"})
+	cl.Describe(full)
+	cl.Describe(audit.Target{})
+	assert.Equal(t, full, cl.Target())
+	cl.Finish()
+	require.Len(t, kept.evs, 1)
+	assert.Equal(t, full, kept.evs[0].Target)
+}
+
+// What a half notes after its call ended does not change the event that was written (an
+// answer's status or echo noted by a deferred step after a refusal had ended the call).
+func TestNotesAfterTheEndChangeNothing(t *testing.T) {
+	core, kept := newKeptCore(t)
+	_, cl := core.Begin(context.Background(), audit.KindHTTPRequest, identity.Identity{Known: true})
+	cl.Describe(audit.Target{Host: "api.example"})
+	cl.Note("first")
+	cl.Note("second") // the first code noted stands
+	assert.Equal(t, "first", cl.OutcomeError())
+	cl.Refuse(call.Refuse(call.CodeBodyTooLarge, "too large"))
+	cl.Describe(audit.Target{Host: "other"})
+	cl.Answered(200)
+	cl.CredentialEchoed()
+	cl.UsesCredential("anthropic")
+	cl.SetUsage(1, 2)
+	cl.Fail(call.Refuse(call.CodeUpstreamError, "late"))
+	cl.Hide(call.Refuse(call.CodeNotFound, "late"))
+	require.Len(t, kept.evs, 1)
+	ev := kept.evs[0]
+	assert.Equal(t, "api.example", ev.Target.Host)
+	assert.Equal(t, call.CodeBodyTooLarge, ev.Outcome.Error)
+	assert.Equal(t, 413, ev.Outcome.Status)
+	assert.False(t, ev.Outcome.CredentialEchoed)
+	assert.Empty(t, ev.Credential)
+	assert.Zero(t, ev.Outcome.TokensIn+ev.Outcome.TokensOut)
+}
+
+// Answered keeps a status an end already noted; NoteRefusal and NoteFailure set what Refuse
+// and Fail set without ending the call.
+func TestNotedOutcomesStand(t *testing.T) {
+	core, kept := newKeptCore(t)
+	_, refused := core.Begin(context.Background(), audit.KindToolsCall, identity.Identity{Known: true})
+	refused.NoteRefusal(call.Refuse(call.CodeNotFound, "not found or not visible to the caller"))
+	refused.Answered(200)
+	refused.Finish()
+	ctx, failed := core.Begin(context.Background(), audit.KindHTTPConnect, identity.Identity{Known: true})
+	_, rf := failed.Authorize(ctx, &policy.Input{Kind: audit.KindHTTPConnect, Identity: identity.Identity{Known: true}}, false)
+	require.Nil(t, rf)
+	failed.NoteFailure(call.Refuse(call.CodeResolveFailed, "no such host"))
+	failed.Answered(200)
+	failed.SetUsage(3, 4)
+	failed.Finish()
+	require.Len(t, kept.evs, 2)
+	r, f := kept.evs[0], kept.evs[1]
+	assert.Equal(t, audit.Decision{Allow: false, Reason: "not found or not visible to the caller", PolicyRevision: "r1"}, r.Decision)
+	assert.Equal(t, 404, r.Outcome.Status)
+	assert.Equal(t, call.CodeNotFound, r.Outcome.Error)
+	assert.True(t, f.Decision.Allow, "a failure leaves the decision: %+v", f.Decision)
+	assert.Equal(t, 502, f.Outcome.Status)
+	assert.Equal(t, [2]int64{3, 4}, [2]int64{f.Outcome.TokensIn, f.Outcome.TokensOut})
+}

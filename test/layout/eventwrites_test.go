@@ -1,0 +1,129 @@
+package layout
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
+)
+
+// eventRooms are where the halves and their helpers live: none of their non-test files may
+// write a call's audit event except internal/call (docs/architecture.md, "One path").
+var eventRooms = []string{"gateway", "proxy", "cmd", "internal"}
+
+// Only internal/call writes a call's audit event: the halves note what they learned through
+// its methods (Describe, Answered, Note …). The field is unexported, so the compiler enforces
+// it today; this scan keeps it so if someone exports it again. It flags, outside internal/call,
+// an assignment or ++/-- to anything reached through a selector named Event, and taking the
+// address of one (a pointer into the event is a write handle).
+func TestEventFieldsSetOnlyInCall(t *testing.T) {
+	root := repoRoot(t)
+	var bad []string
+	for _, room := range eventRooms {
+		err := filepath.WalkDir(filepath.Join(root, room), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			if d.IsDir() && filepath.ToSlash(rel) == "internal/call" {
+				return filepath.SkipDir
+			}
+			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			bad = append(bad, eventWrites(t, path, rel)...)
+			return nil
+		})
+		require.NoError(t, err, "walking %s", room)
+	}
+	assert.Empty(t, bad, "audit event fields written outside internal/call: note them through call.Call's methods instead")
+}
+
+// eventWrites lists the places in the file at path that write through a selector named Event.
+func eventWrites(t *testing.T, path, rel string) []string {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+	require.NoError(t, err, "parsing %s", rel)
+	var out []string
+	flag := func(e ast.Expr, what string) {
+		if reachesEvent(e) {
+			out = append(out, rel+":"+strconv.Itoa(fset.Position(e.Pos()).Line)+": "+what)
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.AssignStmt:
+			if n.Tok != token.DEFINE {
+				for _, l := range n.Lhs {
+					flag(l, "assignment")
+				}
+			}
+		case *ast.IncDecStmt:
+			flag(n.X, n.Tok.String())
+		case *ast.UnaryExpr:
+			if n.Op == token.AND {
+				flag(n.X, "address taken")
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// reachesEvent reports whether e is, or is part of, something selected by the name Event.
+func reachesEvent(e ast.Expr) bool {
+	for {
+		switch x := e.(type) {
+		case *ast.SelectorExpr:
+			if x.Sel.Name == "Event" {
+				return true
+			}
+			e = x.X
+		case *ast.IndexExpr:
+			e = x.X
+		case *ast.ParenExpr:
+			e = x.X
+		case *ast.StarExpr:
+			e = x.X
+		default:
+			return false
+		}
+	}
+}
+
+// The scan above is syntactic; this closes the other doors: call.Call exports no field that
+// holds any part of an audit event, and no method that hands out a pointer into one.
+func TestCallHandsOutNoEventPointer(t *testing.T) {
+	ct := reflect.TypeOf(call.Call{})
+	for i := range ct.NumField() {
+		f := ct.Field(i)
+		if f.IsExported() {
+			assert.False(t, isAudit(f.Type), "call.Call.%s exposes the audit event", f.Name)
+		}
+	}
+	pt := reflect.PointerTo(ct)
+	for i := range pt.NumMethod() {
+		m := pt.Method(i)
+		for j := range m.Type.NumOut() {
+			o := m.Type.Out(j)
+			assert.False(t, o.Kind() == reflect.Pointer && isAudit(o.Elem()),
+				"(*call.Call).%s returns a pointer into the audit event", m.Name)
+		}
+	}
+}
+
+// isAudit reports whether t is one of package audit's structs (the event or a part of it).
+func isAudit(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct && t.PkgPath() == reflect.TypeOf(audit.Event{}).PkgPath()
+}
