@@ -10,7 +10,7 @@ export CGO_ENABLED := 0
 TOOLS := $(CURDIR)/.tools/bin
 export PATH := $(TOOLS):$(PATH)
 
-.PHONY: build run test test-go test-policy setup lint fuzz bench bench-go bench-policy clean image tools-env
+.PHONY: build run test test-go test-unit test-race test-policy setup lint fuzz bench bench-go bench-policy clean image tools-env
 
 build:
 	go build $(GO_BUILD_FLAGS) -o bin/sandgate ./cmd/sandgate
@@ -50,18 +50,27 @@ setup:
 tools-env:
 	@echo 'export PATH="$(TOOLS):$$PATH"'
 
-test: setup
-	$(MAKE) lint test-policy test-go
+# SANDGATE_SETUP_WARM: setup also compiles the tests' packages in its idle gaps (test/setup.sh).
+# Then the checks run two at a time, the long go test ./... first: much of its time is tests
+# waiting on the servers they start, which lint, the policy tests and the race run fill. Each
+# target's output is printed whole when it ends (--output-sync), so logs do not interleave.
+test:
+	SANDGATE_SETUP_WARM=1 bash test/setup.sh
+	$(MAKE) -j2 --output-sync=target test-unit lint test-policy test-race
 
 test-policy:
 	opa test policies/
 	go run ./cmd/sandgate policy test policies/
 
+test-go: test-unit test-race
+
 # SANDGATE_REQUIRE_TOOLS makes a test that needs an installed tool fail instead of skip.
-test-go:
+test-unit:
 	SANDGATE_REQUIRE_TOOLS=1 SANDGATE_REQUIRE_KUBE=1 SANDGATE_CONFORMANCE=1 go test -timeout 20m ./...
-	@# The race detector needs cgo; it runs on the packages whose concurrency is their contract
-	@# (the audit sequencer; the proxy's tunnels, cleaned up by whichever goroutine closes them).
+
+# The race detector needs cgo; it runs on the packages whose concurrency is their contract
+# (the audit sequencer; the proxy's tunnels, cleaned up by whichever goroutine closes them).
+test-race:
 	CGO_ENABLED=1 go test -race -timeout 10m ./audit/ ./proxy/
 
 # gofmt, go vet and staticcheck (installed by test/setup.sh): zero findings, deprecated calls

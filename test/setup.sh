@@ -4,7 +4,8 @@
 # Safe to run again: each step checks whether its result is already there.
 #   apt:  redis-server, etcd-server, curl, iproute2 (netns attack tests), prometheus (for its
 #         promtool: the chart's alert rules)
-#   Go:   opa (policy tests), helm (chart tests), staticcheck (make lint), everything-server (MCP
+#   Go:   opa (policy tests; go.mod's tool directive), helm (chart tests; a tool of
+#         test/kube-apiserver's module), staticcheck (make lint), everything-server (MCP
 #         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
 #         CRDs + controller (pinned v0.5.6 from the Go module proxy, zip hash checked), cyclonus
 #         v0.5.6 (NetworkPolicy cross-check, zip hash checked), otelcol (an OpenTelemetry
@@ -12,6 +13,10 @@
 #   npm:  node@22, @modelcontextprotocol/conformance, @modelcontextprotocol/server-everything
 #         (the TypeScript SDK's reference server: second conformance upstream), @anthropic-ai/sdk
 #         (test/node, versions pinned in its package.json and package-lock.json)
+# Cold (empty Go, tool and npm caches) the Go builds are most of the time: opa, kube-apiserver,
+# helm and otelcol are built with Sandgate's own dependency versions so the build cache compiles
+# their shared packages once, and the builds run side by side. Setup prints the seconds of each
+# step and its total; README.md has the measured cold and warm figures.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # The built tools live in a cache outside the clone, once per machine, and .tools in the clone
@@ -47,12 +52,36 @@ go_tool() { # name version-marker install-args...
   GOBIN="$bin" go install "$@"
   touch "$bin/.$name.$marker"
 }
+# The tools that share most of their packages with Sandgate's own tests are built from modules
+# whose versions match Sandgate's go.mod: the Go build cache is keyed by package content, flags
+# and dependencies, so a package at the same version with the same settings compiles once for a
+# tool and the tests. The tests run with CGO_ENABLED=0 (the Makefile exports it); so do these
+# builds, or a package using net would compile twice.
+export CGO_ENABLED=0
+
+# opa: the tool directive in go.mod pins it (the same version Sandgate embeds), and it is built
+# with Sandgate's own dependency versions, so its packages are mostly Sandgate's already.
+opa_tool() {
+  local stamp
+  stamp=$(cat "$root/go.mod" "$root/go.sum" | sha256sum | cut -c1-16)
+  [ ! -x "$bin/opa" ] || [ "$(cat "$bin/.opa.stamp" 2>/dev/null)" != "$stamp" ] || return 0
+  log "building opa from go.mod's tool directive"
+  (cd "$root" && go build -o "$bin/.opa.tmp" -ldflags "-s -w" github.com/open-policy-agent/opa)
+  mv -f "$bin/.opa.tmp" "$bin/opa"
+  rm -f "$bin"/.opa.v* # the marker of opa installed from its own module, before this
+  echo "$stamp" > "$bin/.opa.stamp"
+}
+
 # promtool checks the chart's PrometheusRule (test/deploy). Debian's prometheus package carries
 # it; building it from the prometheus module took 26 minutes cold on a busy 2-core machine.
 # Its own path, not `command -v`: with .tools/bin first on PATH (make test puts it there), that
 # finds this very link and a second run made it point at itself.
 ln -sf /usr/bin/promtool "$bin/promtool"
 
+# kube-apiserver and helm: test/kube-apiserver's module requires every dependency it shares with
+# Sandgate at Sandgate's version (k8s.io/api, apimachinery, client-go, grpc, protobuf, otel, x/*),
+# so the biggest shared packages compile once; helm is a tool of that module (its go.mod pins
+# v3.22.0), built after the apiserver so its Kubernetes packages are already compiled.
 kube_apiserver() {
   [ -d "$root/test/kube-apiserver" ] || return 0
   local stamp
@@ -67,8 +96,21 @@ kube_apiserver() {
   fi
 }
 
+helm_tool() {
+  [ -d "$root/test/kube-apiserver" ] || return 0
+  local stamp
+  stamp=$(cat "$root/test/kube-apiserver/go.mod" | sha256sum | cut -c1-16)
+  [ ! -x "$bin/helm" ] || [ "$(cat "$bin/.helm.stamp" 2>/dev/null)" != "$stamp" ] || return 0
+  log "building helm from test/kube-apiserver's tool directive"
+  (cd "$root/test/kube-apiserver" && go build -o "$bin/.helm.tmp" -ldflags "-s -w" helm.sh/helm/v3/cmd/helm)
+  mv -f "$bin/.helm.tmp" "$bin/helm"
+  rm -f "$bin"/.helm.v*
+  echo "$stamp" > "$bin/.helm.stamp"
+}
+
 # The OpenTelemetry Collector of the audit export tests (test/otelcoltest runs it): its own module
-# under test/otelcol, every collector module on one release line (v0.161.0 / v1.67.0), stamped by
+# under test/otelcol, every collector module on one release line (v0.161.0 / v1.67.0), what it
+# shares with Sandgate (grpc, otel, protobuf, x/*, client-go) at Sandgate's versions, stamped by
 # that module's files like the kube-apiserver.
 otel_collector() {
   [ -d "$root/test/otelcol" ] || return 0
@@ -145,28 +187,72 @@ node_packages() {
   fi
 }
 
-# The independent builds run side by side: each is mostly one long compile and link of its own,
-# and a module download or a link of one overlaps another's compile (cold, on 2 cores, about
-# 40% shorter than one after another). Each job's output goes to its own log, printed if it fails.
+# With SANDGATE_SETUP_WARM=1 (make test sets it) setup also compiles what the test phase will
+# need, in setup's idle gaps instead of after it: `go vet ./...` compiles every package the tests
+# import (and its result is cached, so lint's go vet only reads it), and the race build of audit
+# and proxy. A finding is lint's and the tests' to report, with its output; here only the
+# compiling matters.
+warm_tests() {
+  [ "${SANDGATE_SETUP_WARM:-0}" = 1 ] || return 0
+  (cd "$root" && go vet ./... >/dev/null 2>&1) || true
+}
+warm_race() {
+  [ "${SANDGATE_SETUP_WARM:-0}" = 1 ] || return 0
+  local out
+  out=$(mktemp -d)
+  (cd "$root" && CGO_ENABLED=1 go test -race -c -o "$out/" ./audit/ ./proxy/ >/dev/null 2>&1) || true
+  rm -rf "$out"
+}
+
+# Every module the builds below need, fetched while they compile: downloads are network time,
+# which overlaps compiling where fetching on first use would stall a build.
+download_modules() {
+  local d
+  for d in "$root" "$root/test/kube-apiserver" "$root/test/otelcol"; do
+    [ -f "$d/go.mod" ] && (cd "$d" && go mod download) &
+  done
+  wait
+}
+
 jobs_dir=$(mktemp -d)
 trap 'rm -rf "$jobs_dir"' EXIT
+# timed STEP command...: runs the command and records how long it took, for the summary below
+# (and CI's logs) to say where setup's time goes.
+timed() {
+  local step=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "$step $((SECONDS - start))" >> "$jobs_dir/times"
+}
+# The builds sharing Sandgate's dependency versions run one after another, in this order, so
+# each shared package compiles once (two go commands compiling the same package at the same
+# time both compile it); opa first, as it shares the most with the tests.
+shared_builds() {
+  timed opa opa_tool
+  timed kube-apiserver kube_apiserver
+  if [ "${SANDGATE_SETUP_HELM:-1}" = 1 ]; then timed helm helm_tool; fi
+  timed otelcol otel_collector
+  timed warm-tests warm_tests
+}
+
+# The jobs run side by side: one go build keeps 2 cores busy only part of the time (links, long
+# dependency chains, downloads), and the independent builds fill the gaps. Each job's output goes
+# to its own log, printed at the end.
 declare -A job_pids=()
 run_job() { # name command...
   local name=$1; shift
   ( set -euo pipefail; "$@" ) >"$jobs_dir/$name.log" 2>&1 &
   job_pids[$name]=$!
 }
-run_job opa go_tool opa v1.22.3 github.com/open-policy-agent/opa@v1.22.3
-run_job staticcheck go_tool staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck@v0.8.2
-run_job everything-server go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
-if [ "${SANDGATE_SETUP_HELM:-1}" = 1 ]; then
-  run_job helm go_tool helm v3.22.0 helm.sh/helm/v3/cmd/helm@v3.22.0
-fi
-run_job kube-apiserver kube_apiserver
-run_job otelcol otel_collector
-run_job agent-sandbox agent_sandbox
-run_job cyclonus cyclonus
-run_job node node_packages
+setup_start=$SECONDS
+run_job download timed download download_modules
+run_job shared shared_builds
+run_job staticcheck timed staticcheck go_tool staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck@v0.8.2
+run_job everything-server timed everything-server go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
+run_job agent-sandbox timed agent-sandbox agent_sandbox
+run_job cyclonus timed cyclonus cyclonus
+run_job node timed npm node_packages
+run_job warm-race timed warm-race warm_race
 failed=()
 for name in "${!job_pids[@]}"; do
   if ! wait "${job_pids[$name]}"; then failed+=("$name"); fi
@@ -176,4 +262,5 @@ if [ ${#failed[@]} -gt 0 ]; then
   log "failed: ${failed[*]} (output above)"
   exit 1
 fi
-log "ready: $(ls "$bin" | tr '\n' ' ')"
+log "seconds per step: $(sort -k2,2nr "$jobs_dir/times" 2>/dev/null | tr ' \n' '= ' || true)"
+log "ready in $((SECONDS - setup_start))s: $(ls "$bin" | tr '\n' ' ')"
