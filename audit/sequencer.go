@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 )
 
@@ -191,12 +192,21 @@ func (s *sequencer) collect() bool {
 	w := s.w
 	linger := s.lingerFor()
 	var timeout <-chan time.Time // the linger, started when the queue is first found empty
+	yielded := !w.blocking
 	for len(s.events) < w.maxBatch {
 		var ev Event
 		var more bool
 		select {
 		case ev, more = <-w.queue:
 		default:
+			if !yielded {
+				// Group commit: the calls running now get to queue their events before this
+				// batch is written, instead of each waiting on a write of its own. With nothing
+				// else runnable Gosched returns at once.
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
 			if linger <= 0 {
 				return true
 			}
@@ -221,7 +231,10 @@ func (s *sequencer) collect() bool {
 // blockingLinger is how long a blocking writer gathers a batch while its calls come in
 // together (the last batch held more than one event): long enough to turn a write per event or
 // two into one per dozens under load (BenchmarkRecordDelivery: half the CPU per event), short
-// next to what it saves. A lone call never waits for it.
+// next to what it saves. A lone call never waits for it. Before it, collect yields once (group
+// commit): interleaved A/B against not yielding, `sandbench -reps 5 -workloads
+// route,intercept,mcp -concurrency 64` on a quiet 2-core machine, CPU per request 0.99× route,
+// 0.94× intercept, 0.98× mcp (spread 0.81–1.07), fixed-rate p50 unchanged.
 const blockingLinger = 100 * time.Microsecond
 
 // lingerFor is the linger of the next batch.
