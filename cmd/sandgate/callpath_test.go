@@ -376,7 +376,7 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 		assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-		assert.JSONEq(t, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"malformed request head: invalid header name"}}`, string(b))
+		assert.JSONEq(t, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"malformed request head: invalid header name","data":{"code":"malformed_request"}}}`, string(b))
 	})
 
 	t.Run("sessions are capped per sandbox", func(t *testing.T) {
