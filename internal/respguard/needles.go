@@ -32,8 +32,10 @@ type Needles struct {
 	values  []string // sorted: the set's key
 	header  []string
 	body    [][]byte
-	maxBody int       // the longest body needle
-	first   [256]bool // the first bytes of body needles
+	maxBody int // the longest body needle
+	// byFirst lists, for each byte, the body needles that begin with it (indices into body):
+	// held asks only those at each position of a window's tail.
+	byFirst [256][]int
 	// escapable: a short JSON escape (\n, \", \\, \/ …) stands for a byte some needle holds,
 	// so a text with it must be read decoded.
 	escapable [256]bool
@@ -120,9 +122,9 @@ func Build(values, rendered []string) *Needles {
 			add(b)
 		}
 	}
-	for _, b := range n.body {
+	for i, b := range n.body {
 		n.maxBody = max(n.maxBody, len(b))
-		n.first[b[0]] = true
+		n.byFirst[b[0]] = append(n.byFirst[b[0]], i)
 		for _, c := range b {
 			if e, ok := shortEscapeOf[c]; ok {
 				n.escapable[e] = true

@@ -134,11 +134,8 @@ func (n *Needles) held(w []byte) int {
 	}
 	tail := w[len(w)-min(len(w), n.maxBody-1):]
 	for i := range tail {
-		if !n.first[tail[i]] {
-			continue
-		}
-		for _, nd := range n.body {
-			if len(nd) > len(tail)-i && bytes.HasPrefix(nd, tail[i:]) {
+		for _, k := range n.byFirst[tail[i]] {
+			if nd := n.body[k]; len(nd) > len(tail)-i && bytes.HasPrefix(nd, tail[i:]) {
 				return len(tail) - i
 			}
 		}
