@@ -28,33 +28,42 @@ var eventRooms = []string{"gateway", "proxy", "cmd", "internal"}
 // an assignment or ++/-- to anything reached through a selector named Event, and taking the
 // address of one (a pointer into the event is a write handle).
 func TestEventFieldsSetOnlyInCall(t *testing.T) {
-	root := repoRoot(t)
 	var bad []string
+	halvesFiles(t, func(rel string, fset *token.FileSet, f *ast.File) {
+		bad = append(bad, eventWrites(fset, f, rel)...)
+	})
+	assert.Empty(t, bad, "audit event fields written outside internal/call: note them through call.Call's methods instead")
+}
+
+// halvesFiles parses each non-test Go file of the eventRooms outside internal/call and hands it
+// to check with its path from the repository's root.
+func halvesFiles(t *testing.T, check func(rel string, fset *token.FileSet, f *ast.File)) {
+	root := repoRoot(t)
 	for _, room := range eventRooms {
 		err := filepath.WalkDir(filepath.Join(root, room), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			rel, _ := filepath.Rel(root, path)
-			if d.IsDir() && filepath.ToSlash(rel) == "internal/call" {
+			rel = filepath.ToSlash(rel)
+			if d.IsDir() && rel == "internal/call" {
 				return filepath.SkipDir
 			}
 			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return nil
 			}
-			bad = append(bad, eventWrites(t, path, rel)...)
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			require.NoError(t, err, "parsing %s", rel)
+			check(rel, fset, f)
 			return nil
 		})
 		require.NoError(t, err, "walking %s", room)
 	}
-	assert.Empty(t, bad, "audit event fields written outside internal/call: note them through call.Call's methods instead")
 }
 
-// eventWrites lists the places in the file at path that write through a selector named Event.
-func eventWrites(t *testing.T, path, rel string) []string {
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-	require.NoError(t, err, "parsing %s", rel)
+// eventWrites lists the places in the file f (at rel) that write through a selector named Event.
+func eventWrites(fset *token.FileSet, f *ast.File, rel string) []string {
 	var out []string
 	flag := func(e ast.Expr, what string) {
 		if reachesEvent(e) {
@@ -136,35 +145,19 @@ var beginAllowed = map[string]bool{"gateway/authorize.go": true}
 // Finish): a half supplies only the act. This flags a call of a method named Begin in the halves'
 // non-test files, outside internal/call and the one place above.
 func TestCallsBeginOnlyInRun(t *testing.T) {
-	root := repoRoot(t)
 	var bad []string
-	for _, room := range eventRooms {
-		err := filepath.WalkDir(filepath.Join(root, room), func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
-			rel = filepath.ToSlash(rel)
-			if d.IsDir() && rel == "internal/call" {
-				return filepath.SkipDir
-			}
-			if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || beginAllowed[rel] {
-				return nil
-			}
-			fset := token.NewFileSet()
-			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-			require.NoError(t, err, "parsing %s", rel)
-			ast.Inspect(f, func(n ast.Node) bool {
-				if c, ok := n.(*ast.CallExpr); ok {
-					if s, ok := c.Fun.(*ast.SelectorExpr); ok && s.Sel.Name == "Begin" {
-						bad = append(bad, rel+":"+strconv.Itoa(fset.Position(c.Pos()).Line))
-					}
+	halvesFiles(t, func(rel string, fset *token.FileSet, f *ast.File) {
+		if beginAllowed[rel] {
+			return
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if c, ok := n.(*ast.CallExpr); ok {
+				if s, ok := c.Fun.(*ast.SelectorExpr); ok && s.Sel.Name == "Begin" {
+					bad = append(bad, rel+":"+strconv.Itoa(fset.Position(c.Pos()).Line))
 				}
-				return true
-			})
-			return nil
+			}
+			return true
 		})
-		require.NoError(t, err, "walking %s", room)
-	}
+	})
 	assert.Empty(t, bad, "calls begun outside call.Run: give the sequence an act instead")
 }
