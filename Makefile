@@ -70,6 +70,8 @@ test-unit:
 
 # The race detector needs cgo; it runs on the packages whose concurrency is their contract
 # (the audit sequencer; the proxy's tunnels, cleaned up by whichever goroutine closes them).
+# It compiles every dependency of theirs again with -race: neither imports client-go
+# (test/layout's TestRequestPathDoesNotImportClientGo keeps it so).
 test-race:
 	CGO_ENABLED=1 go test -race -timeout 10m ./audit/ ./proxy/
 

@@ -24,9 +24,9 @@ var eventOnlySeries = map[string]string{
 	"sandgate_kube_drift_total":             "first NetworkPolicy drift repaired (internal/kube/apiserver_test.go; needs the kube controller)",
 	"sandgate_shared_state_errors_total":    "first Redis error (TestReplicasShareState stops redis)",
 	// The lifecycle series need the Kubernetes resolver and a claim, a pool or a deleted sandbox.
-	"sandgate_sandbox_claim_ready_seconds_bucket": "first claim ready (TestLifecycleMetricsWithController, internal/identity)",
-	"sandgate_warm_pool_ready_sandboxes":          "first warm pool seen (TestLifecycleMetricsWithController, internal/identity)",
-	"sandgate_sandbox_lifetime_seconds_bucket":    "first sandbox deleted (TestLifecycleMetricsWithController, internal/identity)",
+	"sandgate_sandbox_claim_ready_seconds_bucket": "first claim ready (TestLifecycleMetricsWithController, internal/identity/kubeid)",
+	"sandgate_warm_pool_ready_sandboxes":          "first warm pool seen (TestLifecycleMetricsWithController, internal/identity/kubeid)",
+	"sandgate_sandbox_lifetime_seconds_bucket":    "first sandbox deleted (TestLifecycleMetricsWithController, internal/identity/kubeid)",
 }
 
 // seriesRE finds metric names in PromQL: every Sandgate metric starts with sandgate_.

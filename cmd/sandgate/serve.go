@@ -24,6 +24,7 @@ import (
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/grants"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/identity/kubeid"
 	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/internal/limits"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
@@ -381,7 +382,7 @@ func newResolver(cfg *config.Config, log *slog.Logger, tel *telemetry.Telemetry,
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	k, err := identity.NewKube(client, dyn, cfg.Kubernetes.Namespaces, log.With("component", "identity"), identity.WithRegisterer(tel.Registerer()))
+	k, err := kubeid.NewKube(client, dyn, cfg.Kubernetes.Namespaces, log.With("component", "identity"), kubeid.WithRegisterer(tel.Registerer()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes identity: %w", err)
 	}

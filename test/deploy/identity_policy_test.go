@@ -23,7 +23,7 @@ import (
 // Sandbox controller: a tenant of the sandbox namespace (every verb on pods, Sandboxes and
 // claims) is refused each forgery of issue 34, while the controller, running as its
 // ServiceAccount, still serves claims from a warm pool, and the tenant's ordinary work is let
-// through. (internal/identity's TestForgeriesWithoutAdmissionPolicy plays the same forgeries
+// through. (internal/identity/kubeid's TestForgeriesWithoutAdmissionPolicy plays the same forgeries
 // with the policies off: Sandgate resolves each forger as an unknown caller.)
 func TestIdentityPolicyRefusesForgeries(t *testing.T) {
 	helmBin(t)

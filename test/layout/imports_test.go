@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -125,4 +126,32 @@ func moduleImports(t *testing.T) map[string][]string {
 	})
 	require.NoError(t, err)
 	return out
+}
+
+// TestRequestPathDoesNotImportClientGo: what serves a request (both halves, policy, the audit
+// log) compiles without the Kubernetes client libraries; only the resolver behind
+// identity.Resolver (internal/identity/kubeid) and the CLI's wiring import them. Besides keeping
+// the request path's graph small, this keeps `make test-race`, which builds every dependency of
+// audit and proxy with the race detector, from compiling client-go and k8s.io/api again
+// (issue 39: a third of that build's packages). The resolver's own graph is listed too, so the
+// check is seen to find client-go where it is.
+func TestRequestPathDoesNotImportClientGo(t *testing.T) {
+	deps := func(pkgs ...string) []string {
+		cmd := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...)
+		cmd.Dir = repoRoot(t)
+		out, err := cmd.Output()
+		require.NoError(t, err, "go list -deps %v", pkgs)
+		var k8s []string
+		for _, p := range strings.Fields(string(out)) {
+			if strings.HasPrefix(p, "k8s.io/client-go/") || strings.HasPrefix(p, "k8s.io/api/") {
+				k8s = append(k8s, p)
+			}
+		}
+		return k8s
+	}
+	if k8s := deps("./audit", "./policy", "./internal/call", "./proxy", "./gateway"); len(k8s) > 0 {
+		t.Errorf("the request path imports %d Kubernetes client packages, %s first (through which package: "+
+			"go list -deps -f '{{.ImportPath}}: {{.Imports}}')", len(k8s), k8s[0])
+	}
+	assert.Contains(t, deps("./internal/identity/kubeid"), "k8s.io/client-go/kubernetes", "the check finds client-go in the resolver")
 }

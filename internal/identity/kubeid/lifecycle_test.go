@@ -1,4 +1,4 @@
-package identity_test
+package kubeid_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/identity/kubeid"
 	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/test/kubetest"
 )
@@ -36,7 +36,7 @@ func TestLifecycleMetricsWithController(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	client, dyn := kubetest.Clients(t, cluster.Sandgate)
-	r, err := identity.NewKube(client, dyn, []string{ns}, nil, identity.WithRegisterer(reg))
+	r, err := kubeid.NewKube(client, dyn, []string{ns}, nil, kubeid.WithRegisterer(reg))
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()

@@ -1,4 +1,4 @@
-package identity
+package kubeid
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // fakeSandbox is a Sandbox whose status.podIPs (the controller's) name podIPs.
@@ -36,7 +38,7 @@ func fakeSandbox(name, uid string, podIPs ...string) *unstructured.Unstructured 
 func fakePod(name, sandbox, uid, ip string) *corev1.Pod {
 	yes := true
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("pod-" + name), Labels: map[string]string{LabelSandboxNameHash: NameHash(sandbox)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("pod-" + name), Labels: map[string]string{identity.LabelSandboxNameHash: identity.NameHash(sandbox)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: sandbox, UID: types.UID(uid), Controller: &yes}}},
 		Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: ip}}},
 	}
@@ -189,7 +191,7 @@ func BenchmarkKubeResolve(b *testing.B) {
 	k := &Kube{byIP: map[netip.Addr]ipEntry{}}
 	for i := range 10000 {
 		a := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
-		k.byIP[a] = ipEntry{pod: "p", id: Identity{Sandbox: "s", Known: true}}
+		k.byIP[a] = ipEntry{pod: "p", id: identity.Identity{Sandbox: "s", Known: true}}
 	}
 	ip := netip.MustParseAddr("10.1.3.4")
 	b.RunParallel(func(pb *testing.PB) {

@@ -1,10 +1,9 @@
-package identity
+package kubeid
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -22,47 +21,24 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-)
 
-// The Agent Sandbox vocabulary the Kubernetes resolver reads. Package kube re-exports it.
-const (
-	// LabelSandboxNameHash is on every sandbox pod; only pods carrying it are watched.
-	LabelSandboxNameHash = "agents.x-k8s.io/sandbox-name-hash"
-	// AnnotationTemplateRef on a Sandbox names the SandboxTemplate it was created from. Whoever
-	// creates a Sandbox can write it: it is never evidence of a template on its own.
-	AnnotationTemplateRef = "agents.x-k8s.io/sandbox-template-ref"
-	// LabelTemplateRefHash is on the pods of sandboxes created from a template: TemplateRefHash
-	// of the template name. The controller maintains it on pods (a Sandbox's pod template cannot
-	// set it) and only for sandboxes controlled by a SandboxClaim or SandboxWarmPool.
-	LabelTemplateRefHash = "agents.x-k8s.io/sandbox-template-ref-hash"
-	// SandboxGroup is the API group of Sandbox; SandboxClaimGroup that of SandboxClaim.
-	SandboxGroup      = "agents.x-k8s.io"
-	SandboxClaimGroup = "extensions.agents.x-k8s.io"
+	"github.com/sandgate/sandgate/internal/identity"
 )
-
-// NameHash is the Agent Sandbox controller's NameHash: FNV-1a 32-bit of a name, eight lowercase
-// hex digits. It is the value of LabelSandboxNameHash for a Sandbox's name and of
-// LabelTemplateRefHash for a template's.
-func NameHash(name string) string {
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	return fmt.Sprintf("%08x", h.Sum32())
-}
 
 // SandboxResource is the Sandbox resource (agents.x-k8s.io/v1beta1).
 func SandboxResource() schema.GroupVersionResource {
-	return schema.GroupVersionResource{Group: SandboxGroup, Version: "v1beta1", Resource: "sandboxes"}
+	return schema.GroupVersionResource{Group: identity.SandboxGroup, Version: "v1beta1", Resource: "sandboxes"}
 }
 
 // SandboxClaimResource and SandboxWarmPoolResource are the extension resources that control
 // Sandboxes (extensions.agents.x-k8s.io/v1beta1).
 func SandboxClaimResource() schema.GroupVersionResource {
-	return schema.GroupVersionResource{Group: SandboxClaimGroup, Version: "v1beta1", Resource: "sandboxclaims"}
+	return schema.GroupVersionResource{Group: identity.SandboxClaimGroup, Version: "v1beta1", Resource: "sandboxclaims"}
 }
 
 // SandboxWarmPoolResource: see SandboxClaimResource.
 func SandboxWarmPoolResource() schema.GroupVersionResource {
-	return schema.GroupVersionResource{Group: SandboxClaimGroup, Version: "v1beta1", Resource: "sandboxwarmpools"}
+	return schema.GroupVersionResource{Group: identity.SandboxClaimGroup, Version: "v1beta1", Resource: "sandboxwarmpools"}
 }
 
 // podsBySandbox indexes pods by "namespace/sandbox" of their controlling Sandbox.
@@ -131,7 +107,7 @@ type ipEntry struct {
 	pod     string
 	created metav1.Time
 	uid     types.UID
-	id      Identity
+	id      identity.Identity
 }
 
 // newer reports whether a is the newer pod of two that claim one address: later creation
@@ -178,7 +154,7 @@ func NewKube(client kubernetes.Interface, dyn dynamic.Interface, namespaces []st
 	}
 	for _, ns := range namespaces {
 		pf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LabelSandboxNameHash }))
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = identity.LabelSandboxNameHash }))
 		c := &nsCaches{pods: pf.Core().V1().Pods().Informer()}
 		if err := c.pods.AddIndexers(cache.Indexers{podsBySandbox: indexPodBySandbox}); err != nil {
 			return nil, fmt.Errorf("kubernetes identity: index pods: %w", err)
@@ -301,13 +277,13 @@ func (k *Kube) WaitForSync(ctx context.Context) bool {
 
 // Resolve returns the sandbox that owns addr, or Anonymous(addr). The returned Labels map is
 // shared with the cache and must not be modified.
-func (k *Kube) Resolve(addr netip.Addr) Identity {
+func (k *Kube) Resolve(addr netip.Addr) identity.Identity {
 	addr = addr.Unmap().WithZone("")
 	k.mu.RLock()
 	e, ok := k.byIP[addr]
 	k.mu.RUnlock()
 	if !ok {
-		return Anonymous(addr)
+		return identity.Anonymous(addr)
 	}
 	return e.id
 }
@@ -452,25 +428,25 @@ func (k *Kube) namespaceChanged(c *nsCaches) {
 // identityOf returns the identity of a live sandbox pod (unknown, with the failed link, when
 // its chain does not hold) and its addresses; live is false for a pod that holds no address
 // Sandgate should map.
-func (k *Kube) identityOf(pod *corev1.Pod, c *nsCaches) (id Identity, ips []netip.Addr, live bool) {
+func (k *Kube) identityOf(pod *corev1.Pod, c *nsCaches) (id identity.Identity, ips []netip.Addr, live bool) {
 	if pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return Identity{}, nil, false
+		return identity.Identity{}, nil, false
 	}
-	if _, ok := pod.Labels[LabelSandboxNameHash]; !ok {
-		return Identity{}, nil, false
+	if _, ok := pod.Labels[identity.LabelSandboxNameHash]; !ok {
+		return identity.Identity{}, nil, false
 	}
 	ips = podAddrs(pod)
 	if len(ips) == 0 {
-		return Identity{}, nil, false
+		return identity.Identity{}, nil, false
 	}
 	key := pod.Namespace + "/" + pod.Name
 	v := verify(pod, ips, c)
 	if v.link != Verified {
 		k.report(pod, ips, v)
-		return Identity{Unverified: v.link.Unverified()}, ips, true
+		return identity.Identity{Unverified: v.link.Unverified()}, ips, true
 	}
 	delete(k.refused, key)
-	return Identity{
+	return identity.Identity{
 		Namespace: pod.Namespace,
 		Sandbox:   v.sandbox,
 		Template:  v.template,
@@ -500,12 +476,12 @@ func (k *Kube) report(pod *corev1.Pod, ips []netip.Addr, v verdict) {
 	k.unverified.WithLabelValues(string(v.link)).Inc()
 	k.logger.Warn("sandbox pod is an unknown caller: a link of its identity chain does not hold",
 		"unverified", v.link.Unverified(), "pod", key, "sandbox", owner, "ips", ips,
-		"template_hash", pod.Labels[LabelTemplateRefHash])
+		"template_hash", pod.Labels[identity.LabelTemplateRefHash])
 }
 
 func sandboxOwner(pod *corev1.Pod) *metav1.OwnerReference {
 	ref := metav1.GetControllerOfNoCopy(pod)
-	if ref == nil || ref.Kind != "Sandbox" || groupOf(ref.APIVersion) != SandboxGroup {
+	if ref == nil || ref.Kind != "Sandbox" || groupOf(ref.APIVersion) != identity.SandboxGroup {
 		return nil
 	}
 	return ref

@@ -1,4 +1,4 @@
-package identity
+package kubeid
 
 import (
 	"net/netip"
@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 type fakeObjects map[string]*unstructured.Unstructured // "kind/name" → object
@@ -34,11 +36,11 @@ func (f fakeObjects) with(kv ...any) fakeObjects {
 func chainSandbox(name, annotation, kind, owner string, uid types.UID, podIPs ...string) *unstructured.Unstructured {
 	sb := fakeSandbox(name, "u-"+name)
 	if annotation != "" {
-		sb.SetAnnotations(map[string]string{AnnotationTemplateRef: annotation})
+		sb.SetAnnotations(map[string]string{identity.AnnotationTemplateRef: annotation})
 	}
 	if kind != "" {
 		yes := true
-		sb.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: SandboxClaimGroup + "/v1beta1", Kind: kind, Name: owner, UID: uid, Controller: &yes}})
+		sb.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: identity.SandboxClaimGroup + "/v1beta1", Kind: kind, Name: owner, UID: uid, Controller: &yes}})
 	}
 	ips := make([]any, 0, len(podIPs))
 	for _, ip := range podIPs {
@@ -53,9 +55,9 @@ func chainSandbox(name, annotation, kind, owner string, uid types.UID, podIPs ..
 // chainPod is a pod the controller made for sandbox sb, with the template hash label hash.
 func chainPod(sb *unstructured.Unstructured, hash string, ips ...string) *corev1.Pod {
 	p := fakePod(sb.GetName()+"-pod", sb.GetName(), string(sb.GetUID()), ips[0])
-	p.Labels[LabelSandboxNameHash] = NameHash(sb.GetName())
+	p.Labels[identity.LabelSandboxNameHash] = identity.NameHash(sb.GetName())
 	if hash != "" {
-		p.Labels[LabelTemplateRefHash] = hash
+		p.Labels[identity.LabelTemplateRefHash] = hash
 	}
 	p.Status.PodIPs = nil
 	for _, ip := range ips {
@@ -76,7 +78,7 @@ func TestVerifyChain(t *testing.T) {
 			"status":   map[string]any{"sandbox": map[string]any{"name": bound}},
 		}}
 	}
-	coding := NameHash("coding-agent")
+	coding := identity.NameHash("coding-agent")
 	claimed := chainSandbox("wp-coding-x7k2q", "coding-agent", KindSandboxClaim, "task-2", "u-claim", "10.0.0.1")
 	plain := chainSandbox("plain", "", "", "", "", "10.0.0.2")
 	base := fakeObjects{"pool/wp-coding": pool, "claim/task-2": claim("wp-coding-x7k2q"),
@@ -120,7 +122,7 @@ func TestVerifyChain(t *testing.T) {
 		{"a pod whose name-hash label is not its Sandbox's is refused",
 			func() *corev1.Pod {
 				p := chainPod(plain, "", "10.0.0.2")
-				p.Labels[LabelSandboxNameHash] = "x"
+				p.Labels[identity.LabelSandboxNameHash] = "x"
 				return p
 			}(), base,
 			want{link: LinkPod}},
@@ -151,7 +153,7 @@ func TestVerifyChain(t *testing.T) {
 			base.with("sandbox/wp-coding-x7k2q", chainSandbox("wp-coding-x7k2q", "admin-agent", KindSandboxClaim, "task-2", "u-claim", "10.0.0.1")),
 			want{link: LinkTemplate}},
 		{"a pod hash of another template than the claim's pool is refused",
-			chainPod(claimed, NameHash("admin-agent"), "10.0.0.1"), base, want{link: LinkTemplate}},
+			chainPod(claimed, identity.NameHash("admin-agent"), "10.0.0.1"), base, want{link: LinkTemplate}},
 		{"a template hash on the pod of a Sandbox no claim controls is refused",
 			chainPod(plain, coding, "10.0.0.2"), base, want{link: LinkTemplate}},
 		{"a template annotation on a Sandbox no claim controls is refused",
@@ -175,8 +177,8 @@ func TestLinkUnverified(t *testing.T) {
 
 func TestNameHash(t *testing.T) {
 	// Values of the upstream controller's NameHash (FNV-1a 32, eight hex digits).
-	assert.Equal(t, "811c9dc5", NameHash(""))
-	assert.Len(t, NameHash("coding-agent"), 8)
+	assert.Equal(t, "811c9dc5", identity.NameHash(""))
+	assert.Len(t, identity.NameHash("coding-agent"), 8)
 }
 
 func TestSameAddrs(t *testing.T) {

@@ -1,10 +1,11 @@
-package identity_test
+package kubeid_test
 
 import (
 	"bytes"
 	"context"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/identity/kubeid"
 	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/test/kubetest"
@@ -38,7 +40,7 @@ func TestKubeResolver(t *testing.T) {
 	kubetest.BindRules(t, admin, ns, kubetest.SandgateUser, kube.SandboxNamespaceRules(false))
 
 	client, dyn := kubetest.Clients(t, cluster.Sandgate)
-	r, err := identity.NewKube(client, dyn, []string{ns}, nil)
+	r, err := kubeid.NewKube(client, dyn, []string{ns}, nil)
 	require.NoError(t, err)
 	assert.False(t, r.Ready(), "not ready before the caches are filled")
 	done := make(chan struct{})
@@ -49,7 +51,7 @@ func TestKubeResolver(t *testing.T) {
 	require.True(t, r.WaitForSync(syncCtx), "caches sync")
 	assert.True(t, r.Ready())
 
-	engine, err := policy.New(ctx, "../../policies")
+	engine, err := policy.New(ctx, filepath.Join(kubetest.RepoRoot(), "policies"))
 	require.NoError(t, err)
 	toolCall := func(id identity.Identity) policy.Decision {
 		return engine.Decide(ctx, &policy.Input{Kind: audit.KindToolsCall, Identity: id, MCP: &policy.MCP{Upstream: "everything", Tool: "echo"}})
@@ -163,7 +165,7 @@ func TestKubeResolverWithController(t *testing.T) {
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
 	client, dyn := kubetest.Clients(t, cluster.Sandgate)
-	r, err := identity.NewKube(client, dyn, []string{ns}, slog.New(slog.NewTextHandler(&logs, nil)), identity.WithRegisterer(reg))
+	r, err := kubeid.NewKube(client, dyn, []string{ns}, slog.New(slog.NewTextHandler(&logs, nil)), kubeid.WithRegisterer(reg))
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()

@@ -1,4 +1,4 @@
-package identity
+package kubeid
 
 import (
 	"net/netip"
@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // Link names a link of the identity chain pod IP → Pod → Sandbox → (claim → warm pool →
@@ -47,7 +49,7 @@ func (l Link) Unverified() string {
 	if l == Verified {
 		return ""
 	}
-	return UnverifiedPrefix + string(l)
+	return identity.UnverifiedPrefix + string(l)
 }
 
 // verdict is the outcome of verifying one sandbox pod.
@@ -97,7 +99,7 @@ func verify(pod *corev1.Pod, addrs []netip.Addr, o chainObjects) verdict {
 	if sb == nil || sb.GetUID() != ref.UID || sb.GetDeletionTimestamp() != nil {
 		return refused(LinkSandbox)
 	}
-	if pod.Labels[LabelSandboxNameHash] != NameHash(sb.GetName()) {
+	if pod.Labels[identity.LabelSandboxNameHash] != identity.NameHash(sb.GetName()) {
 		return refused(LinkPod)
 	}
 	named, _, _ := unstructured.NestedStringSlice(sb.Object, "status", "podIPs")
@@ -113,12 +115,12 @@ func verify(pod *corev1.Pod, addrs []netip.Addr, o chainObjects) verdict {
 	}
 	want := ""
 	if v.template != "" {
-		want = NameHash(v.template)
+		want = identity.NameHash(v.template)
 	}
-	if pod.Labels[LabelTemplateRefHash] != want {
+	if pod.Labels[identity.LabelTemplateRefHash] != want {
 		return refused(LinkTemplate)
 	}
-	if a := sb.GetAnnotations()[AnnotationTemplateRef]; a != "" && a != v.template {
+	if a := sb.GetAnnotations()[identity.AnnotationTemplateRef]; a != "" && a != v.template {
 		return refused(LinkTemplate)
 	}
 	v.sandbox = sb.GetName()
@@ -199,7 +201,7 @@ type ownerRef struct {
 func controllerOf(sb *unstructured.Unstructured) *ownerRef {
 	for _, ref := range sb.GetOwnerReferences() {
 		if ref.Controller != nil && *ref.Controller {
-			if groupOf(ref.APIVersion) != SandboxClaimGroup {
+			if groupOf(ref.APIVersion) != identity.SandboxClaimGroup {
 				return nil
 			}
 			return &ownerRef{kind: ref.Kind, name: ref.Name, uid: ref.UID}

@@ -1,4 +1,4 @@
-package identity_test
+package kubeid_test
 
 import (
 	"context"
@@ -18,13 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/identity/kubeid"
 	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/test/kubetest"
 )
 
 // runResolver starts a resolver on ns as the sandgate user (identity rules only) and waits for
 // its caches. Its log goes to the returned buffer, its metrics to the registry.
-func runResolver(t *testing.T, cluster *kubetest.Cluster, ns string) (*identity.Kube, *syncBuffer, *prometheus.Registry) {
+func runResolver(t *testing.T, cluster *kubetest.Cluster, ns string) (*kubeid.Kube, *syncBuffer, *prometheus.Registry) {
 	t.Helper()
 	admin, _ := kubetest.Clients(t, cluster.Admin)
 	kubetest.BindRules(t, admin, ns, kubetest.SandgateUser, kube.SandboxNamespaceRules(false))
@@ -32,7 +33,7 @@ func runResolver(t *testing.T, cluster *kubetest.Cluster, ns string) (*identity.
 	logs := &syncBuffer{}
 	reg := prometheus.NewRegistry()
 	client, dyn := kubetest.Clients(t, cluster.Sandgate)
-	r, err := identity.NewKube(client, dyn, []string{ns}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), identity.WithRegisterer(reg))
+	r, err := kubeid.NewKube(client, dyn, []string{ns}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), kubeid.WithRegisterer(reg))
 	require.NoError(t, err)
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()
@@ -76,7 +77,7 @@ func TestForgeriesWithoutAdmissionPolicy(t *testing.T) {
 
 	// unknownWith waits until addr resolves as an unknown caller with link, and checks it never
 	// carries the template or claim it forged.
-	unknownWith := func(t *testing.T, addr netip.Addr, link identity.Link) {
+	unknownWith := func(t *testing.T, addr netip.Addr, link kubeid.Link) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			got := r.Resolve(addr)
@@ -116,7 +117,7 @@ func TestForgeriesWithoutAdmissionPolicy(t *testing.T) {
 			require.NoError(c, err)
 			assert.Equal(c, identity.NameHash("coding-agent"), p.Labels[identity.LabelTemplateRefHash])
 		}, 60*time.Second, 50*time.Millisecond)
-		unknownWith(t, ip, identity.LinkWarmPool)
+		unknownWith(t, ip, kubeid.LinkWarmPool)
 	})
 
 	t.Run("2. a hand-made pod with an ownerReference to a claimed Sandbox gets nothing of it", func(t *testing.T) {
@@ -133,7 +134,7 @@ func TestForgeriesWithoutAdmissionPolicy(t *testing.T) {
 		require.NoError(t, err, "without the admission policy the apiserver takes it")
 		ip := netip.MustParseAddr("10.3.0.22")
 		kubetest.SetPodIPs(t, admin, ns, "forged-pod", ip.String())
-		unknownWith(t, ip, identity.LinkPod)
+		unknownWith(t, ip, kubeid.LinkPod)
 		// Two pods now claim the Sandbox: the controller names neither (status.podIPs cleared),
 		// so the real one is unknown too until the forged pod is gone. Fail closed.
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -157,7 +158,7 @@ func TestForgeriesWithoutAdmissionPolicy(t *testing.T) {
 		waitForPod(t, admin, ns, func(name string) bool { return name == "host-net" })
 		ip := netip.MustParseAddr("10.3.0.77") // the node's address, as the kubelet reports it
 		kubetest.SetPodIPs(t, admin, ns, "host-net", ip.String())
-		unknownWith(t, ip, identity.LinkHostNetwork)
+		unknownWith(t, ip, kubeid.LinkHostNetwork)
 	})
 
 	t.Run("3. after the claim's warm pool is deleted, editing the Sandbox's label and annotation switches nothing", func(t *testing.T) {
@@ -172,7 +173,7 @@ func TestForgeriesWithoutAdmissionPolicy(t *testing.T) {
 			require.NoError(c, err)
 			assert.Equal(c, identity.NameHash("admin-agent"), p.Labels[identity.LabelTemplateRefHash], "the controller follows the edit")
 		}, 60*time.Second, 50*time.Millisecond)
-		unknownWith(t, ipReal, identity.LinkWarmPool)
+		unknownWith(t, ipReal, kubeid.LinkWarmPool)
 	})
 
 	// The forged pod is logged with its link. At which level depends on what the controller had
