@@ -8,9 +8,9 @@
 #         test/kube-apiserver's module), staticcheck (make lint), everything-server (MCP
 #         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
 #         CRDs + controller (pinned v0.5.6 from the Go module proxy, zip hash checked, built against
-#         Sandgate's Kubernetes versions: test/agent-sandbox/go.mod), cyclonus
-#         v0.5.6 (NetworkPolicy cross-check, zip hash checked), otelcol (an OpenTelemetry
-#         Collector built from test/otelcol: the audit export tests)
+#         Sandgate's Kubernetes versions: test/agent-sandbox/go.mod), cyclonus v0.5.6's
+#         evaluator (NetworkPolicy cross-check, built from test/cyclonus), otelcol (an
+#         OpenTelemetry Collector built from test/otelcol: the audit export tests)
 #   npm:  node@22, @modelcontextprotocol/conformance, @modelcontextprotocol/server-everything
 #         (the TypeScript SDK's reference server: second conformance upstream), @anthropic-ai/sdk
 #         (test/node, versions pinned in its package.json and package-lock.json)
@@ -172,17 +172,22 @@ agent_sandbox() {
 }
 
 # cyclonus: an independent NetworkPolicy evaluator, to cross-check internal/kube/netpoleval cell
-# by cell. The module is checked like agent-sandbox; its own go.sum pins its dependencies.
-cyclonus_version=v0.5.6
-cyclonus_zip_sha256=27b1fc6b589400f0005e6801d74c931b350956bd64419b5be108b89c14602180
-cyclonus_h1='h1:8bZ+v2Kcn4H7Z+OhX1l3BQrAHqUdmBwdBBiDIk3Wj7s='
+# by cell. test/cyclonus is a small command around cyclonus's matcher (the evaluator its analyze
+# command runs) in its own module: its go.sum pins github.com/mattfenwick/cyclonus v0.5.6's
+# module hash, and it builds against Sandgate's Kubernetes versions. The release's own command
+# (k8s.io/* v0.30.2) compiled a third copy of the Kubernetes client libraries: 15 of the 42
+# minutes of a cold setup, side by side with the others; this build takes seconds once the
+# apiserver's packages are compiled.
 cyclonus() {
-  [ ! -x "$bin/cyclonus" ] || [ ! -f "$bin/.cyclonus.$cyclonus_version-${cyclonus_zip_sha256:0:16}" ] || return 0
-  log "cyclonus $cyclonus_version: download, check, install"
-  module_zip github.com/mattfenwick/cyclonus "$cyclonus_version" "$cyclonus_zip_sha256" "$cyclonus_h1" >/dev/null
-  (cd "${TMPDIR:-/tmp}" && GOBIN="$bin" go install "github.com/mattfenwick/cyclonus/cmd/cyclonus@$cyclonus_version")
-  rm -f "$bin"/.cyclonus.*
-  touch "$bin/.cyclonus.$cyclonus_version-${cyclonus_zip_sha256:0:16}"
+  [ -d "$root/test/cyclonus" ] || return 0
+  local stamp
+  stamp=$(cat "$root/test/cyclonus/go.mod" "$root/test/cyclonus/go.sum" "$root/test/cyclonus/main.go" | sha256sum | cut -c1-16)
+  [ ! -x "$bin/cyclonus" ] || [ "$(cat "$bin/.cyclonus.stamp" 2>/dev/null)" != "$stamp" ] || return 0
+  log "building cyclonus v0.5.6's evaluator from test/cyclonus"
+  (cd "$root/test/cyclonus" && go build -o "$bin/.cyclonus.tmp" -ldflags "-s -w" .)
+  mv -f "$bin/.cyclonus.tmp" "$bin/cyclonus"
+  rm -f "$bin"/.cyclonus.v* # the marker of the release's command, installed before this
+  echo "$stamp" > "$bin/.cyclonus.stamp"
 }
 
 node_packages() {
@@ -219,7 +224,7 @@ warm_race() {
 # which overlaps compiling where fetching on first use would stall a build.
 download_modules() {
   local d
-  for d in "$root" "$root/test/kube-apiserver" "$root/test/otelcol"; do
+  for d in "$root" "$root/test/kube-apiserver" "$root/test/otelcol" "$root/test/cyclonus"; do
     [ -f "$d/go.mod" ] && (cd "$d" && go mod download) &
   done
   wait
@@ -238,11 +243,12 @@ timed() {
 # The builds sharing Sandgate's dependency versions run one after another, in this order, so
 # each shared package compiles once (two go commands compiling the same package at the same
 # time both compile it); opa first, as it shares the most with the tests; the Agent Sandbox
-# controller after the apiserver, whose Kubernetes packages it shares.
+# controller and cyclonus after the apiserver, whose Kubernetes packages they share.
 shared_builds() {
   timed opa opa_tool
   timed kube-apiserver kube_apiserver
   timed agent-sandbox agent_sandbox
+  timed cyclonus cyclonus
   if [ "${SANDGATE_SETUP_HELM:-1}" = 1 ]; then timed helm helm_tool; fi
   timed otelcol otel_collector
   timed warm-tests warm_tests
@@ -262,7 +268,6 @@ run_job download timed download download_modules
 run_job shared shared_builds
 run_job staticcheck timed staticcheck go_tool staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck@v0.8.2
 run_job everything-server timed everything-server go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
-run_job cyclonus timed cyclonus cyclonus
 run_job node timed npm node_packages
 run_job warm-race timed warm-race warm_race
 failed=()

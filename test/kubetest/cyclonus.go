@@ -2,11 +2,11 @@ package kubetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -50,13 +50,12 @@ type cycInternal struct {
 	Namespace                  string
 }
 
-var cyclonusVerdict = regexp.MustCompile(`(?i)is allowed\?\s*\|\s*(true|false)\b`)
-
-// Cyclonus asks cyclonus (github.com/mattfenwick/cyclonus, `analyze --mode query-traffic`), an
-// evaluator written independently of Sandgate's, whether policies allow each connection, and
-// returns its answers in order. The binary is .tools/bin/cyclonus (test/setup.sh installs the
-// pinned release) or $SANDGATE_CYCLONUS; missing, the test is skipped unless
-// $SANDGATE_REQUIRE_TOOLS is set.
+// Cyclonus asks cyclonus (github.com/mattfenwick/cyclonus v0.5.6, the evaluator its `analyze
+// --mode query-traffic` runs), written independently of Sandgate's, whether policies allow each
+// connection, and returns its answers in order. The binary is .tools/bin/cyclonus, built by
+// test/setup.sh from test/cyclonus (cyclonus's matcher against Sandgate's Kubernetes versions;
+// it reads {"policies", "traffic"} as JSON on stdin and writes the verdicts), or
+// $SANDGATE_CYCLONUS; missing, the test is skipped unless $SANDGATE_REQUIRE_TOOLS is set.
 func Cyclonus(t testing.TB, policies []*networkingv1.NetworkPolicy, traffic []CyclonusTraffic) []bool {
 	t.Helper()
 	bin := os.Getenv("SANDGATE_CYCLONUS")
@@ -69,18 +68,13 @@ func Cyclonus(t testing.TB, policies []*networkingv1.NetworkPolicy, traffic []Cy
 		}
 		t.Skipf("%s is missing: run test/setup.sh (set SANDGATE_REQUIRE_TOOLS=1 to fail instead)", bin)
 	}
-	dir := t.TempDir()
-	list := networkingv1.NetworkPolicyList{}
-	list.APIVersion, list.Kind = "networking.k8s.io/v1", "NetworkPolicyList"
+	q := struct {
+		Policies []networkingv1.NetworkPolicy
+		Traffic  []cycTraffic
+	}{}
 	for _, p := range policies {
-		list.Items = append(list.Items, withPolicyTypes(*p))
+		q.Policies = append(q.Policies, withPolicyTypes(*p))
 	}
-	policyDir := filepath.Join(dir, "policies")
-	if err := os.Mkdir(policyDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeJSON(t, filepath.Join(policyDir, "policies.json"), list)
-	ts := make([]cycTraffic, 0, len(traffic))
 	peer := func(p CyclonusPeer) *cycPeer {
 		if p.External {
 			return &cycPeer{IP: p.IP}
@@ -88,42 +82,33 @@ func Cyclonus(t testing.TB, policies []*networkingv1.NetworkPolicy, traffic []Cy
 		return &cycPeer{IP: p.IP, Internal: &cycInternal{PodLabels: nonNil(p.PodLabels), NamespaceLabels: nonNil(p.NamespaceLabels), Namespace: p.Namespace}}
 	}
 	for _, c := range traffic {
-		ts = append(ts, cycTraffic{Source: peer(c.Source), Destination: peer(c.Destination),
+		q.Traffic = append(q.Traffic, cycTraffic{Source: peer(c.Source), Destination: peer(c.Destination),
 			ResolvedPort: c.Port, ResolvedPortName: c.PortName, Protocol: c.Protocol})
 	}
-	trafficPath := filepath.Join(dir, "traffic.json")
-	writeJSON(t, trafficPath, ts)
-
-	cmd := exec.Command(bin, "analyze", "--mode", "query-traffic", "--policy-path", policyDir, "--traffic-path", trafficPath)
+	in, err := json.Marshal(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
 	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("cyclonus: %v", err)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("cyclonus: %v\n%s", err, errOut.String())
 	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("cyclonus: %v\n%s", err, errOut.String())
-		}
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatal("cyclonus did not finish in 2 minutes")
+	var answers []bool
+	if err := json.Unmarshal(out.Bytes(), &answers); err != nil {
+		t.Fatalf("cyclonus: %v in its answer %q", err, out.String())
 	}
-	found := cyclonusVerdict.FindAllStringSubmatch(out.String(), -1)
-	if len(found) != len(traffic) {
-		t.Fatalf("cyclonus answered %d of %d connections:\n%s\n%s", len(found), len(traffic), out.String(), errOut.String())
-	}
-	answers := make([]bool, len(found))
-	for i, m := range found {
-		answers[i] = m[1] == "true" || m[1] == "TRUE"
+	if len(answers) != len(traffic) {
+		t.Fatalf("cyclonus answered %d of %d connections: %s", len(answers), len(traffic), out.String())
 	}
 	return answers
 }
 
 // withPolicyTypes fills an empty spec.policyTypes as the apiserver does on create (Ingress, and
-// Egress when there are egress rules): cyclonus reads stored objects and refuses policies
+// Egress when there are egress rules): cyclonus models stored objects and refuses policies
 // without it. The cells of such policies check this defaulting, not cyclonus.
 func withPolicyTypes(p networkingv1.NetworkPolicy) networkingv1.NetworkPolicy {
 	if len(p.Spec.PolicyTypes) > 0 {
@@ -141,15 +126,4 @@ func nonNil(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
-}
-
-func writeJSON(t testing.TB, path string, v any) {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
