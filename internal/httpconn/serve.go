@@ -252,7 +252,7 @@ func (c *conn) waitRequest(first bool) error {
 			keep = now.Add(idleBuffer)
 		}
 		_ = c.g.SetReadDeadline(keep)
-		_, err := c.br.Peek(1)
+		err := c.peekKeepingStack(keep.UnixNano())
 		if err == nil || !isTimeout(err) || !end.IsZero() && !keep.Before(end) {
 			return err
 		}
@@ -263,6 +263,32 @@ func (c *conn) waitRequest(first bool) error {
 		}
 	}
 	return c.readFirstByte(end)
+}
+
+// waitPad is the stack a busy connection's goroutine holds in use while it waits for its next
+// request (peekKeepingStack).
+const waitPad = 8 << 10
+
+// peekKeepingStack waits for the next request's first byte in the read buffer, parked inside a
+// waitPad-byte frame. The garbage collector halves the stack of a goroutine that uses less
+// than a quarter of it when it looks; parked in a shallow read, a busy connection's goroutine
+// lost at every collection the stack its requests grow to (the policy evaluation, mcp-go, TLS
+// records: 8–32 KiB) and its next request grew it back, a copy of the stack each time. The
+// frame keeps the stack (up to four times waitPad) for as long as the connection keeps its
+// buffer (idleBuffer); an idle one still waits on a fresh goroutine with a small stack (run).
+// The runtime also starts new goroutines (the HTTP/2 client's writer of each upstream request)
+// at the average stack in use it finds, which busy connections now raise.
+//
+//go:noinline
+func (c *conn) peekKeepingStack(salt int64) error {
+	var pad [waitPad]byte
+	i := int(uint64(salt) % waitPad)
+	pad[i] = 1 // the frame is written and read at indexes the compiler cannot know, so it stays
+	_, err := c.br.Peek(1)
+	if pad[(i*7)%waitPad] > 1 {
+		panic("httpconn: never: every byte of the pad is 0 or 1")
+	}
+	return err
 }
 
 // readFirstByte waits until end for the next request's first byte, with no buffer, and then

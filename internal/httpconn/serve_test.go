@@ -6,10 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -143,4 +146,60 @@ func TestShutdownClosesAnIdleConnection(t *testing.T) {
 	require.NoError(t, ts.stop(), "an idle connection does not hold the shutdown for its grace")
 	_, err = br.ReadByte()
 	assert.ErrorIs(t, err, io.EOF, "the idle connection was closed")
+}
+
+// TestBusyConnectionKeepsItsStack: a connection waiting for its next request within idleBuffer
+// keeps the stack its requests grew, through garbage collections. The handler reports the
+// address of a variable in its own frame; a stack the collector shrank was copied to a new one
+// (while the old one was still in use, so at another address) and the next request would find
+// its frame elsewhere.
+func TestBusyConnectionKeepsItsStack(t *testing.T) {
+	saved := idleBuffer
+	idleBuffer = time.Minute // no hand-off to a fresh goroutine during the test, however slow
+	t.Cleanup(func() { idleBuffer = saved })
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // only the collections the test asks for
+
+	frames := make(chan uintptr, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var here byte
+		frames <- uintptr(unsafe.Pointer(&here))
+		if r.URL.Path == "/deep" {
+			deepStack(24) // a request that grows the stack to 32 KiB, as a policy evaluation does
+		}
+	})
+	srv := &Server{Handler: mux, MaxHeaderBytes: 4096, HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln, 5*time.Second) }()
+	defer func() { cancel(); assert.NoError(t, <-done) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	br := bufio.NewReader(c)
+	get := func(path string) uintptr {
+		_, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return <-frames
+	}
+	get("/deep")
+	before := get("/")
+	runtime.GC()
+	runtime.GC()
+	assert.Equal(t, before, get("/"), "the connection's stack was shrunk while it waited for its next request")
+}
+
+//go:noinline
+func deepStack(n int) byte {
+	var frame [1024]byte
+	frame[n%1024] = byte(n)
+	if n > 0 {
+		return deepStack(n-1) + frame[(n*7)%1024]
+	}
+	return frame[0]
 }
