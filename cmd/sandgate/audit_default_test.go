@@ -44,6 +44,7 @@ func serveExample(t *testing.T, whileServing func(cfg string)) (cfgText, root, p
 		require.Contains(t, cfgText, from)
 		cfgText = strings.ReplaceAll(cfgText, from, to)
 	}
+	cfgText += "shutdown: {delay: 0s}\n" // stop at once: see startServe
 	require.NoError(t, os.WriteFile(cfg, []byte(cfgText), 0o600))
 
 	var stderr syncBuffer

@@ -258,7 +258,7 @@ identity:
 func TestServeProfilerOnlyWhenAsked(t *testing.T) {
 	dir := t.TempDir()
 	admin := freeAddr(t)
-	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nadmin:\n  pprof: true\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nadmin:\n  pprof: true\nshutdown:\n  delay: 0s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
 		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
 	startServe(t, cfg, func(string) string { return "" })
 	require.Eventually(t, func() bool {
@@ -279,6 +279,11 @@ func pinnedClock() time.Time { return time.Date(2026, 12, 1, 12, 0, 30, 0, time.
 
 func startServe(t *testing.T, cfg string, getenv func(string) string) {
 	t.Helper()
+	// shutdown.delay keeps a stopping serve answering for 5 s by default (Kubernetes rollouts);
+	// a test's serve that keeps it spends those 5 s idle in its cleanup, every time.
+	if b, err := os.ReadFile(cfg); err != nil || !strings.Contains(string(b), "shutdown:") {
+		t.Fatalf("%s: a test's config sets shutdown.delay (0s unless the test is about it) (%v)", cfg, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -320,7 +325,7 @@ func TestReadyzReportsAPolicyReloadFailure(t *testing.T) {
 	require.NoError(t, os.Mkdir(policies, 0o755))
 	writeFile(t, policies, "p.rego", "package sandgate\n\ndecision := {\"allow\": false, \"reason\": \"v1\"}\n")
 	admin := freeAddr(t)
-	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nshutdown:\n  delay: 0s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
 		admin, policies, filepath.Join(dir, "audit")))
 	startServe(t, cfg, func(string) string { return "" })
 	get := func(path string) (int, string) {

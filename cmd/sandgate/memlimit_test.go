@@ -48,7 +48,7 @@ func TestServeSetsMemoryLimit(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
 	dir := t.TempDir()
 	admin := freeAddr(t)
-	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nshutdown:\n  delay: 0s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
 		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
 	const container = 8 << 30 // large, so the rest of the package's tests run unconstrained
 	getenv := func(k string) string {

@@ -61,6 +61,7 @@ proxy:
 identity:
   static:
     - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
+shutdown: {delay: 0s}
 log: {level: warn, format: text}
 `, s.mcp, s.proxy, s.admin, repoPath(t, "policies"), s.audit, col.GRPCEndpoint(), githubURL, modelURL, coderAddr))
 	return s

@@ -94,6 +94,7 @@ identity:
     - {addresses: [%q], namespace: agents, sandbox: triage-1, template: triage-agent}
     - {addresses: [%q], namespace: agents, sandbox: marker-1, template: coding-agent}
     - {addresses: [%q], namespace: agents, sandbox: budget-1, template: budget-agent}
+shutdown: {delay: 0s}
 log: {level: warn, format: text}
 `, cp.mcp, cp.proxy, cp.admin, policies, cp.auditDir, richUpstream(t), holdPort(t, hold), strings.TrimPrefix(model.URL, "http://"), cpCoder, cpTriage, cpMarker, cpBudget))
 	startServe(t, cfg, func(string) string { return "" })

@@ -49,6 +49,7 @@ identity:
     - {addresses: [%q], namespace: agents, sandbox: coder-1, template: coding-agent}
     - {addresses: [%q], namespace: agents, sandbox: triage-1, template: triage-agent}
     - {addresses: [%q], namespace: agents, sandbox: marker-1, template: coding-agent}
+shutdown: {delay: 0s}
 log: {level: warn, format: text}
 `, cp.mcp, cp.proxy, cp.admin, repoPath(t, "policies"), cp.auditDir, richUpstream(t), down, down, cpCoder, cpTriage, cpMarker))
 	startServe(t, cfg, func(string) string { return "" })

@@ -295,6 +295,13 @@ func startSandgate(t *testing.T, cluster *kubetest.Cluster, objs []*unstructured
 	k["kubeconfig"] = kubetest.WriteKubeconfig(t, saConfig(t, cluster, cs, "sandgate", "sandgate"))
 	ups := cfg["gateway"].(map[string]any)["upstreams"].([]any)
 	ups[0].(map[string]any)["url"] = github
+	// Stop at once on SIGTERM: shutdown.delay (the chart's rollout grace) would idle the cleanup.
+	shutdown, _ := cfg["shutdown"].(map[string]any)
+	if shutdown == nil {
+		shutdown = map[string]any{}
+	}
+	shutdown["delay"] = "0s"
+	cfg["shutdown"] = shutdown
 	b, err := yaml.Marshal(cfg)
 	require.NoError(t, err)
 	writeFile(t, m.config, string(b))

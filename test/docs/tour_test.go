@@ -50,7 +50,7 @@ func startTour(t *testing.T) *tour {
 	cfgPath := filepath.Join(tr.root, "examples", "sandgate.yaml")
 	cfg, err := os.ReadFile(cfgPath)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(cfgPath, []byte(tr.onFreePorts(string(cfg))), 0o644))
+	require.NoError(t, os.WriteFile(cfgPath, []byte(tr.onFreePorts(string(cfg))+"shutdown: {delay: 0s}\n"), 0o644))
 
 	run := exec.Command("make", "-o", "build", "run", "MODEL_API="+tr.ports["127.0.0.1:8443"])
 	run.Dir, run.Env = tr.root, tr.env()
