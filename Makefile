@@ -65,8 +65,11 @@ test-policy:
 test-go: test-unit test-race
 
 # SANDGATE_REQUIRE_TOOLS makes a test that needs an installed tool fail instead of skip.
+# -p 4 (go test's default is one package per core): the long packages spend much of their time
+# waiting on the servers they start (apiservers, Redis, Collectors, serve), which a third and
+# fourth package fill.
 test-unit:
-	SANDGATE_REQUIRE_TOOLS=1 SANDGATE_REQUIRE_KUBE=1 SANDGATE_CONFORMANCE=1 go test -timeout 20m ./...
+	SANDGATE_REQUIRE_TOOLS=1 SANDGATE_REQUIRE_KUBE=1 SANDGATE_CONFORMANCE=1 go test -p 4 -timeout 20m ./...
 
 # The race detector needs cgo; it runs on the packages whose concurrency is their contract
 # (the audit sequencer; the proxy's tunnels, cleaned up by whichever goroutine closes them).
