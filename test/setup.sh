@@ -265,16 +265,11 @@ run_job() { # name command...
 }
 setup_start=$SECONDS
 run_job download timed download download_modules
-run_job node timed npm node_packages
-run_job warm-race timed warm-race warm_race
-# The standard library first, alone among the builds that share its compiled packages: started
-# side by side, the opa, staticcheck and conformance-server builds each compiled it (two go
-# commands compiling one package at the same time both compile it). The race build's copy is
-# its own (-race) and the downloads and npm compile nothing, so they run beside it.
-timed std go build std
 run_job shared shared_builds
 run_job staticcheck timed staticcheck go_tool staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck@v0.8.2
 run_job everything-server timed everything-server go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
+run_job node timed npm node_packages
+run_job warm-race timed warm-race warm_race
 failed=()
 for name in "${!job_pids[@]}"; do
   if ! wait "${job_pids[$name]}"; then failed+=("$name"); fi
