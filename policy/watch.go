@@ -160,8 +160,31 @@ func (fw *folderWatch) lost() {
 	fw.w = nil
 }
 
+// close stops the watcher. fsnotify (v1.10.1, inotify) holds the lock Close takes while it
+// sends an error, and the watch loop, the channels' only reader, is the caller here: a watched
+// folder moved aside and deleted (its watch already gone, so removing it fails) left the loop
+// blocked in Close for good, and policy changes unseen. The channels are drained until the
+// watcher closes them, which it does once Close has stopped it.
 func (fw *folderWatch) close() {
-	if fw.w != nil {
-		_ = fw.w.Close()
+	if fw.w == nil {
+		return
+	}
+	go drainWatcher(fw.w)
+	_ = fw.w.Close()
+}
+
+func drainWatcher(w *fsnotify.Watcher) {
+	events, errs := w.Events, w.Errors
+	for events != nil || errs != nil {
+		select {
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+			}
+		case _, ok := <-errs:
+			if !ok {
+				errs = nil
+			}
+		}
 	}
 }
