@@ -112,7 +112,11 @@ kube_apiserver() {
     local flags
     mapfile -t flags < <(unoptimized 'k8s.io/kubernetes/...' 'k8s.io/apiserver/...' \
       'k8s.io/apiserver/pkg/endpoints/deprecation=' 'k8s.io/kube-aggregator/...' \
-      'k8s.io/apiextensions-apiserver/...' 'k8s.io/apiextensions-apiserver/pkg/apis/...=')
+      'k8s.io/apiextensions-apiserver/...' 'k8s.io/apiextensions-apiserver/pkg/apis/...=' \
+      'github.com/google/cel-go/...' 'github.com/antlr4-go/antlr/v4' 'k8s.io/component-helpers/...' \
+      'k8s.io/cloud-provider/...' 'k8s.io/pod-security-admission/...' \
+      'k8s.io/dynamic-resource-allocation/...' 'k8s.io/controller-manager/...' 'k8s.io/metrics/...' \
+      'go.etcd.io/etcd/...' 'k8s.io/endpointslice/...' 'k8s.io/kms/...' 'k8s.io/kubelet/...')
     (cd "$root/test/kube-apiserver" && go build -o "$bin/.kube-apiserver.tmp" "${flags[@]}" \
       -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" .)
     mv -f "$bin/.kube-apiserver.tmp" "$bin/kube-apiserver"
@@ -246,7 +250,9 @@ warm_race() {
   # go build of non-main packages compiles them into the build cache and links nothing (a
   # test binary's link is not cached: linking one here was thrown away). The few test-only
   # packages (testify, httptest) compile in the test phase.
-  (cd "$root" && CGO_ENABLED=1 go build -race ./audit/ ./proxy/ >/dev/null 2>&1) || true
+  # The flags are the Makefile's test-race flags (RACE_GCFLAGS: unoptimized), or nothing built
+  # here would be reused.
+  (cd "$root" && CGO_ENABLED=1 go build -race -gcflags='all=-N -l' ./audit/ ./proxy/ >/dev/null 2>&1) || true
 }
 
 # Every module the builds below need, fetched while they compile: downloads are network time,
