@@ -23,7 +23,13 @@ import (
 // of the sandbox's tunnel cap and its goroutine.
 func TestInterceptedTunnelLifecycle(t *testing.T) {
 	const alpha, n = "127.0.0.2", 40
-	h := newHarness(t, func(p *config.Proxy) { p.Limits.TunnelsPerSandbox = n })
+	h := newHarness(t, func(p *config.Proxy) {
+		p.Limits.TunnelsPerSandbox = n
+		// The harness's 2 s idle timeout closed the first tunnels while the last opened on a
+		// busy machine (a make test under load: the slot was free, 3 tunnels audited). Idle
+		// tunnels are TestTunnelIdleTimeout's; here they stay open until the test closes them.
+		p.Limits.TunnelIdleTimeout = config.Duration(time.Hour)
+	})
 	msg := `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[]}`
 	req := "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(msg)) + "\r\n\r\n" + msg
 
