@@ -46,11 +46,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# These tools are built from their own modules at their own versions, sharing only the standard
+# library with the other builds: they keep the default compiler flags (without make test's
+# GOFLAGS), as staticcheck's analysis is most of its time in make test.
 go_tool() { # name version-marker install-args...
   local name=$1 marker=$2; shift 2
   if [ -x "$bin/$name" ] && [ -f "$bin/.$name.$marker" ]; then return; fi
   log "go install $*"
-  GOBIN="$bin" go install "$@"
+  GOFLAGS= GOBIN="$bin" go install "$@"
   touch "$bin/.$name.$marker"
 }
 # The tools that share most of their packages with Sandgate's own tests are built from modules
@@ -60,23 +63,11 @@ go_tool() { # name version-marker install-args...
 # builds, or a package using net would compile twice.
 export CGO_ENABLED=0
 
-# unoptimized PATTERN...: go build flags that compile the packages matching each pattern without
-# optimisation or inlining (-N -l), for the packages only a test tool uses: the compiler's
-# optimising passes are much of a cold build's CPU, and these tools do little work in the tests.
-# Measured: the apiserver's own packages (k8s.io/kubernetes, apiserver, kube-aggregator,
-# apiextensions-apiserver: about 750) took 500 s of CPU to compile, 363 s unoptimized, and one
-# test's apiserver boot and the kube tests took the same CPU with either build (+3%, noise).
-# A pattern must not match a package that another build here also compiles (Sandgate's tests,
-# opa, a tool built later): its flags are part of the build cache's key, so that package would
-# compile twice. `PATTERN=` after a pattern gives the packages it matches the default flags back
-# (the latest match on the command line wins).
-unoptimized() {
-  local p
-  for p; do
-    case $p in *=) printf -- '-gcflags=%s\n' "$p" ;; *) printf -- '-gcflags=%s=-N -l\n' "$p" ;; esac
-  done
-}
-
+# Under make test, GOFLAGS (the Makefile's TEST_GOFLAGS) compiles every package from outside
+# Sandgate's module unoptimized, the tools' own packages included: the builds below inherit it,
+# so a package they share with the tests compiles once, with the same flags. The tools do little
+# work in the tests: one test's apiserver boot and the kube tests took the same CPU with the
+# apiserver's own packages unoptimized (+3%, noise).
 # opa: the tool directive in go.mod pins it (the same version Sandgate embeds), and it is built
 # with Sandgate's own dependency versions, so its packages are mostly Sandgate's already.
 opa_tool() {
@@ -107,17 +98,7 @@ kube_apiserver() {
   if [ ! -x "$bin/kube-apiserver" ] || [ "$(cat "$bin/.kube-apiserver.stamp" 2>/dev/null)" != "$stamp" ]; then
     log "building kube-apiserver v1.37.2 (a few minutes when cold)"
     # Build beside the target and rename: an interrupted build never leaves a broken binary.
-    # Unoptimized: the packages no other build compiles. helm (built next, from this module)
-    # shares apiextensions' API types and one apiserver package, which keep the default flags.
-    local flags
-    mapfile -t flags < <(unoptimized 'k8s.io/kubernetes/...' 'k8s.io/apiserver/...' \
-      'k8s.io/apiserver/pkg/endpoints/deprecation=' 'k8s.io/kube-aggregator/...' \
-      'k8s.io/apiextensions-apiserver/...' 'k8s.io/apiextensions-apiserver/pkg/apis/...=' \
-      'github.com/google/cel-go/...' 'github.com/antlr4-go/antlr/v4' 'k8s.io/component-helpers/...' \
-      'k8s.io/cloud-provider/...' 'k8s.io/pod-security-admission/...' \
-      'k8s.io/dynamic-resource-allocation/...' 'k8s.io/controller-manager/...' 'k8s.io/metrics/...' \
-      'go.etcd.io/etcd/...' 'k8s.io/endpointslice/...' 'k8s.io/kms/...' 'k8s.io/kubelet/...')
-    (cd "$root/test/kube-apiserver" && go build -o "$bin/.kube-apiserver.tmp" "${flags[@]}" \
+    (cd "$root/test/kube-apiserver" && go build -o "$bin/.kube-apiserver.tmp" \
       -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" .)
     mv -f "$bin/.kube-apiserver.tmp" "$bin/kube-apiserver"
     echo "$stamp" > "$bin/.kube-apiserver.stamp"
@@ -130,9 +111,7 @@ helm_tool() {
   stamp=$(cat "$root/test/kube-apiserver/go.mod" | sha256sum | cut -c1-16)
   [ ! -x "$bin/helm" ] || [ "$(cat "$bin/.helm.stamp" 2>/dev/null)" != "$stamp" ] || return 0
   log "building helm from test/kube-apiserver's tool directive"
-  local flags
-  mapfile -t flags < <(unoptimized 'helm.sh/helm/v3/...' 'sigs.k8s.io/kustomize/...')
-  (cd "$root/test/kube-apiserver" && go build -o "$bin/.helm.tmp" "${flags[@]}" -ldflags "-s -w" helm.sh/helm/v3/cmd/helm)
+  (cd "$root/test/kube-apiserver" && go build -o "$bin/.helm.tmp" -ldflags "-s -w" helm.sh/helm/v3/cmd/helm)
   mv -f "$bin/.helm.tmp" "$bin/helm"
   rm -f "$bin"/.helm.v*
   echo "$stamp" > "$bin/.helm.stamp"
@@ -148,9 +127,7 @@ otel_collector() {
   stamp=$(cat "$root/test/otelcol/go.mod" "$root/test/otelcol/go.sum" "$root/test/otelcol/main.go" | sha256sum | cut -c1-16)
   if [ ! -x "$bin/otelcol" ] || [ "$(cat "$bin/.otelcol.stamp" 2>/dev/null)" != "$stamp" ]; then
     log "building otelcol v0.161.0 from test/otelcol (a few minutes when cold)"
-    local flags
-    mapfile -t flags < <(unoptimized 'go.opentelemetry.io/collector/...')
-    (cd "$root/test/otelcol" && go build -o "$bin/.otelcol.tmp" "${flags[@]}" -ldflags "-s -w" .)
+    (cd "$root/test/otelcol" && go build -o "$bin/.otelcol.tmp" -ldflags "-s -w" .)
     mv -f "$bin/.otelcol.tmp" "$bin/otelcol"
     echo "$stamp" > "$bin/.otelcol.stamp"
   fi
@@ -195,9 +172,7 @@ agent_sandbox() {
   src="$tools/agent-sandbox.tmp/src/sigs.k8s.io/agent-sandbox@$agent_sandbox_version"
   chmod -R u+w "$src"
   cp "$root/test/agent-sandbox/go.mod" "$root/test/agent-sandbox/go.sum" "$src/"
-  local flags
-  mapfile -t flags < <(unoptimized 'sigs.k8s.io/controller-runtime/...' 'sigs.k8s.io/agent-sandbox/...')
-  (cd "$src" && GOFLAGS=-mod=mod GOSUMDB=off go build -o "$bin/.agent-sandbox-controller.tmp" "${flags[@]}" ./cmd/agent-sandbox-controller)
+  (cd "$src" && GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" GOSUMDB=off go build -o "$bin/.agent-sandbox-controller.tmp" ./cmd/agent-sandbox-controller)
   mv -f "$bin/.agent-sandbox-controller.tmp" "$bin/agent-sandbox-controller"
   rm -rf "$tools/agent-sandbox.tmp/src" "$tools/agent-sandbox"
   mv "$tools/agent-sandbox.tmp" "$tools/agent-sandbox"
