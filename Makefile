@@ -61,7 +61,11 @@ tools-env:
 # that build a binary, and the tools test/setup.sh builds from modules that share packages
 # with the tests (opa, kube-apiserver, helm, the Collector, the Agent Sandbox controller).
 # `make build`, `make bench` and the image keep the default flags throughout.
-TEST_GOFLAGS := '-gcflags=all=-N -l' -gcflags=std= -gcflags=github.com/sandgate/sandgate/...=
+# And every binary of the run links without DWARF (-ldflags=-w, where a command gives no
+# -ldflags of its own): nothing here reads it (stack traces, race reports and profiles use the
+# symbol table), and a link without it takes about a third less CPU (cmd/sandgate's test
+# binary: 12.3 → 7.7 s), for some fifty test binaries and the binaries tests build.
+TEST_GOFLAGS := '-gcflags=all=-N -l' -gcflags=std= -gcflags=github.com/sandgate/sandgate/...= -ldflags=-w
 setup test test-go test-unit test-race test-policy lint print-test-goflags: export GOFLAGS := $(strip $(subst $(TEST_GOFLAGS),,$(GOFLAGS)) $(TEST_GOFLAGS))
 # Where the cores are few (up to 4), the go command's one package per core already fills them,
 # and each compiler's own concurrent back end (up to 4 goroutines per package) only adds its
@@ -83,19 +87,15 @@ test:
 
 test-policy:
 	opa test policies/
-	go run $(TEST_LDFLAGS) ./cmd/sandgate policy test policies/
+	go run ./cmd/sandgate policy test policies/
 
 test-go: test-unit test-race
 
-# Test binaries are linked without DWARF (-w): nothing here reads it (stack traces, race
-# reports and profiles use the symbol table), and a link without it takes about a third less
-# CPU (cmd/sandgate's test binary: 12.3 → 7.7 s of CPU), for each of some fifty test binaries.
-TEST_LDFLAGS := -ldflags=-w
 # go test's own vet pass (-vet=off here) is a subset of `make lint`'s go vet ./..., which
 # make test runs too; kept on, each go test computed vet facts for every dependency again, its
 # analyzer set and the race build each under their own cache key (a cold race build: 749 vet
 # actions, 69 of its 361 s of action time).
-TEST_FLAGS := -vet=off $(TEST_LDFLAGS)
+TEST_FLAGS := -vet=off
 
 # SANDGATE_REQUIRE_TOOLS makes a test that needs an installed tool fail instead of skip.
 # -p 4 (go test's default is one package per core): the long packages spend much of their time

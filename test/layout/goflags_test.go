@@ -53,7 +53,8 @@ func TestMakeTestCompilesAlikeAndBuildKeepsTheDefaults(t *testing.T) {
 }
 
 // What TEST_GOFLAGS means to the go command: packages from other modules compile with -N -l,
-// the standard library and Sandgate's own packages with the default flags.
+// the standard library and Sandgate's own packages with the default flags; binaries link
+// without DWARF.
 func TestTestGOFLAGSLeaveStdAndSandgateOptimized(t *testing.T) {
 	root := repoRoot(t)
 	cmd := exec.Command("go", "build", "-a", "-n", "./cmd/sandgate")
@@ -61,6 +62,7 @@ func TestTestGOFLAGSLeaveStdAndSandgateOptimized(t *testing.T) {
 	cmd.Env = append(os.Environ(), "GOFLAGS="+makeGOFLAGS(t, root, "print-test-goflags"))
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build -a -n: %s", out)
+	assert.Regexp(t, `(?m)/link -o .* -w `, string(out), "the link keeps DWARF")
 	unoptimized := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^\S*compile -o .* -p (\S+) (.*)$`).FindAllStringSubmatch(string(out), -1) {
 		unoptimized[m[1]] = strings.Contains(m[2], " -N -l")
