@@ -256,14 +256,20 @@ func TestWriterRecoversWhenTheSinkDoes(t *testing.T) {
 }
 
 func TestFullQueueBlocksThenRefuses(t *testing.T) {
-	sink := &stubSink{block: make(chan struct{})}
+	sink := &stubSink{block: make(chan struct{}), entered: make(chan struct{}, 1)}
 	// No linger: the sequencer takes the first event alone and hangs in its WriteBatch.
 	w := NewWriter(sink, WithQueueSize(1), WithEnqueueTimeout(30*time.Millisecond), WithLinger(0))
 
 	first := testEvent(1)
 	require.NoError(t, w.Record(&first))
-	// The sequencer takes the first event and hangs in WriteBatch; the second fills the queue.
-	require.Eventually(t, func() bool { return w.Stats().QueueDepth == 0 }, 5*time.Second, time.Millisecond)
+	// The sequencer hangs in WriteBatch with the first event; the second fills the queue. An
+	// empty queue alone is not enough: between taking the first event and writing, the
+	// sequencer also takes what is queued (a cold run's race step saw the second join the batch).
+	select {
+	case <-sink.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sequencer never wrote the first event")
+	}
 	second := testEvent(2)
 	require.NoError(t, w.Record(&second))
 
