@@ -55,11 +55,12 @@ tools-env:
 # sandgate/...= give them back), so what is tested is Sandgate's code as `make build` compiles it,
 # calling its dependencies' code unoptimized. A cold machine is CPU-bound compiling (2 cores),
 # and the compiler's optimising passes are a fifth of that: the tests' 1047 dependency packages
-# took 640 s of CPU to compile, 506 s so (`go build` of them on an empty build cache with the
-# standard library compiled). GOFLAGS carries the flags so that every go command of the run
-# compiles a package alike and once: go test, go vet, staticcheck's go list -export, the tests
-# that build a binary, and the tools test/setup.sh builds from modules that share packages
-# with the tests (opa, kube-apiserver, helm, the Collector, the Agent Sandbox controller).
+# took 640 s of CPU to compile, 463 and 506 s so in two runs (`go build` of them on an empty
+# build cache with the standard library compiled; one run of the default flags). GOFLAGS
+# carries the flags so that every go command of the run compiles a package alike and once: go
+# test, go vet, staticcheck's go list -export, the tests that build a binary, and the tools
+# test/setup.sh builds from modules that share packages with the tests (opa, kube-apiserver,
+# helm, the Collector, the Agent Sandbox controller).
 # `make build`, `make bench` and the image keep the default flags throughout.
 # And every binary of the run links without DWARF (-ldflags=-w, where a command gives no
 # -ldflags of its own): nothing here reads it (stack traces, race reports and profiles use the
@@ -67,11 +68,6 @@ tools-env:
 # binary: 12.3 → 7.7 s), for some fifty test binaries and the binaries tests build.
 TEST_GOFLAGS := '-gcflags=all=-N -l' -gcflags=std= -gcflags=github.com/sandgate/sandgate/...= -ldflags=-w
 setup test test-go test-unit test-race test-policy lint print-test-goflags: export GOFLAGS := $(strip $(subst $(TEST_GOFLAGS),,$(GOFLAGS)) $(TEST_GOFLAGS))
-# Where the cores are few (up to 4), the go command's one package per core already fills them,
-# and each compiler's own concurrent back end (up to 4 goroutines per package) only adds its
-# overhead: the same 1047 packages took 463 s of CPU with it off, 506 s with it on (2 cores).
-# The setting is not part of the build cache's key: packages built either way are reused.
-setup test test-go test-unit test-race test-policy lint: export GO19CONCURRENTCOMPILATION := $(if $(filter 1 2 3 4,$(shell nproc 2>/dev/null)),0,$(GO19CONCURRENTCOMPILATION))
 
 # The GOFLAGS make test's commands run with (test/layout checks them).
 print-test-goflags:
