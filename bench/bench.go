@@ -96,27 +96,36 @@ func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstrea
 		started = append(started, t)
 	}
 	if o.ExportVariants {
-		t, err := startExportVariant(ctx, o, root, up, maxN)
-		if err != nil {
-			stopAll()
-			return nil, err
+		// With a baseline, its export is measured too ("otlp-baseline", a Collector of its own):
+		// the A/B of a change to the exporter.
+		bins := map[string]string{exportVariant.name: o.SandgateBin}
+		if o.BaselineBin != "" {
+			bins[exportVariant.name+"-baseline"] = o.BaselineBin
 		}
-		started = append(started, t)
+		for name, bin := range bins {
+			t, err := startExportVariant(ctx, o, root, up, maxN, name, bin)
+			if err != nil {
+				stopAll()
+				return nil, err
+			}
+			started = append(started, t)
+		}
 	}
 	return started, nil
 }
 
-// startExportVariant starts a Collector and the "otlp" Sandgate exporting its audit log to it;
-// the Collector stops with the target.
-func startExportVariant(ctx context.Context, o Options, root string, up *Upstreams, maxN int) (*Target, error) {
-	col, url, err := startCollector(ctx, o.OtelcolBin, filepath.Join(root, "otelcol"))
+// startExportVariant starts a Collector and the Sandgate (bin, as target name) exporting its
+// audit log to it; the Collector stops with the target.
+func startExportVariant(ctx context.Context, o Options, root string, up *Upstreams, maxN int, name, bin string) (*Target, error) {
+	col, url, err := startCollector(ctx, o.OtelcolBin, filepath.Join(root, "otelcol-"+name))
 	if err != nil {
-		return nil, fmt.Errorf("otlp: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	v := exportVariant
+	v.name = name
 	v.audit = fmt.Sprintf(v.audit, url)
 	t, err := retryBind(func() (*Target, error) {
-		return startSandgate(ctx, v.name, o.SandgateBin, filepath.Join(root, v.name), o.PolicyDir, up, maxN, v)
+		return startSandgate(ctx, v.name, bin, filepath.Join(root, v.name), o.PolicyDir, up, maxN, v)
 	})
 	if err != nil {
 		col.Stop(5 * time.Second)
@@ -135,7 +144,7 @@ func supports(target, w string) bool {
 		// Plain forwarding exists, but its dial guard (rightly) refuses the loopback stand-in:
 		// plain forward has no allow_private knob. The mix is every other workload.
 		return w != WForward
-	case "declog", "shadow", "async", "otlp":
+	case "declog", "shadow", "async", "otlp", "otlp-baseline":
 		return w == WRoute || w == WMCP
 	case "relay":
 		// The bare CONNECT relay, a bare httputil.ReverseProxy for the route, and a bare mcp-go

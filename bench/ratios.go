@@ -337,12 +337,15 @@ func (r *Report) ABRatios() []Ratio {
 	rss := func(x Result) float64 { return float64(x.RSSBytes) / (1 << 20) }
 	for _, w := range AllWorkloads {
 		for _, c := range conc {
-			if x, ok := r.abRatio(w, ShapeClosed, c, fmt.Sprintf("CPU µs/request (c=%d)", c), cpu); ok {
+			if x, ok := r.abRatio(w, "sandgate", "baseline", ShapeClosed, c, fmt.Sprintf("CPU µs/request (c=%d)", c), cpu); ok {
+				out = append(out, x)
+			}
+			if x, ok := r.abRatio(w, "otlp", "otlp-baseline", ShapeClosed, c, fmt.Sprintf("CPU µs/request (c=%d), audit OTLP export on", c), cpu); ok {
 				out = append(out, x)
 			}
 		}
 		for _, n := range counts {
-			if x, ok := r.abRatio(w, ShapeRate, n, fmt.Sprintf("RSS MB at the end of the fixed-rate cell, %d sandboxes", n), rss); ok {
+			if x, ok := r.abRatio(w, "sandgate", "baseline", ShapeRate, n, fmt.Sprintf("RSS MB at the end of the fixed-rate cell, %d sandboxes", n), rss); ok {
 				out = append(out, x)
 			}
 		}
@@ -350,13 +353,14 @@ func (r *Report) ABRatios() []Ratio {
 	return out
 }
 
-// abRatio is sandgate over baseline for one cell's value f, median and range over repetitions.
-func (r *Report) abRatio(w, shape string, n int, measure string, f func(Result) float64) (Ratio, bool) {
-	x := Ratio{Workload: w, Measure: measure, Floor: "baseline"}
+// abRatio is target over its baseline for one cell's value f, median and range over
+// repetitions.
+func (r *Report) abRatio(w, target, baseline, shape string, n int, measure string, f func(Result) float64) (Ratio, bool) {
+	x := Ratio{Workload: w, Measure: measure, Floor: baseline}
 	var a, b []float64
 	for _, rep := range r.reps() {
-		sg, ok1 := r.result(w, "sandgate", shape, n, rep)
-		bl, ok2 := r.result(w, "baseline", shape, n, rep)
+		sg, ok1 := r.result(w, target, shape, n, rep)
+		bl, ok2 := r.result(w, baseline, shape, n, rep)
 		if ok1 && ok2 && f(sg) > 0 && f(bl) > 0 {
 			a, b = append(a, f(sg)), append(b, f(bl))
 			x.PerRep = append(x.PerRep, f(sg)/f(bl))
