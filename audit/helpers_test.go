@@ -54,7 +54,7 @@ func writeLog(t *testing.T, cfg FileConfig, n int, opts ...Option) {
 }
 
 // readLines returns the lines of a file without their newlines.
-func readLines(t *testing.T, path string) [][]byte {
+func readLines(t testing.TB, path string) [][]byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)

@@ -8,13 +8,7 @@ import (
 	"net/url"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploghttp"
-	otellog "go.opentelemetry.io/otel/log"
-	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
-	"google.golang.org/grpc/credentials"
 )
 
 // OTLPCursorFile, in the audit folder, records how far the log has been exported over OTLP.
@@ -71,99 +65,38 @@ type OTLPConfig struct {
 // Collector's OTLP response before the cursor moves; one whose answer was lost is sent again, so
 // a consumer sees a line at least once and drops repeats by sandgate.event.id.
 //
-// The exporter uses the OpenTelemetry log SDK's records (resource, scope, limits) and calls the
-// OTLP exporter itself, synchronously, instead of the SDK's batch processor: that processor
-// drops records when its queue is full and never reports a failed export, and the file already
-// is the queue. Each record starts as a copy of one the provider's Logger built (see
-// prototypeRecord), so it carries what Emit would give it without Emit's copies.
+// It encodes each batch itself (otlpEncoder) and sends it once per attempt (otlpSender),
+// configured as the OpenTelemetry exporters are; the SDK's batch processor would drop records
+// when its queue is full and never report a failed export, and the file already is the queue.
 type OTLPExporter struct {
 	*Follower
-	exporter  sdklog.Exporter
-	provider  *sdklog.LoggerProvider
-	prototype sdklog.Record
-	timeout   time.Duration
-	// records, attrs and the line decoder are reused from batch to batch (Send is never
-	// concurrent: the Follower serialises it); the exporter keeps no record after Export.
-	records []sdklog.Record
-	attrs   []attribute.KeyValue
-	lines   lineDecoder
+	sender *otlpSender
+	// enc's buffers are reused from batch to batch: Send is never concurrent (the Follower
+	// serialises it), and the sender is done with a request when it returns.
+	enc *otlpEncoder
 }
 
 // NewOTLPExporter builds an exporter of cfg.Dir's log. Start it with Run; Shutdown releases the
 // connection. Nothing is dialled here: an unreachable Collector shows in Healthy, not as an
-// error.
+// error; a configuration (or an OTEL_EXPORTER_OTLP_* variable) that cannot be used is one.
 func NewOTLPExporter(cfg OTLPConfig) (*OTLPExporter, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	exp, err := newOTLPLogExporter(cfg)
+	sender, err := newOTLPSender(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	provider, prototype := newRecordProvider(cfg.Resource)
-	e := &OTLPExporter{exporter: exp, provider: provider, prototype: prototype, timeout: cfg.Timeout}
+	e := &OTLPExporter{sender: sender, enc: newOTLPEncoder(cfg.Resource)}
 	fc := cfg.Follower
 	if fc.Linger == 0 {
 		fc.Linger = OTLPLinger
 	}
 	fc.Dir, fc.Name, fc.CursorFile, fc.CursorTag = cfg.Dir, "audit otlp exporter", OTLPCursorFile, otlpCursorTag
 	if e.Follower, err = NewFollower(fc, e); err != nil {
-		return nil, errors.Join(err, exp.Shutdown(context.Background()))
+		return nil, errors.Join(err, sender.shutdown(context.Background()))
 	}
 	return e, nil
-}
-
-func newOTLPLogExporter(cfg OTLPConfig) (sdklog.Exporter, error) {
-	ctx := context.Background()
-	switch cfg.Protocol {
-	case OTLPProtocolHTTP, "":
-		// Retries are the follower's (with the file as the queue): the exporter's own would
-		// hold a batch for up to a minute in memory and report nothing meanwhile.
-		opts := []otlploghttp.Option{otlploghttp.WithTimeout(cfg.Timeout), otlploghttp.WithRetry(otlploghttp.RetryConfig{Enabled: false})}
-		if cfg.Endpoint != "" {
-			opts = append(opts, otlploghttp.WithEndpointURL(logsURL(cfg.Endpoint)))
-		}
-		if cfg.Insecure {
-			opts = append(opts, otlploghttp.WithInsecure())
-		}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlploghttp.WithHeaders(cfg.Headers))
-		}
-		if cfg.TLS != nil {
-			opts = append(opts, otlploghttp.WithTLSClientConfig(cfg.TLS))
-		}
-		if cfg.Auth != nil {
-			opts = append(opts, httpAuth(cfg))
-		}
-		e, err := otlploghttp.New(ctx, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("audit otlp exporter (http/protobuf): %w", err)
-		}
-		return e, nil
-	case OTLPProtocolGRPC:
-		opts := []otlploggrpc.Option{otlploggrpc.WithTimeout(cfg.Timeout), otlploggrpc.WithRetry(otlploggrpc.RetryConfig{Enabled: false})}
-		if cfg.Endpoint != "" {
-			opts = append(opts, otlploggrpc.WithEndpointURL(cfg.Endpoint))
-		}
-		if cfg.Insecure {
-			opts = append(opts, otlploggrpc.WithInsecure())
-		}
-		if len(cfg.Headers) > 0 {
-			opts = append(opts, otlploggrpc.WithHeaders(cfg.Headers))
-		}
-		if cfg.TLS != nil {
-			opts = append(opts, otlploggrpc.WithTLSCredentials(credentials.NewTLS(cfg.TLS)))
-		}
-		if cfg.Auth != nil {
-			opts = append(opts, grpcAuth(cfg))
-		}
-		e, err := otlploggrpc.New(ctx, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("audit otlp exporter (grpc): %w", err)
-		}
-		return e, nil
-	}
-	return nil, fmt.Errorf("audit otlp exporter: protocol %q is not %s or %s", cfg.Protocol, OTLPProtocolGRPC, OTLPProtocolHTTP)
 }
 
 // logsURL gives an OTLP/HTTP URL without a path the logs path, /v1/logs, as
@@ -180,16 +113,7 @@ func logsURL(endpoint string) string {
 // Send exports lines as one OTLP request (the exporter's Destination). It returns nil only when
 // the Collector acknowledged the request.
 func (e *OTLPExporter) Send(ctx context.Context, lines [][]byte) error {
-	now := time.Now()
-	clear(e.records) // drop the last batch's bodies and attributes before building this one
-	e.records = e.records[:0]
-	for _, line := range lines {
-		e.records = append(e.records, e.prototype)
-		e.attrs = fillRecord(&e.records[len(e.records)-1], &e.lines, line, now, e.attrs)
-	}
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
-	defer cancel()
-	if err := e.exporter.Export(ctx, e.records); err != nil {
+	if err := e.sender.send(ctx, e.enc.encode(lines, time.Now())); err != nil {
 		return fmt.Errorf("audit otlp exporter: export %d records: %w", len(lines), err)
 	}
 	return nil
@@ -197,36 +121,5 @@ func (e *OTLPExporter) Send(ctx context.Context, lines [][]byte) error {
 
 // Shutdown closes the exporter's connection. Call it after the last Sync.
 func (e *OTLPExporter) Shutdown(ctx context.Context) error {
-	return errors.Join(e.provider.Shutdown(ctx), e.exporter.Shutdown(ctx))
+	return e.sender.shutdown(ctx)
 }
-
-// newRecordProvider returns the exporter's LoggerProvider (of res, nil for the default) and a
-// record as its Logger builds it, with the provider's resource, scope, limits and key handling:
-// the prototype of every record the exporter sends.
-func newRecordProvider(res *resource.Resource) (*sdklog.LoggerProvider, sdklog.Record) {
-	// Keys are unique by construction (appendEventAttributes), so the SDK's deduplication, a
-	// map per record, would find nothing.
-	buf := &recordBuffer{}
-	opts := []sdklog.LoggerProviderOption{sdklog.WithProcessor(buf), sdklog.WithAllowKeyDuplication()}
-	if res != nil {
-		opts = append(opts, sdklog.WithResource(res))
-	}
-	provider := sdklog.NewLoggerProvider(opts...)
-	provider.Logger("github.com/sandgate/sandgate/audit").Emit(context.Background(), otellog.Record{})
-	return provider, buf.record
-}
-
-// recordBuffer is the LoggerProvider's one processor: it keeps a copy of the record emitted.
-type recordBuffer struct {
-	record sdklog.Record
-}
-
-// OnEmit keeps a copy of r: the SDK reuses r after the call.
-func (b *recordBuffer) OnEmit(_ context.Context, r *sdklog.Record) error {
-	b.record = r.Clone()
-	return nil
-}
-
-func (b *recordBuffer) Enabled(context.Context, sdklog.EnabledParameters) bool { return true }
-func (b *recordBuffer) Shutdown(context.Context) error                         { return nil }
-func (b *recordBuffer) ForceFlush(context.Context) error                       { return nil }

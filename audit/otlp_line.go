@@ -3,7 +3,6 @@ package audit
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	// fastjson (already in the build through OPA) reads a line without reflection and, with its
@@ -23,7 +22,9 @@ type lineDecoder struct {
 	p fastjson.Parser
 }
 
-// decode returns the exported fields of line, or why the line is not an event.
+// decode returns the exported fields of line, or why the line is not an event. Each object is
+// read in one pass over its members; a member that comes twice is read as encoding/json reads
+// it (the last one wins), except "hash", which must come once.
 func (d *lineDecoder) decode(line []byte) (Event, error) {
 	var ev Event
 	stored, err := storedHash(line)
@@ -34,67 +35,137 @@ func (d *lineDecoder) decode(line []byte) (Event, error) {
 	if err != nil {
 		return ev, fmt.Errorf("decode event: %w", err)
 	}
-	if v.Type() != fastjson.TypeObject {
+	top, err := v.Object()
+	if err != nil {
 		return ev, errors.New("decode event: not a JSON object")
 	}
-	f := fields{v: v}
-	ev.ID, ev.Hash = f.str("id"), f.str("hash")
-	ev.Kind = Kind(f.str("kind"))
-	if t := f.str("time"); t != "" && f.err == nil {
-		if ev.Time, err = time.Parse(time.RFC3339Nano, t); err != nil {
+	var r fields
+	var when string
+	hashes := 0
+	id, t, o := &ev.Identity, &ev.Target, &ev.Outcome
+	top.Visit(func(k []byte, m *fastjson.Value) {
+		switch string(k) {
+		case "id":
+			ev.ID = r.str(m, "id")
+		case "hash":
+			ev.Hash = r.str(m, "hash")
+			hashes++
+		case "kind":
+			ev.Kind = Kind(r.str(m, "kind"))
+		case "time":
+			when = r.str(m, "time")
+		case "credential":
+			ev.Credential = r.str(m, "credential")
+		case "limits":
+			ev.Limits = r.str(m, "limits")
+		case "trace_id":
+			ev.TraceID = r.str(m, "trace_id")
+		case "span_id":
+			ev.SpanID = r.str(m, "span_id")
+		case "identity":
+			r.object(m, "identity", func(k []byte, m *fastjson.Value) {
+				switch string(k) {
+				case "namespace":
+					id.Namespace = r.str(m, "identity.namespace")
+				case "sandbox":
+					id.Sandbox = r.str(m, "identity.sandbox")
+				case "template":
+					id.Template = r.str(m, "identity.template")
+				case "claim":
+					id.Claim = r.str(m, "identity.claim")
+				case "source_ip":
+					id.SourceIP = r.str(m, "identity.source_ip")
+				case "known":
+					id.Known = r.bool(m, "identity.known")
+				}
+			})
+		case "target":
+			r.object(m, "target", func(k []byte, m *fastjson.Value) {
+				switch string(k) {
+				case "upstream":
+					t.Upstream = r.str(m, "target.upstream")
+				case "tool":
+					t.Tool = r.str(m, "target.tool")
+				case "route":
+					t.Route = r.str(m, "target.route")
+				case "method":
+					t.Method = r.str(m, "target.method")
+				case "host":
+					t.Host = r.str(m, "target.host")
+				case "path":
+					t.Path = r.str(m, "target.path")
+				case "model":
+					t.Model = r.str(m, "target.model")
+				}
+			})
+		case "decision":
+			r.object(m, "decision", func(k []byte, m *fastjson.Value) {
+				switch string(k) {
+				case "allow":
+					ev.Decision.Allow = r.bool(m, "decision.allow")
+				case "reason":
+					ev.Decision.Reason = r.str(m, "decision.reason")
+				case "policy_revision":
+					ev.Decision.PolicyRevision = r.str(m, "decision.policy_revision")
+				}
+			})
+		case "outcome":
+			r.object(m, "outcome", func(k []byte, m *fastjson.Value) {
+				switch string(k) {
+				case "status":
+					o.Status = int(r.int(m, "outcome.status"))
+				case "error":
+					o.Error = r.str(m, "outcome.error")
+				case "tokens_in":
+					o.TokensIn = r.int(m, "outcome.tokens_in")
+				case "tokens_out":
+					o.TokensOut = r.int(m, "outcome.tokens_out")
+				}
+			})
+		}
+	})
+	if r.err != nil {
+		return ev, fmt.Errorf("decode event: %w", r.err)
+	}
+	if when != "" {
+		if ev.Time, err = time.Parse(time.RFC3339Nano, when); err != nil {
 			return ev, fmt.Errorf("decode event: time: %w", err)
 		}
 	}
-	id := &ev.Identity
-	id.Namespace, id.Sandbox = f.str("identity", "namespace"), f.str("identity", "sandbox")
-	id.Template, id.Claim = f.str("identity", "template"), f.str("identity", "claim")
-	id.SourceIP, id.Known = f.str("identity", "source_ip"), f.bool("identity", "known")
-	t := &ev.Target
-	t.Upstream, t.Tool, t.Route = f.str("target", "upstream"), f.str("target", "tool"), f.str("target", "route")
-	t.Method, t.Host, t.Path = f.str("target", "method"), f.str("target", "host"), f.str("target", "path")
-	t.Model = f.str("target", "model")
-	ev.Decision = Decision{Allow: f.bool("decision", "allow"), Reason: f.str("decision", "reason"),
-		PolicyRevision: f.str("decision", "policy_revision")}
-	ev.Credential, ev.Limits = f.str("credential"), f.str("limits")
-	o := &ev.Outcome
-	o.Status, o.Error = int(f.int("outcome", "status")), f.str("outcome", "error")
-	o.TokensIn, o.TokensOut = f.int("outcome", "tokens_in"), f.int("outcome", "tokens_out")
-	ev.TraceID, ev.SpanID = f.str("trace_id"), f.str("span_id")
-	if f.err != nil {
-		return ev, fmt.Errorf("decode event: %w", f.err)
-	}
-	if ev.Hash != stored {
+	if hashes != 1 || ev.Hash != stored {
 		// As in ParseLine: with valid JSON the suffix is always the object's last member.
-		return ev, errors.New(`the "hash" member is not the last one`)
+		return ev, errors.New(`the "hash" member is not the last one, or not the only one`)
 	}
 	return ev, nil
 }
 
-// fields reads typed members of a parsed line; the first wrong type is kept in err. An absent or
-// null member reads as the zero value, as encoding/json leaves it.
+// fields reads typed members of a parsed line; the first wrong type is kept in err. A null
+// member reads as the zero value, as encoding/json leaves it.
 type fields struct {
-	v   *fastjson.Value
 	err error
 }
 
-// at is the member at path, nil when absent or null.
-func (f *fields) at(path ...string) *fastjson.Value {
-	m := f.v.Get(path...)
-	if m == nil || m.Type() == fastjson.TypeNull {
-		return nil
-	}
-	return m
-}
-
-func (f *fields) fail(path []string, err error) {
+func (f *fields) fail(path string, err error) {
 	if f.err == nil {
-		f.err = fmt.Errorf("%s: %w", strings.Join(path, "."), err)
+		f.err = fmt.Errorf("%s: %w", path, err)
 	}
 }
 
-func (f *fields) str(path ...string) string {
-	m := f.at(path...)
-	if m == nil {
+// object visits the members of m, an object or null.
+func (f *fields) object(m *fastjson.Value, path string, visit func(k []byte, m *fastjson.Value)) {
+	if m.Type() == fastjson.TypeNull {
+		return
+	}
+	o, err := m.Object()
+	if err != nil {
+		f.fail(path, err)
+		return
+	}
+	o.Visit(visit)
+}
+
+func (f *fields) str(m *fastjson.Value, path string) string {
+	if m.Type() == fastjson.TypeNull {
 		return ""
 	}
 	b, err := m.StringBytes()
@@ -104,9 +175,8 @@ func (f *fields) str(path ...string) string {
 	return string(b)
 }
 
-func (f *fields) bool(path ...string) bool {
-	m := f.at(path...)
-	if m == nil {
+func (f *fields) bool(m *fastjson.Value, path string) bool {
+	if m.Type() == fastjson.TypeNull {
 		return false
 	}
 	b, err := m.Bool()
@@ -116,9 +186,8 @@ func (f *fields) bool(path ...string) bool {
 	return b
 }
 
-func (f *fields) int(path ...string) int64 {
-	m := f.at(path...)
-	if m == nil {
+func (f *fields) int(m *fastjson.Value, path string) int64 {
+	if m.Type() == fastjson.TypeNull {
 		return 0
 	}
 	n, err := m.Int64()

@@ -41,8 +41,8 @@ func TestOTLPLineDecoderAgreesWithParseLine(t *testing.T) {
 func TestOTLPLineDecoderRejectsWhatParseLineRejects(t *testing.T) {
 	good := string(sealedLines(t, []Event{testEvent(1)})[0])
 	hash := good[strings.LastIndex(good, `,"hash":`):]
-	// A repeated member: encoding/json keeps the last, fastjson finds the first; a repeated
-	// "hash" is refused rather than read either way.
+	// A repeated member is read as encoding/json reads it (the last wins), but a repeated "hash"
+	// is refused rather than read either way.
 	var d lineDecoder
 	_, err := d.decode([]byte(`{"hash":"` + strings.Repeat("0", 64) + `","id":"x"` + hash))
 	assert.Error(t, err, "a second hash member")
@@ -57,6 +57,8 @@ func TestOTLPLineDecoderRejectsWhatParseLineRejects(t *testing.T) {
 		"trailing garbage":  good + `}`,
 		"two objects":       good + good,
 		"status fractional": strings.Replace(good, `"status":200`, `"status":200.5`, 1),
+		"identity a string": strings.Replace(good, `"identity":{`, `"identity":"x","y":{`, 1),
+		"outcome an array":  strings.Replace(good, `"outcome":{"status":200`, `"outcome":[200],"z":{"status":200`, 1),
 	}
 	for name, line := range bad {
 		_, perr := ParseLine([]byte(line))

@@ -3,6 +3,7 @@ package audit
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -15,9 +16,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
 	otellog "go.opentelemetry.io/otel/log"
-	sdklog "go.opentelemetry.io/otel/sdk/log"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	logpb "go.opentelemetry.io/proto/otlp/logs/v1"
 
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/test/otelcoltest"
@@ -92,7 +93,7 @@ func mappingEvents() []Event {
 }
 
 // sealedLines writes evs to a log and returns their lines as written.
-func sealedLines(t *testing.T, evs []Event) [][]byte {
+func sealedLines(t testing.TB, evs []Event) [][]byte {
 	t.Helper()
 	dir := t.TempDir()
 	w := openWriter(t, FileConfig{Dir: dir, Fsync: FsyncNever})
@@ -103,23 +104,32 @@ func sealedLines(t *testing.T, evs []Event) [][]byte {
 	return readLines(t, filepath.Join(dir, ActiveFile))
 }
 
-// testRecord is the record the exporter builds for line.
-func testRecord(line []byte) sdklog.Record {
-	_, rec := newRecordProvider(nil)
-	fillRecord(&rec, &lineDecoder{}, line, time.Now(), nil)
-	return rec
+// testRecord is the record the exporter sends for line, as a Collector reads it.
+func testRecord(t *testing.T, line []byte) *logpb.LogRecord {
+	t.Helper()
+	recs := encodedRecords(t, line)
+	require.Len(t, recs, 1)
+	return recs[0]
 }
 
-// recordAttrs are a record's attributes by key; a key that comes twice fails t (the exporter's
-// provider does not deduplicate them).
-func recordAttrs(t *testing.T, r sdklog.Record) map[string]attribute.Value {
-	m := map[string]attribute.Value{}
-	r.WalkAttributes(func(kv attribute.KeyValue) bool {
-		_, dup := m[string(kv.Key)]
+// recordAttrs are a record's attributes by key, with Go values; a key that comes twice fails t
+// (nothing deduplicates them).
+func recordAttrs(t *testing.T, r *logpb.LogRecord) map[string]any {
+	m := map[string]any{}
+	for _, kv := range r.Attributes {
+		_, dup := m[kv.Key]
 		assert.False(t, dup, "attribute %s comes twice", kv.Key)
-		m[string(kv.Key)] = kv.Value
-		return true
-	})
+		switch v := kv.Value.Value.(type) {
+		case *commonpb.AnyValue_StringValue:
+			m[kv.Key] = v.StringValue
+		case *commonpb.AnyValue_IntValue:
+			m[kv.Key] = v.IntValue
+		case *commonpb.AnyValue_BoolValue:
+			m[kv.Key] = v.BoolValue
+		default:
+			t.Errorf("attribute %s has a value of type %T", kv.Key, v)
+		}
+	}
 	return m
 }
 
@@ -146,15 +156,15 @@ func TestOTLPRecordFollowsTheMappingTable(t *testing.T) {
 	lines := sealedLines(t, mappingEvents())
 	seen := map[string]bool{}
 	for _, line := range lines {
-		rec := testRecord(line)
+		rec := testRecord(t, line)
 		ev, err := ParseLine(line)
 		require.NoError(t, err)
-		assert.Equal(t, string(ev.Kind), rec.EventName())
-		assert.Equal(t, string(line), rec.Body().AsString(), "the body is the line as written")
-		assert.True(t, rec.Timestamp().Equal(ev.Time))
-		assert.Equal(t, ev.TraceID, rec.TraceID().String())
-		assert.Equal(t, ev.SpanID, rec.SpanID().String())
-		for k, v := range recordAttrs(t, rec) {
+		assert.Equal(t, string(ev.Kind), rec.EventName)
+		assert.Equal(t, string(line), rec.Body.GetStringValue(), "the body is the line as written")
+		assert.Equal(t, uint64(ev.Time.UnixNano()), rec.TimeUnixNano)
+		assert.Equal(t, ev.TraceID, hex.EncodeToString(rec.TraceId))
+		assert.Equal(t, ev.SpanID, hex.EncodeToString(rec.SpanId))
+		for k, got := range recordAttrs(t, rec) {
 			field, ok := documented[k]
 			if !assert.True(t, ok, "%s is on the record but not in docs/audit.md's table", k) {
 				continue
@@ -164,7 +174,6 @@ func TestOTLPRecordFollowsTheMappingTable(t *testing.T) {
 			if d, ok := derived[k]; ok {
 				want = d(line, want)
 			}
-			got := v.AsInterface()
 			if n, isNum := want.(float64); isNum { // JSON numbers
 				want = int64(n)
 			}
@@ -192,15 +201,15 @@ func TestOTLPRecordSeverity(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			line := sealedLines(t, []Event{tc.ev})[0]
-			rec := testRecord(line)
-			assert.Equal(t, tc.want, rec.Severity())
-			assert.Equal(t, tc.text, rec.SeverityText())
+			rec := testRecord(t, line)
+			assert.Equal(t, int32(tc.want), int32(rec.SeverityNumber))
+			assert.Equal(t, tc.text, rec.SeverityText)
 		})
 	}
 
-	rec := testRecord([]byte(`{"id":"x","kind":"mcp.tools_call"}`))
-	assert.Equal(t, "audit.unparsed", rec.EventName(), "a line that does not parse is still sent")
-	assert.Equal(t, otellog.SeverityError, rec.Severity())
+	rec := testRecord(t, []byte(`{"id":"x","kind":"mcp.tools_call"}`))
+	assert.Equal(t, "audit.unparsed", rec.EventName, "a line that does not parse is still sent")
+	assert.Equal(t, int32(otellog.SeverityError), int32(rec.SeverityNumber))
 }
 
 // otlpRig is a Writer on a FileSink and an OTLPExporter following it into a real Collector.
