@@ -35,11 +35,11 @@ type otlpEncoder struct {
 	schema   []byte // ResourceLogs.schema_url (field 3), tag included; empty for none
 	scope    []byte // ScopeLogs.scope (field 1), tag included
 
-	lines   lineDecoder
-	attrs   []attribute.KeyValue
-	rec  []byte // the record being built
-	head []byte // the request up to its first record
-	out  []byte
+	lines lineDecoder
+	attrs []attribute.KeyValue
+	rec   []byte // the record being built
+	head  []byte // the request up to its first record
+	out   []byte
 }
 
 // newOTLPEncoder encodes res (nil: the SDK's default resource, as its LoggerProvider uses) and

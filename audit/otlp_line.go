@@ -26,117 +26,138 @@ type lineDecoder struct {
 // read in one pass over its members; a member that comes twice is read as encoding/json reads
 // it (the last one wins), except "hash", which must come once.
 func (d *lineDecoder) decode(line []byte) (Event, error) {
-	var ev Event
 	stored, err := storedHash(line)
 	if err != nil {
-		return ev, err
+		return Event{}, err
 	}
 	v, err := d.p.ParseBytes(line)
 	if err != nil {
-		return ev, fmt.Errorf("decode event: %w", err)
+		return Event{}, fmt.Errorf("decode event: %w", err)
 	}
 	top, err := v.Object()
 	if err != nil {
-		return ev, errors.New("decode event: not a JSON object")
+		return Event{}, errors.New("decode event: not a JSON object")
 	}
-	var r fields
-	var when string
-	hashes := 0
-	id, t, o := &ev.Identity, &ev.Target, &ev.Outcome
-	top.Visit(func(k []byte, m *fastjson.Value) {
-		switch string(k) {
-		case "id":
-			ev.ID = r.str(m, "id")
-		case "hash":
-			ev.Hash = r.str(m, "hash")
-			hashes++
-		case "kind":
-			ev.Kind = Kind(r.str(m, "kind"))
-		case "time":
-			when = r.str(m, "time")
-		case "credential":
-			ev.Credential = r.str(m, "credential")
-		case "limits":
-			ev.Limits = r.str(m, "limits")
-		case "trace_id":
-			ev.TraceID = r.str(m, "trace_id")
-		case "span_id":
-			ev.SpanID = r.str(m, "span_id")
-		case "identity":
-			r.object(m, "identity", func(k []byte, m *fastjson.Value) {
-				switch string(k) {
-				case "namespace":
-					id.Namespace = r.str(m, "identity.namespace")
-				case "sandbox":
-					id.Sandbox = r.str(m, "identity.sandbox")
-				case "template":
-					id.Template = r.str(m, "identity.template")
-				case "claim":
-					id.Claim = r.str(m, "identity.claim")
-				case "source_ip":
-					id.SourceIP = r.str(m, "identity.source_ip")
-				case "known":
-					id.Known = r.bool(m, "identity.known")
-				}
-			})
-		case "target":
-			r.object(m, "target", func(k []byte, m *fastjson.Value) {
-				switch string(k) {
-				case "upstream":
-					t.Upstream = r.str(m, "target.upstream")
-				case "tool":
-					t.Tool = r.str(m, "target.tool")
-				case "route":
-					t.Route = r.str(m, "target.route")
-				case "method":
-					t.Method = r.str(m, "target.method")
-				case "host":
-					t.Host = r.str(m, "target.host")
-				case "path":
-					t.Path = r.str(m, "target.path")
-				case "model":
-					t.Model = r.str(m, "target.model")
-				}
-			})
-		case "decision":
-			r.object(m, "decision", func(k []byte, m *fastjson.Value) {
-				switch string(k) {
-				case "allow":
-					ev.Decision.Allow = r.bool(m, "decision.allow")
-				case "reason":
-					ev.Decision.Reason = r.str(m, "decision.reason")
-				case "policy_revision":
-					ev.Decision.PolicyRevision = r.str(m, "decision.policy_revision")
-				}
-			})
-		case "outcome":
-			r.object(m, "outcome", func(k []byte, m *fastjson.Value) {
-				switch string(k) {
-				case "status":
-					o.Status = int(r.int(m, "outcome.status"))
-				case "error":
-					o.Error = r.str(m, "outcome.error")
-				case "tokens_in":
-					o.TokensIn = r.int(m, "outcome.tokens_in")
-				case "tokens_out":
-					o.TokensOut = r.int(m, "outcome.tokens_out")
-				}
-			})
-		}
-	})
+	var r lineReader
+	top.Visit(r.member)
+	ev := r.ev
 	if r.err != nil {
 		return ev, fmt.Errorf("decode event: %w", r.err)
 	}
-	if when != "" {
-		if ev.Time, err = time.Parse(time.RFC3339Nano, when); err != nil {
+	if r.when != "" {
+		if ev.Time, err = time.Parse(time.RFC3339Nano, r.when); err != nil {
 			return ev, fmt.Errorf("decode event: time: %w", err)
 		}
 	}
-	if hashes != 1 || ev.Hash != stored {
+	if r.hashes != 1 || ev.Hash != stored {
 		// As in ParseLine: with valid JSON the suffix is always the object's last member.
 		return ev, errors.New(`the "hash" member is not the last one, or not the only one`)
 	}
 	return ev, nil
+}
+
+// lineReader collects the exported fields of one line's members.
+type lineReader struct {
+	fields
+	ev     Event
+	when   string // "time", parsed once the members are read
+	hashes int
+}
+
+// member reads one member of the line's object.
+func (r *lineReader) member(k []byte, m *fastjson.Value) {
+	ev := &r.ev
+	switch string(k) {
+	case "id":
+		ev.ID = r.str(m, "id")
+	case "hash":
+		ev.Hash = r.str(m, "hash")
+		r.hashes++
+	case "kind":
+		ev.Kind = Kind(r.str(m, "kind"))
+	case "time":
+		r.when = r.str(m, "time")
+	case "credential":
+		ev.Credential = r.str(m, "credential")
+	case "limits":
+		ev.Limits = r.str(m, "limits")
+	case "trace_id":
+		ev.TraceID = r.str(m, "trace_id")
+	case "span_id":
+		ev.SpanID = r.str(m, "span_id")
+	case "identity":
+		r.object(m, "identity", r.identity)
+	case "target":
+		r.object(m, "target", r.target)
+	case "decision":
+		r.object(m, "decision", r.decision)
+	case "outcome":
+		r.object(m, "outcome", r.outcome)
+	}
+}
+
+func (r *lineReader) identity(k []byte, m *fastjson.Value) {
+	id := &r.ev.Identity
+	switch string(k) {
+	case "namespace":
+		id.Namespace = r.str(m, "identity.namespace")
+	case "sandbox":
+		id.Sandbox = r.str(m, "identity.sandbox")
+	case "template":
+		id.Template = r.str(m, "identity.template")
+	case "claim":
+		id.Claim = r.str(m, "identity.claim")
+	case "source_ip":
+		id.SourceIP = r.str(m, "identity.source_ip")
+	case "known":
+		id.Known = r.bool(m, "identity.known")
+	}
+}
+
+func (r *lineReader) target(k []byte, m *fastjson.Value) {
+	t := &r.ev.Target
+	switch string(k) {
+	case "upstream":
+		t.Upstream = r.str(m, "target.upstream")
+	case "tool":
+		t.Tool = r.str(m, "target.tool")
+	case "route":
+		t.Route = r.str(m, "target.route")
+	case "method":
+		t.Method = r.str(m, "target.method")
+	case "host":
+		t.Host = r.str(m, "target.host")
+	case "path":
+		t.Path = r.str(m, "target.path")
+	case "model":
+		t.Model = r.str(m, "target.model")
+	}
+}
+
+func (r *lineReader) decision(k []byte, m *fastjson.Value) {
+	d := &r.ev.Decision
+	switch string(k) {
+	case "allow":
+		d.Allow = r.bool(m, "decision.allow")
+	case "reason":
+		d.Reason = r.str(m, "decision.reason")
+	case "policy_revision":
+		d.PolicyRevision = r.str(m, "decision.policy_revision")
+	}
+}
+
+func (r *lineReader) outcome(k []byte, m *fastjson.Value) {
+	o := &r.ev.Outcome
+	switch string(k) {
+	case "status":
+		o.Status = int(r.int(m, "outcome.status"))
+	case "error":
+		o.Error = r.str(m, "outcome.error")
+	case "tokens_in":
+		o.TokensIn = r.int(m, "outcome.tokens_in")
+	case "tokens_out":
+		o.TokensOut = r.int(m, "outcome.tokens_out")
+	}
 }
 
 // fields reads typed members of a parsed line; the first wrong type is kept in err. A null

@@ -380,48 +380,9 @@ func (env otlpEnv) lookup(name string) (key, value string) {
 // the defaults. Only what cfg leaves open is read from the environment.
 func resolveOTLPTarget(cfg OTLPConfig, isGRPC bool, env otlpEnv) (otlpTarget, error) {
 	var t otlpTarget
-	// The endpoint variable also decides insecure when cfg's endpoint has no scheme.
-	envKey, envURL, envErr := "", (*url.URL)(nil), error(nil)
-	if key, v := env.lookup("ENDPOINT"); key != "" {
-		envKey = key
-		if envURL, envErr = parseOTLPEndpoint(v); envErr != nil {
-			envErr = fmt.Errorf("%s: %w", key, envErr)
-		}
-	}
-	var u *url.URL
-	switch {
-	case cfg.Endpoint != "":
-		// What cfg.Endpoint has always meant: over HTTP, without a path it gets /v1/logs
-		// (logsURL); over gRPC, its path is ignored.
-		raw := cfg.Endpoint
-		if !isGRPC {
-			raw = logsURL(raw)
-		}
-		var err error
-		if u, err = parseOTLPEndpoint(raw); err != nil {
-			return t, fmt.Errorf("endpoint: %w", err)
-		}
-	case envErr != nil:
-		return t, envErr
-	case envURL != nil:
-		u = &url.URL{Scheme: envURL.Scheme, Host: envURL.Host, Path: envURL.Path}
-		switch {
-		case isGRPC:
-		case envKey == "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT" && u.Path == "":
-			u.Path = "/" // the signal's URL is taken as it is
-		case envKey == "OTEL_EXPORTER_OTLP_ENDPOINT":
-			u.Path = path.Join(u.Path, "/v1/logs")
-		}
-	default:
-		u = &url.URL{Host: "localhost:4318", Path: "/v1/logs"}
-		if isGRPC {
-			u.Host = "localhost:4317"
-		}
-	}
-
-	scheme := u.Scheme
-	if scheme == "" && cfg.Endpoint != "" && envURL != nil {
-		scheme = envURL.Scheme
+	u, scheme, err := resolveOTLPEndpoint(cfg, isGRPC, env)
+	if err != nil {
+		return t, err
 	}
 	switch {
 	case cfg.Insecure:
@@ -449,12 +410,71 @@ func resolveOTLPTarget(cfg OTLPConfig, isGRPC bool, env otlpEnv) (otlpTarget, er
 		}
 		t.endpoint = out.String()
 	}
+	if err := resolveOTLPRequest(&t, cfg, env); err != nil {
+		return t, err
+	}
+	if cfg.Auth != nil && !cfg.Insecure && t.insecure && t.tls == nil {
+		return t, fmt.Errorf("the auth header would be sent in plain text to %s: use an https:// endpoint, or configure the endpoint as insecure (loopback only)", u.Host)
+	}
+	return t, nil
+}
 
+// resolveOTLPEndpoint is where the exporters send: cfg.Endpoint, else the endpoint variable,
+// else localhost; and the scheme that decides insecure (the variable's when cfg.Endpoint has
+// none).
+func resolveOTLPEndpoint(cfg OTLPConfig, isGRPC bool, env otlpEnv) (*url.URL, string, error) {
+	envKey, envURL, envErr := "", (*url.URL)(nil), error(nil)
+	if key, v := env.lookup("ENDPOINT"); key != "" {
+		envKey = key
+		if envURL, envErr = parseOTLPEndpoint(v); envErr != nil {
+			envErr = fmt.Errorf("%s: %w", key, envErr)
+		}
+	}
+	var u *url.URL
+	switch {
+	case cfg.Endpoint != "":
+		// What cfg.Endpoint has always meant: over HTTP, without a path it gets /v1/logs
+		// (logsURL); over gRPC, its path is ignored.
+		raw := cfg.Endpoint
+		if !isGRPC {
+			raw = logsURL(raw)
+		}
+		var err error
+		if u, err = parseOTLPEndpoint(raw); err != nil {
+			return nil, "", fmt.Errorf("endpoint: %w", err)
+		}
+	case envErr != nil:
+		return nil, "", envErr
+	case envURL != nil:
+		u = &url.URL{Scheme: envURL.Scheme, Host: envURL.Host, Path: envURL.Path}
+		switch {
+		case isGRPC:
+		case envKey == "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT" && u.Path == "":
+			u.Path = "/" // the signal's URL is taken as it is
+		case envKey == "OTEL_EXPORTER_OTLP_ENDPOINT":
+			u.Path = path.Join(u.Path, "/v1/logs")
+		}
+	default:
+		u = &url.URL{Host: "localhost:4318", Path: "/v1/logs"}
+		if isGRPC {
+			u.Host = "localhost:4317"
+		}
+	}
+	scheme := u.Scheme
+	if scheme == "" && cfg.Endpoint != "" && envURL != nil {
+		scheme = envURL.Scheme
+	}
+	return u, scheme, nil
+}
+
+// resolveOTLPRequest sets what every request carries: headers, compression, the timeout and the
+// TLS configuration.
+func resolveOTLPRequest(t *otlpTarget, cfg OTLPConfig, env otlpEnv) error {
 	var err error
 	if t.headers = cfg.Headers; len(t.headers) == 0 {
 		if key, v := env.lookup("HEADERS"); key != "" {
 			if t.headers, err = parseOTLPHeaders(v); err != nil {
-				return t, fmt.Errorf("%s: %w", key, err)
+				return fmt.Errorf("%s: %w", key, err)
 			}
 		}
 	}
@@ -464,7 +484,7 @@ func resolveOTLPTarget(cfg OTLPConfig, isGRPC bool, env otlpEnv) (otlpTarget, er
 			t.gzip = true
 		case "none":
 		default:
-			return t, fmt.Errorf("%s: %q is not gzip or none", key, v)
+			return fmt.Errorf("%s: %q is not gzip or none", key, v)
 		}
 	}
 	t.timeout = otlpDefaultTimeout
@@ -473,19 +493,16 @@ func resolveOTLPTarget(cfg OTLPConfig, isGRPC bool, env otlpEnv) (otlpTarget, er
 	} else if key, v := env.lookup("TIMEOUT"); key != "" {
 		ms, err := strconv.Atoi(v)
 		if err != nil || ms < 0 {
-			return t, fmt.Errorf("%s: %q is not a number of milliseconds", key, v)
+			return fmt.Errorf("%s: %q is not a number of milliseconds", key, v)
 		}
 		t.timeout = time.Duration(ms) * time.Millisecond
 	}
 	if cfg.TLS != nil {
 		t.tls = cfg.TLS.Clone()
 	} else if t.tls, err = otlpEnvTLS(env); err != nil {
-		return t, err
+		return err
 	}
-	if cfg.Auth != nil && !cfg.Insecure && t.insecure && t.tls == nil {
-		return t, fmt.Errorf("the auth header would be sent in plain text to %s: use an https:// endpoint, or configure the endpoint as insecure (loopback only)", u.Host)
-	}
-	return t, nil
+	return nil
 }
 
 // parseOTLPEndpoint parses an endpoint URL; one without a host ("collector:4318") is refused,
