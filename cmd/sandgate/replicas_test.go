@@ -46,7 +46,10 @@ type replica struct {
 // startReplica runs "sandgate serve" exactly as main does, sharing redisAddr, until the test ends.
 func startReplica(t *testing.T, name, redisAddr, githubURL, modelURL string) *replica {
 	t.Helper()
-	return startReplicaOn(t, name, fmt.Sprintf("{addr: %q, op_timeout: 200ms, dial_timeout: 200ms}", redisAddr),
+	// Generous bounds: a stopped Redis refuses at once, so no subtest waits on them, while a busy
+	// machine (go test -p 4 in make test) once held a round trip past the 200ms these were, and
+	// replica b answered a session hand-over "unknown session" (404).
+	return startReplicaOn(t, name, fmt.Sprintf("{addr: %q, op_timeout: 5s, dial_timeout: 5s}", redisAddr),
 		"{triage-agent: {requests_per_minute: 3}, coding-agent: {tokens_per_day: 50}}", githubURL, modelURL)
 }
 
@@ -93,6 +96,11 @@ log: {level: warn, format: text}
 		return ""
 	}}
 	go func() { done <- run(ctx, env, []string{"serve", "--config", cfg}) }()
+	t.Cleanup(func() {
+		if t.Failed() { // what the replica logged (warnings and up) explains most failures
+			t.Logf("replica %s log:\n%s", name, errOut.String())
+		}
+	})
 	r.stop = sync.OnceFunc(func() {
 		cancel()
 		select {
