@@ -460,3 +460,21 @@ func TestOTLPExporterSendsADamagedLineAsBytes(t *testing.T) {
 	assert.Equal(t, "invalid_utf8", unparsed[0].Attributes["error.type"])
 	assert.Contains(t, exportedIDs(recs), first.ID, "the line before it arrived too")
 }
+
+// TestOTLPExporterSendsGzipToACollector: with OTEL_EXPORTER_OTLP_COMPRESSION=gzip a real
+// Collector receives every line over both protocols (the sender compresses the request it
+// encodes itself; the SDK comparison in otlp_send_test.go checks the bytes, this the receiver).
+func TestOTLPExporterSendsGzipToACollector(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+	for _, protocol := range []string{OTLPProtocolHTTP, OTLPProtocolGRPC} {
+		t.Run(protocol, func(t *testing.T) {
+			col := otelcoltest.Start(t)
+			dir := t.TempDir()
+			writeLog(t, FileConfig{Dir: dir, Fsync: FsyncNever}, 40)
+			e := newOTLPExporterFor(t, dir, protocol, col)
+			require.NoError(t, e.Sync(ctxTimeout(t, 20*time.Second)))
+			require.True(t, e.sender.gzip, "the variable turned compression on")
+			sameIDs(t, logIDs(t, dir), waitForIDs(t, col, logIDs(t, dir)))
+		})
+	}
+}
