@@ -20,6 +20,20 @@ type Destination interface {
 	Send(ctx context.Context, lines [][]byte) error
 }
 
+// RejectedError is what a Destination's Send returns when the destination took the batch but
+// refused some of its lines for good (an OTLP partial success). Sending them again would be
+// refused again, and OTLP forbids retrying a partial success, so the Follower moves on: the
+// lines stay in the file, the refused ones are counted (FollowerStats.Rejected) and reported
+// (FollowerConfig.OnRejected). Lines may be 0: a warning that came with a full success.
+type RejectedError struct {
+	Lines  int64
+	Reason string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("the destination refused %d lines for good: %q", e.Lines, e.Reason)
+}
+
 // FollowerConfig configures a Follower. Zero values take the defaults.
 type FollowerConfig struct {
 	// Dir is the audit folder the FileSink writes (audit.file.dir).
@@ -43,6 +57,9 @@ type FollowerConfig struct {
 	// and a cursor write), which under load, with a Notify per write, cost more than the lines.
 	// 0 or less reads at once (the Redis mirror).
 	Linger time.Duration
+	// OnRejected, when set, is told of each batch the destination took with lines refused for
+	// good (a *RejectedError), for a log line; it must not block.
+	OnRejected func(error)
 }
 
 func (c FollowerConfig) withDefaults() FollowerConfig {
@@ -84,6 +101,7 @@ type Follower struct {
 
 	sent     atomic.Uint64
 	failed   atomic.Uint64
+	rejected atomic.Uint64
 	restarts atomic.Uint64
 	failure  atomic.Pointer[failure]
 	// behind is the bytes of the log after the position, as of the last look; oldest is the
@@ -186,6 +204,9 @@ type FollowerStats struct {
 	Sent uint64
 	// Failed counts lines in attempts that failed (each retry of a line counts again).
 	Failed uint64
+	// Rejected counts lines the destination refused for good (see RejectedError); they are not
+	// sent again, and not counted in Sent.
+	Rejected uint64
 	// Relocated counts times the cursor was not found and the follower started over from the
 	// oldest file (events may then be sent twice).
 	Relocated uint64
@@ -198,7 +219,8 @@ type FollowerStats struct {
 
 // Stats returns the follower's counters.
 func (f *Follower) Stats() FollowerStats {
-	s := FollowerStats{Sent: f.sent.Load(), Failed: f.failed.Load(), Relocated: f.restarts.Load(), BehindBytes: f.behind.Load()}
+	s := FollowerStats{Sent: f.sent.Load(), Failed: f.failed.Load(), Rejected: f.rejected.Load(), Relocated: f.restarts.Load(),
+		BehindBytes: f.behind.Load()}
 	if ns := f.oldest.Load(); ns != 0 {
 		s.Oldest = time.Unix(0, ns)
 	}
@@ -274,11 +296,22 @@ func (f *Follower) pump(ctx context.Context) (done bool, err error) {
 			f.oldest.Store(t.UnixNano())
 		}
 	}
-	if err := f.dest.Send(ctx, lines); err != nil {
+	err = f.dest.Send(ctx, lines)
+	var rejected *RejectedError
+	switch {
+	case errors.As(err, &rejected):
+		n := uint64(min(max(rejected.Lines, 0), int64(len(lines))))
+		f.rejected.Add(n)
+		f.sent.Add(uint64(len(lines)) - n)
+		if f.cfg.OnRejected != nil {
+			f.cfg.OnRejected(err)
+		}
+	case err != nil:
 		f.failed.Add(uint64(len(lines)))
 		return false, err
+	default:
+		f.sent.Add(uint64(len(lines)))
 	}
-	f.sent.Add(uint64(len(lines)))
 	last := len(lines) - 1
 	f.pos.start, f.pos.offset = ends[last]-int64(len(lines[last]))-1, ends[last]
 	f.pos.hash, _ = storedHash(lines[last])

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -63,4 +64,56 @@ func receive[T any](t *testing.T, c <-chan T) T {
 	}
 	var zero T
 	return zero
+}
+
+// refusingDestination takes every batch and refuses the lines whose event ID is in refuse for
+// good, as an OTLP partial success does; it keeps every line it was sent, repeats included.
+type refusingDestination struct {
+	refuse map[string]bool
+	got    []string
+}
+
+func (d *refusingDestination) Send(_ context.Context, lines [][]byte) error {
+	n := 0
+	for _, l := range lines {
+		id := lineID(l)
+		d.got = append(d.got, id)
+		if d.refuse[id] {
+			n++
+		}
+	}
+	if n > 0 {
+		return &RejectedError{Lines: int64(n), Reason: "field too long"}
+	}
+	return nil
+}
+
+// TestFollowerMovesPastLinesRefusedForGood: a batch the destination took with lines refused for
+// good (an OTLP partial success, which OTLP forbids sending again) is not sent again: the
+// follower counts the refused lines, reports them, stays healthy and goes on with the rest of
+// the log; the file keeps them.
+func TestFollowerMovesPastLinesRefusedForGood(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, FileConfig{Dir: dir, Fsync: FsyncNever}, 10)
+	lines := readLines(t, filepath.Join(dir, ActiveFile))
+	dest := &refusingDestination{refuse: map[string]bool{lineID(lines[2]): true, lineID(lines[3]): true}}
+	var reported []error
+	f, err := NewFollower(FollowerConfig{Dir: dir, CursorFile: "test.cursor", Batch: 4,
+		OnRejected: func(err error) { reported = append(reported, err) }}, dest)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync(ctxTimeout(t, 10*time.Second)))
+
+	var want []string
+	for _, l := range lines {
+		want = append(want, lineID(l))
+	}
+	assert.Equal(t, want, dest.got, "every line sent once, in order: the refused batch was not sent again")
+	s := f.Stats()
+	assert.Equal(t, uint64(2), s.Rejected)
+	assert.Equal(t, uint64(8), s.Sent)
+	assert.Zero(t, s.Failed)
+	assert.NoError(t, f.Healthy())
+	require.Len(t, reported, 1, "one report for the one batch with refusals")
+	assert.Contains(t, reported[0].Error(), "refused 2 lines for good")
+	assert.Contains(t, reported[0].Error(), "field too long")
 }

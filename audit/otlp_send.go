@@ -252,12 +252,14 @@ func (s *otlpSender) export(ctx context.Context, body []byte) error {
 	return partialSuccess(&ack)
 }
 
-// partialSuccess is the error a Collector's partial success reports: the SDK exporters count a
-// message without rejected records as a failure too.
+// partialSuccess is what a Collector's partial success reports: a *RejectedError, with which
+// the Follower moves on. The request was accepted; the OTLP specification forbids sending it
+// again (the Collector treats a partial success it gets as a success with a warning too). A
+// message without rejected records is a warning, reported the same way.
 func partialSuccess(ack *collogpb.ExportLogsServiceResponse) error {
 	ps := ack.GetPartialSuccess()
 	if n, msg := ps.GetRejectedLogRecords(), ps.GetErrorMessage(); n != 0 || msg != "" {
-		return fmt.Errorf("OTLP partial success: the Collector rejected %d log records: %q", n, msg)
+		return &RejectedError{Lines: n, Reason: msg}
 	}
 	return nil
 }

@@ -545,7 +545,9 @@ func partial(n int64, msg string) *collogpb.ExportLogsServiceResponse {
 }
 
 // TestOTLPSenderReportsWhatTheCollectorDidNotAcknowledge: send returns nil only for an
-// acknowledgement of every record, and otherwise an error that says what the Collector said.
+// acknowledgement of every record, a RejectedError for a partial success (the request was
+// taken; OTLP forbids sending it again), and otherwise an error that says what the Collector
+// said.
 func TestOTLPSenderReportsWhatTheCollectorDidNotAcknowledge(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -563,8 +565,8 @@ func TestOTLPSenderReportsWhatTheCollectorDidNotAcknowledge(t *testing.T) {
 		}, []string{"400 Bad Request", `"bad request: field x"`}},
 		{"503 without a body", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) },
 			[]string{"503 Service Unavailable", "(empty)"}},
-		{"a partial success is not an acknowledgement", protobufAnswer(t, partial(2, "two were bad")), []string{"rejected 2 log records", "two were bad"}},
-		{"a partial success with only a message is not either", protobufAnswer(t, partial(0, "a warning")), []string{"rejected 0", "a warning"}},
+		{"a partial success reports the records refused for good", protobufAnswer(t, partial(2, "two were bad")), []string{"refused 2 lines for good", "two were bad"}},
+		{"a partial success with only a message reports the warning", protobufAnswer(t, partial(0, "a warning")), []string{"refused 0 lines", "a warning"}},
 		{"a protobuf body that does not decode", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/x-protobuf")
 			_, _ = w.Write([]byte{0xff, 0xff, 0xff})
@@ -592,13 +594,16 @@ func TestOTLPSenderReportsWhatTheCollectorDidNotAcknowledge(t *testing.T) {
 			for _, w := range tc.want {
 				assert.Contains(t, err.Error(), w)
 			}
+			var rejected *RejectedError
+			assert.Equal(t, strings.Contains(tc.name, "partial success"), errors.As(err, &rejected),
+				"only a partial success is a RejectedError, which the follower does not send again")
 			assert.Less(t, len(err.Error()), otlpMaxResponse+500, "the error quotes a bounded part of the body")
 		})
 	}
 }
 
-// TestOTLPSenderReportsWhatTheCollectorDidNotAcknowledgeOverGRPC: a status other than OK, and a
-// partial success, are errors that say so.
+// TestOTLPSenderReportsWhatTheCollectorDidNotAcknowledgeOverGRPC: a status other than OK is an
+// error that says so, and a partial success a RejectedError.
 func TestOTLPSenderReportsWhatTheCollectorDidNotAcknowledgeOverGRPC(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -611,7 +616,7 @@ func TestOTLPSenderReportsWhatTheCollectorDidNotAcknowledgeOverGRPC(t *testing.T
 		}, []string{"Unavailable", "collector is draining"}},
 		{"a partial success", func(context.Context) (*collogpb.ExportLogsServiceResponse, error) {
 			return partial(3, "three were bad"), nil
-		}, []string{"rejected 3 log records", "three were bad"}},
+		}, []string{"refused 3 lines for good", "three were bad"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

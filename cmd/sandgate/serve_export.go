@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
+	"golang.org/x/time/rate"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
@@ -35,6 +37,15 @@ func newAuditExport(cfg *config.Config, creds *credential.Store, replica string,
 		ocfg, err := otlpConfig(cfg, creds, replica, getenv)
 		if err != nil {
 			return nil, err
+		}
+		// A Collector that refuses records for good (a partial success) is told once per 10s
+		// at most: under load every batch may carry some.
+		warn := rate.NewLimiter(rate.Every(10*time.Second), 1)
+		ocfg.Follower.OnRejected = func(err error) {
+			if warn.Allow() {
+				x.log.Warn("the Collector refused audit records for good; they stay in the audit file and are not sent again",
+					"err", err)
+			}
 		}
 		if x.otlp, err = audit.NewOTLPExporter(ocfg); err != nil {
 			return nil, fmt.Errorf("audit.otlp: %w", err)
