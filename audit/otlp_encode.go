@@ -289,21 +289,13 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 	var elems []attribute.Value
 	switch v.Type() {
 	case attribute.BOOLSLICE:
-		for _, x := range v.AsBoolSlice() {
-			elems = append(elems, attribute.BoolValue(x))
-		}
+		elems = values(v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
-		for _, x := range v.AsInt64Slice() {
-			elems = append(elems, attribute.Int64Value(x))
-		}
+		elems = values(v.AsInt64Slice(), attribute.Int64Value)
 	case attribute.FLOAT64SLICE:
-		for _, x := range v.AsFloat64Slice() {
-			elems = append(elems, attribute.Float64Value(x))
-		}
+		elems = values(v.AsFloat64Slice(), attribute.Float64Value)
 	case attribute.STRINGSLICE:
-		for _, x := range v.AsStringSlice() {
-			elems = append(elems, attribute.StringValue(x))
-		}
+		elems = values(v.AsStringSlice(), attribute.StringValue)
 	case attribute.SLICE:
 		elems = v.AsSlice()
 	default:
@@ -316,4 +308,13 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 	}
 	b = protowire.AppendTag(b, 5, protowire.BytesType)
 	return protowire.AppendBytes(b, array)
+}
+
+// values is xs as attribute values, for an ArrayValue.
+func values[T any](xs []T, value func(T) attribute.Value) []attribute.Value {
+	out := make([]attribute.Value, len(xs))
+	for i, x := range xs {
+		out[i] = value(x)
+	}
+	return out
 }
