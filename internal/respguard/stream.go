@@ -63,6 +63,9 @@ func (r *Reader) fill(dst []byte) int {
 	}
 	rel := r.sc.Scan(w, k, err != nil)
 	r.carry = append(r.carry[:0], w[rel:]...)
+	if err != nil { // the final scan: Read returns r.err from now on and never fills again
+		r.sc.release()
+	}
 	return rel
 }
 
