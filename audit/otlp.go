@@ -49,7 +49,8 @@ type OTLPConfig struct {
 	// TLS is the client's TLS configuration (trusted roots, client certificate), nil for the
 	// system's roots.
 	TLS *tls.Config
-	// Timeout bounds one export (default 10s).
+	// Timeout bounds one export; 0: OTEL_EXPORTER_OTLP_LOGS_TIMEOUT, else
+	// OTEL_EXPORTER_OTLP_TIMEOUT, else 10s.
 	Timeout time.Duration
 	// Resource describes this process (service.name, service.instance.id …).
 	Resource *resource.Resource
@@ -80,9 +81,6 @@ type OTLPExporter struct {
 // connection. Nothing is dialled here: an unreachable Collector shows in Healthy, not as an
 // error; a configuration (or an OTEL_EXPORTER_OTLP_* variable) that cannot be used is one.
 func NewOTLPExporter(cfg OTLPConfig) (*OTLPExporter, error) {
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
-	}
 	sender, err := newOTLPSender(cfg, nil)
 	if err != nil {
 		return nil, err

@@ -723,6 +723,21 @@ func TestOTLPSenderResolvesTheTimeout(t *testing.T) {
 	}
 }
 
+// TestOTLPExporterTakesTheTimeoutFromTheEnvironment: an exporter whose config leaves the timeout
+// unset (sandgate serve without audit.otlp.timeout) uses OTEL_EXPORTER_OTLP_TIMEOUT; a configured
+// one wins. (The exporter once defaulted its config to 10s, so the variable was never read.)
+func TestOTLPExporterTakesTheTimeoutFromTheEnvironment(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")
+	for _, tc := range []struct {
+		cfg, want time.Duration
+	}{{0, 2500 * time.Millisecond}, {time.Minute, time.Minute}} {
+		e, err := NewOTLPExporter(OTLPConfig{Dir: t.TempDir(), Endpoint: "http://127.0.0.1:4318", Insecure: true, Timeout: tc.cfg})
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, e.sender.timeout, "configured %s", tc.cfg)
+		require.NoError(t, e.Shutdown(context.Background()))
+	}
+}
+
 // TestOTLPSenderReadsTheAuthHeaderAtEachSend: a rotated credential is sent from the next send on,
 // and a credential that is gone sends no header.
 func TestOTLPSenderReadsTheAuthHeaderAtEachSend(t *testing.T) {

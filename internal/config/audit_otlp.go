@@ -32,7 +32,8 @@ type AuditOTLP struct {
 	HeaderCredential *CredentialRef `json:"header_credential"`
 	// TLS verifies the Collector against a CA and presents a client certificate.
 	TLS *ClientTLS `json:"tls"`
-	// Timeout bounds one export request. Default 10s.
+	// Timeout bounds one export request. Default: $OTEL_EXPORTER_OTLP_LOGS_TIMEOUT, else
+	// $OTEL_EXPORTER_OTLP_TIMEOUT (milliseconds), else 10s.
 	Timeout Duration `json:"timeout"`
 	// Batch is the most events sent in one request, and so what the exporter holds in memory
 	// (the file is its queue). Default 256.
@@ -43,9 +44,6 @@ type AuditOTLP struct {
 func (o AuditOTLP) On() bool { return o.Enabled || o.Endpoint != "" }
 
 func (o *AuditOTLP) applyDefaults(c *Config) {
-	if o.Timeout == 0 {
-		o.Timeout = Duration(10 * time.Second)
-	}
 	if o.Batch == 0 {
 		o.Batch = 256
 	}
@@ -73,8 +71,8 @@ func (o *AuditOTLP) validate(c *Config, errs *fieldErrors) {
 			errs.add(f+".insecure", "contradicts the https:// endpoint %q", o.Endpoint)
 		}
 	}
-	if o.Timeout.D() <= 0 || o.Timeout.D() > 5*time.Minute {
-		errs.add(f+".timeout", "must be between 0 and 5m, got %s", o.Timeout.D())
+	if o.Timeout.D() < 0 || o.Timeout.D() > 5*time.Minute {
+		errs.add(f+".timeout", "must be between 0 (unset: the OTEL_EXPORTER_OTLP_TIMEOUT variables, else 10s) and 5m, got %s", o.Timeout.D())
 	}
 	if o.Batch < 0 || o.Batch > 10000 {
 		errs.add(f+".batch", "must be between 1 and 10000 events, got %d", o.Batch)
