@@ -14,6 +14,7 @@ import (
 // log exporter.
 type Destination interface {
 	// Send delivers lines (complete log lines as written, without their newline) in log order.
+	// The lines are the Follower's until Send returns: a destination that keeps one copies it.
 	// nil means the destination has every one of them; on an error the Follower sends the same
 	// lines again later (so a destination sees a line at least once), and it never sends a line
 	// before every line ahead of it has been accepted. Send bounds its own time.
@@ -96,8 +97,9 @@ type Follower struct {
 	// after makes the linger's timer (time.After; tests hold the linger open with their own).
 	after func(time.Duration) <-chan time.Time
 
-	mu  sync.Mutex // serialises pumps (Run and Sync)
-	pos position
+	mu    sync.Mutex // serialises pumps (Run and Sync)
+	pos   position
+	batch batchReader // the lines of the batch being sent
 
 	sent     atomic.Uint64
 	failed   atomic.Uint64
@@ -272,7 +274,7 @@ func (f *Follower) pump(ctx context.Context) (done bool, err error) {
 	}
 	f.pos.path = files[idx] // the file may have been renamed by rotation since
 	f.behind.Store(bytesAfter(files[idx:], f.pos.offset))
-	lines, ends, _, err := readCompleteLines(f.pos.path, f.pos.info, f.pos.offset, f.cfg.Batch)
+	lines, ends, _, err := f.batch.read(f.pos.path, f.pos.info, f.pos.offset, f.cfg.Batch)
 	if errors.Is(err, errMoved) {
 		return false, nil // rotated between listing and opening: look again
 	}

@@ -2,7 +2,9 @@ package audit
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,4 +121,35 @@ func TestFollowerMovesPastLinesRefusedForGood(t *testing.T) {
 	require.Len(t, reported, 1, "one report for the one batch with refusals")
 	assert.Contains(t, reported[0].Error(), "refused 2 lines for good")
 	assert.Contains(t, reported[0].Error(), "field too long")
+}
+
+// TestBatchReaderReadsWholeLinesAcrossBatches: lines longer than the read buffer come whole, a
+// batch stops at max lines or at a line still being written (partial), and the buffers kept
+// from one batch to the next do not mix batches.
+func TestBatchReaderReadsWholeLinesAcrossBatches(t *testing.T) {
+	want := []string{"short", strings.Repeat("a", 70<<10), "", strings.Repeat("b", 200<<10), "last"}
+	path := filepath.Join(t.TempDir(), "audit.log")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(want, "\n")+"\nhalf a li"), 0o600))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+
+	var b batchReader
+	var offset int64
+	var got []string
+	for _, max := range []int{2, 2, 2, 2} {
+		lines, ends, partial, err := b.read(path, fi, offset, max)
+		require.NoError(t, err)
+		for i, l := range lines {
+			got = append(got, string(l))
+			offset = ends[i]
+		}
+		assert.Equal(t, len(got) == len(want), partial, "partial only once the complete lines are read")
+	}
+	assert.Equal(t, want, got)
+	assert.Equal(t, int64(len(strings.Join(want, "\n"))+1), offset)
+
+	require.NoError(t, os.Rename(path, path+".1"))
+	require.NoError(t, os.WriteFile(path, []byte("other\n"), 0o600))
+	_, _, _, err = b.read(path, fi, 0, 2)
+	assert.ErrorIs(t, err, errMoved, "another file under the name")
 }
