@@ -88,18 +88,25 @@ func (c FollowerConfig) withDefaults() FollowerConfig {
 // hash of the last line sent), following rotations; the chain (each line's prev_hash) tells it
 // when a file was skipped and it finds its place again by hash. Delivery is at least once: a
 // batch whose acknowledgement was lost is sent again, and a lost or stale cursor makes the
-// follower start again from the oldest file. Every line carries its event ID for a consumer to
+// follower start again from the oldest file. The cursor is written when the follower has caught
+// up (or stops), and at most every cursorSaveEvery while it catches up: a process killed
+// mid-way sends again what it sent since. Every line carries its event ID for a consumer to
 // drop repeats.
 type Follower struct {
 	cfg  FollowerConfig
 	dest Destination
 	wake chan struct{}
-	// after makes the linger's timer (time.After; tests hold the linger open with their own).
+	// after makes the linger's timer (time.After; tests hold the linger open with their own);
+	// now tells when the cursor was last written (time.Now; tests stop it).
 	after func(time.Duration) <-chan time.Time
+	now   func() time.Time
 
 	mu    sync.Mutex // serialises pumps (Run and Sync)
 	pos   position
 	batch batchReader // the lines of the batch being sent
+	// unsaved: the position moved since the cursor was last written (at savedAt).
+	unsaved bool
+	savedAt time.Time
 
 	sent     atomic.Uint64
 	failed   atomic.Uint64
@@ -118,7 +125,7 @@ func NewFollower(cfg FollowerConfig, dest Destination) (*Follower, error) {
 	if cfg.Dir == "" || cfg.CursorFile == "" {
 		return nil, fmt.Errorf("%s: Dir and CursorFile must be set", cfg.Name)
 	}
-	return &Follower{cfg: cfg, dest: dest, wake: make(chan struct{}, 1), after: time.After}, nil
+	return &Follower{cfg: cfg, dest: dest, wake: make(chan struct{}, 1), after: time.After, now: time.Now}, nil
 }
 
 // Notify tells the follower that lines were written. It never blocks.
@@ -236,6 +243,7 @@ func (f *Follower) Stats() FollowerStats {
 func (f *Follower) catchUp(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.saveUnsaved()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -319,7 +327,10 @@ func (f *Follower) pump(ctx context.Context) (done bool, err error) {
 	f.pos.hash, _ = storedHash(lines[last])
 	f.pos.located = false
 	f.oldest.Store(0) // the next batch's first line is the oldest waiting, if there is one
-	f.saveCursor()
+	f.unsaved = true
+	if f.now().Sub(f.savedAt) >= cursorSaveEvery {
+		f.saveCursor()
+	}
 	return false, nil
 }
 

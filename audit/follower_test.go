@@ -153,3 +153,59 @@ func TestBatchReaderReadsWholeLinesAcrossBatches(t *testing.T) {
 	_, _, _, err = b.read(path, fi, 0, 2)
 	assert.ErrorIs(t, err, errMoved, "another file under the name")
 }
+
+// cursorWatcher is a Destination that records, at each Send, the cursor file as it is then.
+type cursorWatcher struct {
+	path    string
+	seen    []string
+	onSend  func()
+	batches int
+}
+
+func (d *cursorWatcher) Send(context.Context, [][]byte) error {
+	b, _ := os.ReadFile(d.path)
+	d.seen = append(d.seen, string(b))
+	d.batches++
+	if d.onSend != nil {
+		d.onSend()
+	}
+	return nil
+}
+
+// TestFollowerWritesItsCursorOnceCaughtUp: a catch-up writes its cursor when it has caught up,
+// not after every batch (a file written and renamed per batch was a quarter of the exporter's
+// CPU), and at most cursorSaveEvery apart while it goes on; a follower started afterwards sends
+// nothing again.
+func TestFollowerWritesItsCursorOnceCaughtUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tick time.Duration // how far the clock moves at each Send
+	}{{"a quick catch-up", 0}, {"a catch-up longer than cursorSaveEvery", cursorSaveEvery}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeLog(t, FileConfig{Dir: dir, Fsync: FsyncNever}, 10)
+			clock := time.Unix(1_000_000, 0)
+			dest := &cursorWatcher{path: filepath.Join(dir, "test.cursor"), onSend: func() { clock = clock.Add(tc.tick) }}
+			f, err := NewFollower(FollowerConfig{Dir: dir, CursorFile: "test.cursor", Batch: 3}, dest)
+			require.NoError(t, err)
+			f.now = func() time.Time { return clock }
+			f.savedAt = clock // as if just written: the first batch does not write it either
+			require.NoError(t, f.Sync(ctxTimeout(t, 10*time.Second)))
+
+			require.Equal(t, 4, dest.batches)
+			assert.Empty(t, dest.seen[0], "no cursor before the first batch")
+			for i := 1; i < len(dest.seen); i++ {
+				if tc.tick == 0 {
+					assert.Empty(t, dest.seen[i], "batch %d: not written in the middle of a quick catch-up", i)
+				} else {
+					assert.NotEqual(t, dest.seen[i-1], dest.seen[i], "batch %d: a slow catch-up writes it as it goes", i)
+				}
+			}
+			again := &cursorWatcher{path: dest.path}
+			g, err := NewFollower(FollowerConfig{Dir: dir, CursorFile: "test.cursor", Batch: 3}, again)
+			require.NoError(t, err)
+			require.NoError(t, g.Sync(ctxTimeout(t, 10*time.Second)))
+			assert.Zero(t, again.batches, "the cursor written at the end says everything was sent")
+		})
+	}
+}
