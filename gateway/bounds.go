@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/mediatype"
 	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/internal/sse"
 )
@@ -61,7 +61,7 @@ func (b boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		rp.refuse(err)
 		return nil, err
 	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	mt, _ := mediatype.Of(resp.Header.Get("Content-Type"))
 	body := resp.Body
 	switch mt {
 	case "text/event-stream":

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/mediatype"
 )
 
 // JSON-RPC error codes the guard answers with.
@@ -227,7 +227,7 @@ func (gd *guard) session(ctx context.Context, r *http.Request, who identity.Iden
 // readMessage reads and checks a POST body: its media type, size and JSON-RPC shape.
 func (gd *guard) readMessage(w http.ResponseWriter, r *http.Request) ([]byte, rpcMessage, int, *call.Refusal) {
 	var msg rpcMessage
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	mt, err := mediatype.Of(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		return nil, msg, codeInvalidRequest, call.Refuse(call.CodeUnsupportedMediaType, "Content-Type must be application/json")
 	}

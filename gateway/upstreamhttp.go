@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/internal/jsonenc"
+	"github.com/sandgate/sandgate/internal/mediatype"
 	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/internal/sse"
 )
@@ -110,7 +110,7 @@ func (t *upstreamHTTP) SendRequest(ctx context.Context, req transport.JSONRPCReq
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		return refused(resp)
 	}
-	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	mediaType, _ := mediatype.Of(resp.Header.Get("Content-Type"))
 	switch mediaType {
 	case "application/json":
 		b, err := io.ReadAll(resp.Body)
@@ -338,7 +338,7 @@ func (t *upstreamHTTP) listenLoop(version string, first chan struct{}) {
 		answered()
 		mt := ""
 		if err == nil {
-			mt, _, _ = mime.ParseMediaType(resp.Header.Get("Content-Type"))
+			mt, _ = mediatype.Of(resp.Header.Get("Content-Type"))
 		}
 		switch {
 		case errors.Is(err, transport.ErrSessionTerminated):

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/mediatype"
 	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/internal/sse"
 )
@@ -43,7 +43,7 @@ var (
 
 // newStreamEnd follows a response of contentType, or returns nil when it is not SSE.
 func newStreamEnd(contentType, api string) *streamEnd {
-	mt, _, _ := mime.ParseMediaType(contentType)
+	mt, _ := mediatype.Of(contentType)
 	if mt != "text/event-stream" {
 		return nil
 	}

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"mime"
 	"strconv"
 
 	"github.com/sandgate/sandgate/internal/jsonscan"
+	"github.com/sandgate/sandgate/internal/mediatype"
 	"github.com/sandgate/sandgate/internal/sse"
 )
 
@@ -43,7 +43,7 @@ type UsageParser struct {
 // NewUsageParser returns a parser for a response of the given Content-Type, or nil when the
 // type carries no usage (neither JSON nor SSE).
 func NewUsageParser(contentType string) *UsageParser {
-	mt, _, _ := mime.ParseMediaType(contentType)
+	mt, _ := mediatype.Of(contentType)
 	switch {
 	case mt == "text/event-stream":
 		return &UsageParser{sse: true, events: sse.Parser{Max: maxUsageSSEEvent, SkipOversized: true}}

@@ -2,8 +2,9 @@ package respguard
 
 import (
 	"io"
-	"mime"
 	"net/http"
+
+	"github.com/sandgate/sandgate/internal/mediatype"
 )
 
 // Reader is a body on its way to a sandbox, scrubbed as it is read. Reads into a buffer large
@@ -125,6 +126,6 @@ func (w *Writer) Hits() int { return w.sc.hits }
 // IsEventStream reports whether a response of these headers is an event stream (read in
 // pieces too).
 func IsEventStream(h http.Header) bool {
-	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	mt, _ := mediatype.Of(h.Get("Content-Type"))
 	return mt == "text/event-stream"
 }
