@@ -96,14 +96,24 @@ func (g *Gateway) visible(ctx context.Context, kind audit.Kind, upstream, name s
 //
 // A tool the upstream lists only to clients with a capability the sandbox did not declare is
 // not shown either (capabilities.go).
+//
+// The tools are copied only from the first one hidden on: mcp-go checks each tools/call with a
+// list of one, and a copy of that tool was ~400 B of every call.
 func (g *Gateway) visibleTools(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
-	out := tools[:0:0]
 	capable := g.capabilityOf(ctx)
-	for _, t := range tools {
+	var out []mcp.Tool
+	for i, t := range tools {
 		n, ok := g.tool(t.Name)
-		if ok && g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) && capable.allows(n.upstream, n.name) {
+		shown := ok && g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) && capable.allows(n.upstream, n.name)
+		switch {
+		case !shown && out == nil:
+			out = append(make([]mcp.Tool, 0, len(tools)-1), tools[:i]...)
+		case shown && out != nil:
 			out = append(out, t)
 		}
+	}
+	if out == nil {
+		return tools // all shown
 	}
 	return out
 }

@@ -218,10 +218,14 @@ type capability struct {
 	ctx   context.Context
 	class capabilityClass
 	known bool
-	lists map[*upstream]capabilityList
+	// lists are the upstreams' lists, as asked: few, so a slice over buf (a map was ~260 B of
+	// every tools/call).
+	lists []capabilityList
+	buf   [2]capabilityList
 }
 
 type capabilityList struct {
+	u     *upstream
 	tools map[string]bool
 	ok    bool
 }
@@ -229,7 +233,9 @@ type capabilityList struct {
 // capabilityOf is the capability check of the sandbox whose request ctx is.
 func (g *Gateway) capabilityOf(ctx context.Context) *capability {
 	class, known := g.sandboxClass(ctx)
-	return &capability{g: g, ctx: ctx, class: class, known: known}
+	c := &capability{g: g, ctx: ctx, class: class, known: known}
+	c.lists = c.buf[:0]
+	return c
 }
 
 // allows reports whether the sandbox may be shown tool name of u.
@@ -237,13 +243,13 @@ func (c *capability) allows(u *upstream, name string) bool {
 	if !c.known || c.class == classAll {
 		return true
 	}
-	l, seen := c.lists[u]
-	if !seen {
-		l.tools, l.ok = u.toolsFor(c.ctx, c.class)
-		if c.lists == nil {
-			c.lists = map[*upstream]capabilityList{}
+	for _, l := range c.lists {
+		if l.u == u {
+			return !l.ok || l.tools[name]
 		}
-		c.lists[u] = l
 	}
+	l := capabilityList{u: u}
+	l.tools, l.ok = u.toolsFor(c.ctx, c.class)
+	c.lists = append(c.lists, l)
 	return !l.ok || l.tools[name]
 }
