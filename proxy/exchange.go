@@ -371,6 +371,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		x.usage = NewUsageParser(resp.Header.Get("Content-Type"))
 	}
 	end := newStreamEnd(resp.Header.Get("Content-Type"), x.up.api)
+	end.follow(x.usage)
 	if end != nil || resp.Uncompressed {
 		// A stream goes to the sandbox chunked, so that a cut one ends without the terminator
 		// instead of as a complete body of the declared length; so does a decoded body.

@@ -22,14 +22,19 @@ var errTruncated = fmt.Errorf("upstream response truncated: %w", io.ErrUnexpecte
 // streamEnd follows an SSE response (with internal/sse, as the sandbox reads it) to tell a
 // complete stream from one the upstream cut: complete means the stream ended after a whole
 // event and, for a model API, after the event that ends a response (terminal).
+//
+// Where a usage parser reads the same stream (a model API's), streamEnd reads the events it
+// parses (follow) instead of parsing the stream a second time: the second parse was ~1.5 µs
+// of each streamed model request.
 type streamEnd struct {
 	model    bool
 	events   sse.Parser
+	shared   *sse.Parser // the usage parser's, when it follows one
 	terminal bool
 }
 
-// maxEndEvent bounds the event streamEnd holds; a larger one is skipped (never a model API's
-// last event).
+// maxEndEvent bounds the event streamEnd (or the usage parser it follows) holds; a larger one
+// is skipped (never a model API's last event).
 const maxEndEvent = 1 << 20
 
 // terminalTypes and terminalData are the event types and data that end a model API's stream:
@@ -50,14 +55,31 @@ func newStreamEnd(contentType, api string) *streamEnd {
 	return &streamEnd{model: api != config.APINone, events: sse.Parser{Max: maxEndEvent, SkipOversized: true}}
 }
 
-// feed reads p, the next bytes of the stream.
+// feed reads p, the next bytes of the stream; a streamEnd that follows a usage parser is
+// fed by it instead.
 func (e *streamEnd) feed(p []byte) {
+	if e.shared != nil {
+		return
+	}
 	_, _ = e.events.Feed(p, func(ev sse.Event) bool {
-		if e.model && !e.terminal && isTerminal(ev) {
-			e.terminal = true
-		}
+		e.see(ev)
 		return true
 	})
+}
+
+// see reads one event of the stream.
+func (e *streamEnd) see(ev sse.Event) {
+	if e.model && !e.terminal && isTerminal(ev) {
+		e.terminal = true
+	}
+}
+
+// follow makes e read the events u parses, when u parses the same stream as events.
+func (e *streamEnd) follow(u *UsageParser) {
+	if e == nil || u == nil || !u.sse {
+		return
+	}
+	e.shared, u.end = &u.events, e
 }
 
 func isTerminal(ev sse.Event) bool {
@@ -74,7 +96,11 @@ func isTerminal(ev sse.Event) bool {
 
 // complete reports whether the stream may end here.
 func (e *streamEnd) complete() bool {
-	return !e.events.Pending() && (!e.model || e.terminal)
+	events := &e.events
+	if e.shared != nil {
+		events = e.shared
+	}
+	return !events.Pending() && (!e.model || e.terminal)
 }
 
 // upstreamEnd judges how the upstream's body ended. A read error is the upstream's, unless the

@@ -88,24 +88,34 @@ func TestTruncatedUpstreamFramings(t *testing.T) {
 	const sse = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 	start := "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
 	stop := "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	// A model's usage can come in a large event (OpenAI's response.completed carries the whole
+	// response): read up to the stream end's bound of 1 MiB, by the one parse both share.
+	large := "event: message_delta\ndata: {\"type\":\"message_delta\",\"pad\":\"" + strings.Repeat("x", 300<<10) +
+		"\",\"usage\":{\"input_tokens\":7,\"output_tokens\":300}}\n\n"
 	responses := map[string]string{
-		"/close-delimited/complete": sse + "Connection: close\r\n\r\n" + start + stop,
-		"/close-delimited/cut":      sse + "Connection: close\r\n\r\n" + start,
-		"/chunked/no-terminator":    sse + "Transfer-Encoding: chunked\r\n\r\n" + "2c\r\n" + start + "\r\n",
-		"/json/short":               "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":",
+		"/close-delimited/complete":  sse + "Connection: close\r\n\r\n" + start + stop,
+		"/close-delimited/large":     sse + "Connection: close\r\n\r\n" + start + large + stop,
+		"/close-delimited/large-cut": sse + "Connection: close\r\n\r\n" + start + large,
+		"/close-delimited/cut":       sse + "Connection: close\r\n\r\n" + start,
+		"/chunked/no-terminator":     sse + "Transfer-Encoding: chunked\r\n\r\n" + "2c\r\n" + start + "\r\n",
+		"/json/short":                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":",
 	}
 	h := rawTLSUpstream(t, func(path string) string { return responses[path] })
 	for _, tunnel := range []bool{false, true} {
-		for _, path := range []string{"/close-delimited/complete", "/close-delimited/cut", "/chunked/no-terminator", "/json/short"} {
+		for _, path := range []string{"/close-delimited/complete", "/close-delimited/large", "/close-delimited/cut",
+			"/close-delimited/large-cut", "/chunked/no-terminator", "/json/short"} {
 			t.Run(map[bool]string{false: "route: ", true: "tunnel: "}[tunnel]+path, func(t *testing.T) {
 				f := h.fetch(t, tunnel, path)
 				route := map[bool]string{false: "anthropic", true: ""}[tunnel]
 				ev := h.rec.waitFor(t, func(e audit.Event) bool { return e.Target.Path == path && e.Target.Route == route })
-				if strings.HasSuffix(path, "/complete") {
+				if strings.HasSuffix(path, "/complete") || strings.HasSuffix(path, "/large") {
 					require.NotNil(t, f.final)
 					assert.NoError(t, f.bodyErr)
 					assert.Empty(t, ev.Outcome.Error)
 					assert.Equal(t, http.StatusOK, ev.Outcome.Status)
+					if path == "/close-delimited/large" && !tunnel {
+						assert.Equal(t, int64(300), ev.Outcome.TokensOut, "the large event's usage is read")
+					}
 					return
 				}
 				// A cut before anything was flushed closes the connection without a response.

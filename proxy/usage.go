@@ -17,8 +17,10 @@ type Usage struct {
 }
 
 const (
-	maxUsageJSON     = 1 << 20   // a JSON response larger than this is not parsed for usage
-	maxUsageSSEEvent = 256 << 10 // an SSE event larger than this is skipped
+	maxUsageJSON = 1 << 20 // a JSON response larger than this is not parsed for usage
+	// An SSE event larger than this is skipped. It is the stream end's bound (the two read one
+	// parse): OpenAI's response.completed carries the whole response and its usage.
+	maxUsageSSEEvent = maxEndEvent
 )
 
 // UsageParser reads token usage from a response body as it streams past: Write is fed the
@@ -38,6 +40,7 @@ type UsageParser struct {
 	tooBig  bool
 	usage   Usage
 	decoded bool
+	end     *streamEnd // reads the events too (streamEnd.follow)
 }
 
 // NewUsageParser returns a parser for a response of the given Content-Type, or nil when the
@@ -67,7 +70,7 @@ func (u *UsageParser) Write(p []byte) (int, error) {
 		return n, nil
 	}
 	_, _ = u.events.Feed(p, func(ev sse.Event) bool {
-		u.event(ev.Data)
+		u.event(ev)
 		return true
 	})
 	return n, nil
@@ -78,15 +81,19 @@ func (u *UsageParser) Write(p []byte) (int, error) {
 func (u *UsageParser) feedEvent(p []byte) (int, bool) {
 	ended := false
 	n, _ := u.events.Feed(p, func(ev sse.Event) bool {
-		u.event(ev.Data)
+		u.event(ev)
 		ended = true
 		return false
 	})
 	return n, ended
 }
 
-// event reads one SSE event's data: only data that mentions usage is decoded.
-func (u *UsageParser) event(data []byte) {
+// event reads one SSE event: only data that mentions usage is decoded.
+func (u *UsageParser) event(ev sse.Event) {
+	if u.end != nil {
+		u.end.see(ev)
+	}
+	data := ev.Data
 	if bytes.Contains(data, []byte(`"usage"`)) {
 		u.doc(bytes.TrimSpace(data))
 	}
@@ -232,7 +239,7 @@ func (u *UsageParser) Usage() Usage {
 		u.buf = nil
 	}
 	if u.sse { // an event the stream ended inside still reports the tokens spent
-		u.events.End(func(ev sse.Event) bool { u.event(ev.Data); return true })
+		u.events.End(func(ev sse.Event) bool { u.event(ev); return true })
 	}
 	return u.usage
 }
