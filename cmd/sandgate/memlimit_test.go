@@ -7,13 +7,17 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/internal/gcfloor"
 )
 
 func TestMemoryLimitFromEnv(t *testing.T) {
@@ -81,4 +85,82 @@ func TestServeSetsMemoryLimit(t *testing.T) {
 	code := run(context.Background(), &cliEnv{stdout: io.Discard, stderr: &errOut, getenv: bad}, []string{"serve", "--config", cfg})
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, errOut.String(), containerMemoryEnv)
+}
+
+func TestHeapFloorFromEnv(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	for _, tc := range []struct {
+		name      string
+		env       map[string]string
+		softLimit int64
+		want      uint64
+	}{
+		{"the default floor", nil, 0, gcfloor.DefaultFloor},
+		{"GOGC set: no floor (its setter chose the pace)", map[string]string{"GOGC": "200"}, 0, 0},
+		{"a floor of its own", map[string]string{heapFloorEnv: "33554432"}, 0, 32 << 20},
+		{"zero turns it off", map[string]string{heapFloorEnv: "0"}, 0, 0},
+		{"at most a quarter of the soft limit", nil, 128 << 20, 32 << 20},
+		{"under a roomy limit the default", nil, 1 << 30, gcfloor.DefaultFloor},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := heapFloorFromEnv(env(tc.env), tc.softLimit)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+	for _, bad := range []string{"64Mi", "-1", "1e9"} {
+		_, err := heapFloorFromEnv(env(map[string]string{heapFloorEnv: bad}), 0)
+		require.Error(t, err, bad)
+		assert.Contains(t, err.Error(), heapFloorEnv, "the error names the variable")
+	}
+}
+
+// serve keeps a heap floor: after a collection of this test's small heap, Go's GOGC (as
+// /metrics reports it) is above the runtime's 100. A value serve cannot read stops it.
+func TestServeKeepsAHeapFloor(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	dir := t.TempDir()
+	admin := freeAddr(t)
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nshutdown:\n  delay: 0s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
+		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
+	getenv := func(k string) string {
+		if k == heapFloorEnv {
+			return strconv.Itoa(1 << 30) // far above this test process's live heap
+		}
+		return ""
+	}
+	startServe(t, cfg, getenv)
+	var gogc string
+	floorSet := assert.Eventually(t, func() bool {
+		runtime.GC() // the floor is set after a collection
+		resp, err := http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "go_gc_gogc_percent "); ok {
+				gogc = v
+				n, err := strconv.ParseFloat(v, 64)
+				return err == nil && n > 100
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond)
+	if !floorSet {
+		t.Fatalf("GOGC at the last look: %q", gogc)
+	}
+
+	var errOut bytes.Buffer
+	bad := func(k string) string {
+		if k == heapFloorEnv {
+			return "64Mi"
+		}
+		return ""
+	}
+	code := run(context.Background(), &cliEnv{stdout: io.Discard, stderr: &errOut, getenv: bad}, []string{"serve", "--config", cfg})
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, errOut.String(), heapFloorEnv)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/gcfloor"
 	"github.com/sandgate/sandgate/internal/grants"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/identity/kubeid"
@@ -118,6 +119,14 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if memLimit > 0 {
 		debug.SetMemoryLimit(memLimit)
 		log.Info("go memory limit set to 90% of the container's", "soft_limit_bytes", memLimit, "from", containerMemoryEnv)
+	}
+	floor, err := heapFloorFromEnv(env.getenv, debug.SetMemoryLimit(-1))
+	if err != nil {
+		return err
+	}
+	if floor > 0 { // GOGC is unset, so the runtime's own 100 is the base
+		defer gcfloor.Start(floor, 100).Stop()
+		log.Debug("go heap floor set", "floor_bytes", floor, "from", heapFloorEnv)
 	}
 	// go-redis logs through a package-level logger; this is the one place it is set.
 	redis.SetLogger(redisLogger{log.With("component", "redis"), telemetry.NewThrottle(warnPeriod, nil)})
