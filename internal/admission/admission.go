@@ -138,7 +138,7 @@ func (a *Admission) AcquireToolCall(ctx context.Context, id identity.Identity) (
 	if a == nil || a.limits == nil || !id.Known {
 		return func() {}, nil
 	}
-	release, _, v, err := a.limits.Acquire(ctx, limits.KeysFor(id))
+	release, v, err := a.limits.Acquire(ctx, limits.KeysFor(id))
 	if err != nil {
 		a.limitsError(ctx, id, v, err)
 	}
@@ -156,7 +156,7 @@ func (a *Admission) AddTokens(ctx context.Context, id identity.Identity, n int64
 	if a == nil || a.limits == nil || !id.Known || n <= 0 {
 		return limits.Verdict{Allowed: true}
 	}
-	_, v, err := a.limits.AddTokens(ctx, limits.KeysFor(id), n)
+	v, err := a.limits.AddTokens(ctx, limits.KeysFor(id), n)
 	if err != nil {
 		a.limitsError(ctx, id, v, err)
 	}

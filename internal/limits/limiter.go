@@ -152,24 +152,26 @@ func (l *Limiter) Take(ctx context.Context, k Keys) (Usage, Verdict, error) {
 // AddTokens adds n model tokens (input plus output, as the proxy records them) to today's budgets
 // and reports whether they are now spent. The tokens are counted either way: they were used. A
 // streaming response calls it as usage arrives and cuts the stream off once Allowed is false.
-func (l *Limiter) AddTokens(ctx context.Context, k Keys, n int64) (Usage, Verdict, error) {
+// Unlike Take it returns no Usage: nothing after the decision reads one, and the map is about
+// 500 B per call (Usage reads the counters when they are wanted).
+func (l *Limiter) AddTokens(ctx context.Context, k Keys, n int64) (Verdict, error) {
 	if n < 0 {
-		return nil, Verdict{}, fmt.Errorf("limits: add %d tokens: must not be negative", n)
+		return Verdict{}, fmt.Errorf("limits: add %d tokens: must not be negative", n)
 	}
 	req := l.request(k)
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
 	res, err := l.store.addTokens(ctx, req, n)
 	if err != nil {
-		return nil, l.failure(), fmt.Errorf("limits: add tokens of %s: %w", k.Sandbox, err)
+		return l.failure(), fmt.Errorf("limits: add tokens of %s: %w", k.Sandbox, err)
 	}
-	return req.usage(res), req.verdict(res), nil
+	return req.verdict(res), nil
 }
 
 // Acquire takes a concurrent-tool-call slot. When allowed, the caller must call release when the
 // call ends (release is idempotent and never blocks longer than the store timeout; a release lost
 // to an outage frees the slot when its lease expires). release is never nil.
-func (l *Limiter) Acquire(ctx context.Context, k Keys) (release func(), _ Usage, _ Verdict, _ error) {
+func (l *Limiter) Acquire(ctx context.Context, k Keys) (release func(), _ Verdict, _ error) {
 	req := l.request(k)
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -178,11 +180,11 @@ func (l *Limiter) Acquire(ctx context.Context, k Keys) (release func(), _ Usage,
 	defer cancel()
 	res, err := l.store.acquire(ctx, req, id)
 	if err != nil {
-		return func() {}, nil, l.failure(), fmt.Errorf("limits: acquire tool call slot of %s: %w", k.Sandbox, err)
+		return func() {}, l.failure(), fmt.Errorf("limits: acquire tool call slot of %s: %w", k.Sandbox, err)
 	}
 	v := req.verdict(res)
 	if !v.Allowed {
-		return func() {}, req.usage(res), v, nil
+		return func() {}, v, nil
 	}
 	var once atomic.Bool
 	release = func() {
@@ -194,7 +196,7 @@ func (l *Limiter) Acquire(ctx context.Context, k Keys) (release func(), _ Usage,
 		defer cancel()
 		_ = l.store.release(ctx, req, id)
 	}
-	return release, req.usage(res), v, nil
+	return release, v, nil
 }
 
 // Usage reads the caller's counters without counting anything.

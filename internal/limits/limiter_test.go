@@ -154,17 +154,17 @@ func TestLimiterBehaviour(t *testing.T) {
 			assert.NotContains(t, u, limits.UsageTemplateRequestsThisMinute, "no template total configured")
 		}},
 		{"tokens are counted and a spent budget refuses the next request until UTC midnight", func(t *testing.T, l *limits.Limiter, clk *clock) {
-			u, v, err := l.AddTokens(ctx, alice, 999)
+			v, err := l.AddTokens(ctx, alice, 999)
 			require.NoError(t, err)
 			assert.True(t, v.Allowed)
-			assert.Equal(t, int64(999), u[limits.UsageTokensToday])
-			u, v, err = l.AddTokens(ctx, alice, 1)
+			assert.Equal(t, int64(999), usageOf(t, l, alice)[limits.UsageTokensToday])
+			v, err = l.AddTokens(ctx, alice, 1)
 			require.NoError(t, err)
 			assert.False(t, v.Allowed, "a stream reaching the budget is told to stop")
 			assert.Equal(t, limits.CodeTokenBudgetSpent, v.Code)
-			assert.Equal(t, int64(1000), u[limits.UsageTokensToday])
+			assert.Equal(t, int64(1000), usageOf(t, l, alice)[limits.UsageTokensToday])
 
-			_, v, err = l.Take(ctx, alice)
+			u, v, err := l.Take(ctx, alice)
 			require.NoError(t, err)
 			assert.False(t, v.Allowed)
 			assert.Equal(t, "token budget of 1000/day for sandbox team-a/alice (template coding-agent) is spent", v.Reason)
@@ -177,33 +177,34 @@ func TestLimiterBehaviour(t *testing.T) {
 			assert.Zero(t, u[limits.UsageTokensToday])
 		}},
 		{"tokens used past the budget are still counted", func(t *testing.T, l *limits.Limiter, clk *clock) {
-			_, _, _ = l.AddTokens(ctx, alice, 1200)
-			u, v, err := l.AddTokens(ctx, alice, 10)
+			_, _ = l.AddTokens(ctx, alice, 1200)
+			v, err := l.AddTokens(ctx, alice, 10)
 			require.NoError(t, err)
 			assert.False(t, v.Allowed)
-			assert.Equal(t, int64(1210), u[limits.UsageTokensToday])
+			assert.Equal(t, int64(1210), usageOf(t, l, alice)[limits.UsageTokensToday])
 		}},
 		{"the template token total refuses a sandbox that has budget left", func(t *testing.T, l *limits.Limiter, clk *clock) {
-			_, _, _ = l.AddTokens(ctx, alice, 900)
-			u, v, err := l.AddTokens(ctx, bob, 600)
+			_, _ = l.AddTokens(ctx, alice, 900)
+			v, err := l.AddTokens(ctx, bob, 600)
 			require.NoError(t, err)
+			u := usageOf(t, l, bob)
 			assert.False(t, v.Allowed)
 			assert.Equal(t, "token budget of 1500/day for template coding-agent (all its sandboxes together) is spent", v.Reason)
 			assert.Equal(t, int64(600), u[limits.UsageTokensToday])
 			assert.Equal(t, int64(1500), u[limits.UsageTemplateTokensToday])
 		}},
 		{"negative tokens are an error", func(t *testing.T, l *limits.Limiter, clk *clock) {
-			_, _, err := l.AddTokens(ctx, alice, -1)
+			_, err := l.AddTokens(ctx, alice, -1)
 			assert.Error(t, err)
 		}},
 		{"concurrent tool calls beyond the limit are refused until one is released", func(t *testing.T, l *limits.Limiter, clk *clock) {
-			r1, u, v, err := l.Acquire(ctx, alice)
+			r1, v, err := l.Acquire(ctx, alice)
 			require.NoError(t, err)
 			require.True(t, v.Allowed)
-			assert.Equal(t, int64(1), u[limits.UsageConcurrentToolCalls])
-			r2, _, v, _ := l.Acquire(ctx, alice)
+			assert.Equal(t, int64(1), usageOf(t, l, alice)[limits.UsageConcurrentToolCalls])
+			r2, v, _ := l.Acquire(ctx, alice)
 			require.True(t, v.Allowed)
-			r3, _, v, err := l.Acquire(ctx, alice)
+			r3, v, err := l.Acquire(ctx, alice)
 			require.NoError(t, err)
 			assert.False(t, v.Allowed)
 			assert.Equal(t, limits.CodeConcurrency, v.Code)
@@ -211,24 +212,24 @@ func TestLimiterBehaviour(t *testing.T) {
 			r3() // a refused acquire's release is a harmless no-op
 			r1()
 			r1() // release is idempotent: it must not free r2's slot
-			_, u, v, _ = l.Acquire(ctx, alice)
+			_, v, _ = l.Acquire(ctx, alice)
 			assert.True(t, v.Allowed)
-			assert.Equal(t, int64(2), u[limits.UsageConcurrentToolCalls])
+			assert.Equal(t, int64(2), usageOf(t, l, alice)[limits.UsageConcurrentToolCalls])
 			r2()
 		}},
 		{"a slot that is never released comes back when its lease expires", func(t *testing.T, l *limits.Limiter, clk *clock) {
-			_, _, _, _ = l.Acquire(ctx, alice)
-			_, _, _, _ = l.Acquire(ctx, alice)
+			_, _, _ = l.Acquire(ctx, alice)
+			_, _, _ = l.Acquire(ctx, alice)
 			clk.Add(time.Minute + time.Second)
-			_, u, v, err := l.Acquire(ctx, alice)
+			_, v, err := l.Acquire(ctx, alice)
 			require.NoError(t, err)
 			assert.True(t, v.Allowed)
-			assert.Equal(t, int64(1), u[limits.UsageConcurrentToolCalls])
+			assert.Equal(t, int64(1), usageOf(t, l, alice)[limits.UsageConcurrentToolCalls])
 		}},
 		{"usage reads the counters without counting", func(t *testing.T, l *limits.Limiter, clk *clock) {
 			_, _, _ = l.Take(ctx, alice)
-			_, _, _ = l.AddTokens(ctx, alice, 42)
-			release, _, _, _ := l.Acquire(ctx, alice)
+			_, _ = l.AddTokens(ctx, alice, 42)
+			release, _, _ := l.Acquire(ctx, alice)
 			defer release()
 			for range 2 {
 				u, err := l.Usage(ctx, alice)
@@ -309,25 +310,25 @@ func TestReplicasShareOneBudget(t *testing.T) {
 	replicaB := limits.NewRedis(srv.Client(t), "shared:", cfg, limits.WithClock(clk.Now), limits.WithTimeout(5*time.Second))
 	ctx := context.Background()
 
-	_, v, err := replicaA.AddTokens(ctx, alice, 600)
+	v, err := replicaA.AddTokens(ctx, alice, 600)
 	require.NoError(t, err)
 	require.True(t, v.Allowed)
-	u, v, err := replicaB.AddTokens(ctx, alice, 400)
+	v, err = replicaB.AddTokens(ctx, alice, 400)
 	require.NoError(t, err)
 	assert.False(t, v.Allowed, "replica B sees the tokens counted by replica A")
-	assert.Equal(t, int64(1000), u[limits.UsageTokensToday])
+	assert.Equal(t, int64(1000), usageOf(t, replicaB, alice)[limits.UsageTokensToday])
 	_, v, _ = replicaA.Take(ctx, alice)
 	assert.False(t, v.Allowed)
 	assert.Equal(t, limits.CodeTokenBudgetSpent, v.Code)
 
-	release, _, v, _ := replicaA.Acquire(ctx, bob)
+	release, v, _ := replicaA.Acquire(ctx, bob)
 	require.True(t, v.Allowed)
-	_, _, v, _ = replicaB.Acquire(ctx, bob)
+	_, v, _ = replicaB.Acquire(ctx, bob)
 	require.True(t, v.Allowed)
-	_, _, v, _ = replicaB.Acquire(ctx, bob)
+	_, v, _ = replicaB.Acquire(ctx, bob)
 	assert.False(t, v.Allowed, "two slots taken across replicas")
 	release()
-	_, _, v, _ = replicaB.Acquire(ctx, bob)
+	_, v, _ = replicaB.Acquire(ctx, bob)
 	assert.True(t, v.Allowed, "a slot released on replica A is free on replica B")
 }
 
@@ -362,9 +363,9 @@ func TestRedisOutage(t *testing.T) {
 				call func() (limits.Verdict, error)
 			}{
 				{"take", func() (limits.Verdict, error) { _, v, err := l.Take(ctx, alice); return v, err }},
-				{"add tokens", func() (limits.Verdict, error) { _, v, err := l.AddTokens(ctx, alice, 5); return v, err }},
+				{"add tokens", func() (limits.Verdict, error) { return l.AddTokens(ctx, alice, 5) }},
 				{"acquire", func() (limits.Verdict, error) {
-					release, _, v, err := l.Acquire(ctx, alice)
+					release, v, err := l.Acquire(ctx, alice)
 					start := time.Now()
 					release()
 					assert.Less(t, time.Since(start), bound, "release is bounded too")
@@ -394,7 +395,7 @@ func TestRedisOutage(t *testing.T) {
 
 func TestReasonsAreSentences(t *testing.T) {
 	l := limits.NewMemory(config.Limits{Default: config.LimitSet{TokensPerDay: 10}})
-	_, v, _ := l.AddTokens(context.Background(), limits.Keys{Sandbox: "anonymous"}, 10)
+	v, _ := l.AddTokens(context.Background(), limits.Keys{Sandbox: "anonymous"}, 10)
 	assert.Equal(t, "token budget of 10/day for sandbox anonymous is spent", v.Reason)
 	assert.False(t, strings.HasSuffix(v.Reason, "."))
 }
@@ -419,4 +420,12 @@ func TestClusterSpreadsSandboxesOverItsShards(t *testing.T) {
 		return err
 	}))
 	assert.Equal(t, 3, shards, "the sandboxes' counters are on every primary")
+}
+
+// usageOf reads k's counters (Limiter.Usage).
+func usageOf(t *testing.T, l *limits.Limiter, k limits.Keys) limits.Usage {
+	t.Helper()
+	u, err := l.Usage(context.Background(), k)
+	require.NoError(t, err)
+	return u
 }

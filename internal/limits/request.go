@@ -48,12 +48,15 @@ type result struct {
 
 type counts struct{ requests, tokens, concurrent int64 }
 
+// usageNames are the Usage keys of each scope's counters, in scope order.
+var usageNames = [...][3]string{
+	{UsageRequestsThisMinute, UsageTokensToday, UsageConcurrentToolCalls},
+	{UsageTemplateRequestsThisMinute, UsageTemplateTokensToday, UsageTemplateConcurrentToolCalls},
+}
+
 func (r request) usage(res result) Usage {
-	u := Usage{}
-	names := [][3]string{
-		{UsageRequestsThisMinute, UsageTokensToday, UsageConcurrentToolCalls},
-		{UsageTemplateRequestsThisMinute, UsageTemplateTokensToday, UsageTemplateConcurrentToolCalls},
-	}
+	names := usageNames[:]
+	u := make(Usage, 3*min(len(res.counts), len(names)))
 	for i, c := range res.counts {
 		if i >= len(names) {
 			break
