@@ -19,6 +19,9 @@ type Options struct {
 	// target "baseline" beside "sandgate", interleaved, on the same config: the A/B figure a
 	// speed change cites (Report.ABTable).
 	BaselineBin string
+	// BaselineOmit are top-level config keys left out of the baseline's config: a binary older
+	// than a field the bench sets (shutdown, for builds before 1ab4960) refuses the whole file.
+	BaselineOmit []string
 	// PolicyVariants adds two more Sandgates beside "sandgate", same binary and config plus one
 	// policy feature, measured interleaved on the route and mcp workloads: "declog" with
 	// policy.decision_log on, "shadow" with a shadow policy (the same policies). Their ratios to
@@ -69,7 +72,7 @@ func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstrea
 	}
 	var want []sandgate
 	if o.BaselineBin != "" {
-		want = append(want, sandgate{o.BaselineBin, variant{name: "baseline"}})
+		want = append(want, sandgate{o.BaselineBin, variant{name: "baseline", omit: o.BaselineOmit}})
 	}
 	if o.PolicyVariants {
 		for _, v := range policyVariants {

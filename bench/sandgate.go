@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,7 +44,10 @@ templates:
 
 // variant is a Sandgate measured beside "sandgate", same binary: the members it adds to the
 // config's policy and audit sections.
-type variant struct{ name, policy, audit string }
+type variant struct {
+	name, policy, audit string
+	omit                []string // top-level config keys left out (Options.BaselineOmit)
+}
 
 // policyVariants are Options.PolicyVariants' targets.
 var policyVariants = []variant{
@@ -147,7 +151,7 @@ identity:
 		fmt.Fprintf(&b, "    - {addresses: [%q], namespace: bench, sandbox: sb-%d, template: bench-agent}\n", sandboxAddr(i), i)
 	}
 	cfgPath = filepath.Join(dir, "sandgate.yaml")
-	if err := os.WriteFile(cfgPath, []byte(b.String()), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(omitKeys(b.String(), v.omit)), 0o600); err != nil {
 		return "", "", "", "", fmt.Errorf("sandgate config: %w", err)
 	}
 	return cfgPath, mcp, prx, admin, nil
@@ -177,4 +181,25 @@ func startSandgate(ctx context.Context, name, bin, dir, policyDir string, up *Up
 	}
 	return &Target{Name: name, Proxy: prx, MCPURL: "http://" + mcp + "/mcp",
 		RouteURL: "http://" + prx + "/routes/anthropic", Admin: admin, InterceptCA: roots, proc: p}, nil
+}
+
+// omitKeys returns the YAML document cfg without the top-level keys named in keys, each with
+// the lines indented under it: a baseline binary older than a config field refuses a config
+// that sets it (Options.BaselineOmit).
+func omitKeys(cfg string, keys []string) string {
+	if len(keys) == 0 {
+		return cfg
+	}
+	var b strings.Builder
+	skipping := false
+	for _, line := range strings.SplitAfter(cfg, "\n") {
+		if line != "" && line[0] != ' ' && line[0] != '\t' && line[0] != '\n' {
+			key, _, _ := strings.Cut(line, ":")
+			skipping = slices.Contains(keys, key)
+		}
+		if !skipping {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }

@@ -30,6 +30,7 @@ func main() {
 	quick := flag.Bool("quick", false, "a short run (about a minute): 1 repetition, 1 s windows, 200 sandboxes")
 	flag.StringVar(&o.SandgateBin, "sandgate", "bin/sandgate", "sandgate binary (make build)")
 	flag.StringVar(&o.BaselineBin, "baseline", "", "a second sandgate binary (e.g. main's build) measured beside -sandgate, interleaved: the A/B of a change")
+	baselineOmit := flag.String("baseline-omit", "", "top-level config keys (comma-separated) left out of the baseline's config, for a binary older than them (e.g. shutdown, before 1ab4960)")
 	flag.StringVar(&o.RelayBin, "relay", "bin/bench-relay", "bare CONNECT relay binary (bench/cmd/relay)")
 	flag.StringVar(&o.SmokescreenBin, "smokescreen", ".tools/bin/smokescreen", "Stripe's Smokescreen (bench/setup.sh installs it), a peer on tunnel, tunnel-new and forward")
 	flag.StringVar(&o.PolicyDir, "policies", "policies", "the shipped policies (their rules; the bench brings its own data)")
@@ -70,6 +71,9 @@ func main() {
 	}
 	if !containsInt(o.Sweep, o.Sandboxes) {
 		o.Sweep = append(o.Sweep, o.Sandboxes)
+	}
+	if *baselineOmit != "" {
+		o.BaselineOmit = strings.Split(*baselineOmit, ",")
 	}
 	o.Workloads = workloadList(&o, *workloads)
 	if o.Label == "" {
