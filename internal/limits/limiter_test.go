@@ -164,14 +164,14 @@ func TestLimiterBehaviour(t *testing.T) {
 			assert.Equal(t, limits.CodeTokenBudgetSpent, v.Code)
 			assert.Equal(t, int64(1000), usageOf(t, l, alice)[limits.UsageTokensToday])
 
-			u, v, err := l.Take(ctx, alice)
+			_, v, err = l.Take(ctx, alice)
 			require.NoError(t, err)
 			assert.False(t, v.Allowed)
 			assert.Equal(t, "token budget of 1000/day for sandbox team-a/alice (template coding-agent) is spent", v.Reason)
 			assert.Equal(t, time.Minute+50*time.Second, v.RetryAfter)
 
 			clk.Add(2 * time.Minute) // 00:00:10 UTC the next day
-			u, v, err = l.Take(ctx, alice)
+			u, v, err := l.Take(ctx, alice)
 			require.NoError(t, err)
 			assert.True(t, v.Allowed, "a new UTC day restores the budget")
 			assert.Zero(t, u[limits.UsageTokensToday])
