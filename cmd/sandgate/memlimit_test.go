@@ -50,41 +50,58 @@ func TestMemoryLimitFromEnv(t *testing.T) {
 func TestServeSetsMemoryLimit(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-	dir := t.TempDir()
-	admin := freeAddr(t)
-	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nshutdown:\n  delay: 0s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
-		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
+	cfg, admin := adminOnlyConfig(t)
 	const container = 8 << 30 // large, so the rest of the package's tests run unconstrained
-	getenv := func(k string) string {
-		if k == containerMemoryEnv {
-			return strconv.Itoa(container)
-		}
-		return ""
-	}
-	startServe(t, cfg, getenv)
+	startServe(t, cfg, envWith(containerMemoryEnv, strconv.Itoa(container)))
 	var metrics string
 	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		metrics = string(b)
-		return resp.StatusCode == http.StatusOK
+		var ok bool
+		metrics, ok = adminMetrics(admin)
+		return ok
 	}, 10*time.Second, 20*time.Millisecond)
 	assert.Contains(t, metrics, fmt.Sprintf("go_gc_gomemlimit_bytes %g\n", float64(softMemoryLimit(container))))
 
-	var errOut bytes.Buffer
-	bad := func(k string) string {
-		if k == containerMemoryEnv {
-			return "8Gi"
+	assertServeRefuses(t, cfg, containerMemoryEnv, "8Gi")
+}
+
+// adminOnlyConfig writes a config that serves the admin listener (on a free port, returned) with
+// the shipped policies and stops at once.
+func adminOnlyConfig(t *testing.T) (cfg, admin string) {
+	dir := t.TempDir()
+	admin = freeAddr(t)
+	cfg = writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nshutdown:\n  delay: 0s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
+		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
+	return cfg, admin
+}
+
+// envWith is an environment holding one variable.
+func envWith(key, value string) func(string) string {
+	return func(k string) string {
+		if k == key {
+			return value
 		}
 		return ""
 	}
-	code := run(context.Background(), &cliEnv{stdout: io.Discard, stderr: &errOut, getenv: bad}, []string{"serve", "--config", cfg})
+}
+
+// adminMetrics is the admin listener's /metrics page, ok when it answered 200.
+func adminMetrics(admin string) (string, bool) {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode == http.StatusOK
+}
+
+// assertServeRefuses checks that serve does not start with key=value and names key.
+func assertServeRefuses(t *testing.T, cfg, key, value string) {
+	t.Helper()
+	var errOut bytes.Buffer
+	code := run(context.Background(), &cliEnv{stdout: io.Discard, stderr: &errOut, getenv: envWith(key, value)}, []string{"serve", "--config", cfg})
 	assert.NotEqual(t, 0, code)
-	assert.Contains(t, errOut.String(), containerMemoryEnv)
+	assert.Contains(t, errOut.String(), key)
 }
 
 func TestHeapFloorFromEnv(t *testing.T) {
@@ -120,27 +137,13 @@ func TestHeapFloorFromEnv(t *testing.T) {
 func TestServeKeepsAHeapFloor(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(prev) })
-	dir := t.TempDir()
-	admin := freeAddr(t)
-	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen:\n  admin: %s\nshutdown:\n  delay: 0s\npolicy:\n  dir: %s\naudit:\n  file:\n    dir: %s\n",
-		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
-	getenv := func(k string) string {
-		if k == heapFloorEnv {
-			return strconv.Itoa(1 << 30) // far above this test process's live heap
-		}
-		return ""
-	}
-	startServe(t, cfg, getenv)
+	cfg, admin := adminOnlyConfig(t)
+	startServe(t, cfg, envWith(heapFloorEnv, strconv.Itoa(1<<30))) // far above this test process's live heap
 	var gogc string
 	floorSet := assert.Eventually(t, func() bool {
 		runtime.GC() // the floor is set after a collection
-		resp, err := http.Get("http://" + admin + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		for _, l := range strings.Split(string(b), "\n") {
+		metrics, _ := adminMetrics(admin)
+		for _, l := range strings.Split(metrics, "\n") {
 			if v, ok := strings.CutPrefix(l, "go_gc_gogc_percent "); ok {
 				gogc = v
 				n, err := strconv.ParseFloat(v, 64)
@@ -153,14 +156,5 @@ func TestServeKeepsAHeapFloor(t *testing.T) {
 		t.Fatalf("GOGC at the last look: %q", gogc)
 	}
 
-	var errOut bytes.Buffer
-	bad := func(k string) string {
-		if k == heapFloorEnv {
-			return "64Mi"
-		}
-		return ""
-	}
-	code := run(context.Background(), &cliEnv{stdout: io.Discard, stderr: &errOut, getenv: bad}, []string{"serve", "--config", cfg})
-	assert.NotEqual(t, 0, code)
-	assert.Contains(t, errOut.String(), heapFloorEnv)
+	assertServeRefuses(t, cfg, heapFloorEnv, "64Mi")
 }
