@@ -70,13 +70,22 @@ func (f *Follower) openAt(path string, offset int64) error {
 	return nil
 }
 
-// locate finds where to continue: after the line the cursor names, where it was or (after a
-// rotation) in whichever file holds it; else from the start of the oldest file.
+// locate finds where to continue: after the last line sent, in whichever file holds it now. A
+// follower that has sent lines knows that line's hash, which is never older than the cursor file
+// (saved from it every cursorSaveEvery); only a follower that has sent nothing yet (a restart)
+// reads the cursor: after the line it names, where it was or (after a rotation) in whichever
+// file holds it. Else from the start of the oldest file.
+//
+// The cursor came first until 2026-12-03: a follower that lost sight of its file (a rotation
+// between listing and stat) went back to the cursor's older line and sent lines again, which
+// the stream mirror's marker does not catch when the repeat ends before the last line sent. A
+// likely path to the two copies of four lines TestStreamMirrorCopiesEveryLineOnceInOrder saw
+// once under -race on a busy machine.
 func (f *Follower) locate(files []string) error {
-	c, ok := f.loadCursor()
-	hash := f.pos.hash
-	if ok {
-		hash = c.Hash
+	if f.pos.hash != "" {
+		return f.locateHash(files, f.pos.hash)
+	}
+	if c, ok := f.loadCursor(); ok {
 		p := filepath.Join(f.cfg.Dir, c.File)
 		if lineAt(p, c.Start, c.End) == c.Hash {
 			if err := f.openAt(p, c.End); err == nil {
@@ -84,9 +93,9 @@ func (f *Follower) locate(files []string) error {
 				return nil
 			}
 		}
-	}
-	if hash != "" {
-		return f.locateHash(files, hash)
+		if c.Hash != "" {
+			return f.locateHash(files, c.Hash)
+		}
 	}
 	f.pos = position{}
 	return f.openOldest(files)

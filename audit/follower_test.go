@@ -209,3 +209,46 @@ func TestFollowerWritesItsCursorOnceCaughtUp(t *testing.T) {
 		})
 	}
 }
+
+// idRecorder is a Destination that keeps the event ID of every line sent.
+type idRecorder struct{ ids []string }
+
+func (d *idRecorder) Send(_ context.Context, lines [][]byte) error {
+	for _, l := range lines {
+		d.ids = append(d.ids, lineID(l))
+	}
+	return nil
+}
+
+// TestFollowerThatLosesItsFileContinuesAfterItsLastLine: a follower that cannot find the file it
+// was reading (a rotation between its listing and its stat) goes on after the last line it sent,
+// not after the older line of a cursor file saved before it: nothing is sent twice.
+func TestFollowerThatLosesItsFileContinuesAfterItsLastLine(t *testing.T) {
+	dir := t.TempDir()
+	cfg := FileConfig{Dir: dir, Fsync: FsyncNever}
+	cursor := filepath.Join(dir, "test.cursor")
+	dest := &idRecorder{}
+	f, err := NewFollower(FollowerConfig{Dir: dir, CursorFile: "test.cursor", Batch: 3}, dest)
+	require.NoError(t, err)
+	sync := func() { require.NoError(t, f.Sync(ctxTimeout(t, 10*time.Second))) }
+
+	writeLog(t, cfg, 6)
+	sync()
+	stale, err := os.ReadFile(cursor)
+	require.NoError(t, err)
+	writeLog(t, cfg, 3)
+	sync()
+	// The cursor as it was before the last catch-up's save (saves are at most every
+	// cursorSaveEvery apart), and the follower's file out of sight.
+	require.NoError(t, os.WriteFile(cursor, stale, 0o600))
+	f.pos.info = nil
+	writeLog(t, cfg, 2)
+	sync()
+
+	var want []string
+	for _, l := range readLines(t, filepath.Join(dir, ActiveFile)) {
+		want = append(want, lineID(l))
+	}
+	require.Len(t, want, 11)
+	assert.Equal(t, want, dest.ids, "every line once, in order")
+}
