@@ -21,7 +21,6 @@ import (
 )
 
 func TestMemoryLimitFromEnv(t *testing.T) {
-	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -33,13 +32,13 @@ func TestMemoryLimitFromEnv(t *testing.T) {
 		{"zero is no limit", map[string]string{containerMemoryEnv: "0"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := memoryLimitFromEnv(env(tc.env))
+			got, err := memoryLimitFromEnv(envOf(tc.env))
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
 	}
 	for _, bad := range []string{"512Mi", "-1", "1e9"} {
-		_, err := memoryLimitFromEnv(env(map[string]string{containerMemoryEnv: bad}))
+		_, err := memoryLimitFromEnv(envOf(map[string]string{containerMemoryEnv: bad}))
 		require.Error(t, err, bad)
 		assert.Contains(t, err.Error(), containerMemoryEnv, "the error names the variable")
 	}
@@ -74,15 +73,11 @@ func adminOnlyConfig(t *testing.T) (cfg, admin string) {
 	return cfg, admin
 }
 
+// envOf is an environment holding the variables of kv.
+func envOf(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+
 // envWith is an environment holding one variable.
-func envWith(key, value string) func(string) string {
-	return func(k string) string {
-		if k == key {
-			return value
-		}
-		return ""
-	}
-}
+func envWith(key, value string) func(string) string { return envOf(map[string]string{key: value}) }
 
 // adminMetrics is the admin listener's /metrics page, ok when it answered 200.
 func adminMetrics(admin string) (string, bool) {
@@ -105,7 +100,6 @@ func assertServeRefuses(t *testing.T, cfg, key, value string) {
 }
 
 func TestHeapFloorFromEnv(t *testing.T) {
-	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	for _, tc := range []struct {
 		name      string
 		env       map[string]string
@@ -120,13 +114,13 @@ func TestHeapFloorFromEnv(t *testing.T) {
 		{"under a roomy limit the default", nil, 1 << 30, gcfloor.DefaultFloor},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := heapFloorFromEnv(env(tc.env), tc.softLimit)
+			got, err := heapFloorFromEnv(envOf(tc.env), tc.softLimit)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
 		})
 	}
 	for _, bad := range []string{"64Mi", "-1", "1e9"} {
-		_, err := heapFloorFromEnv(env(map[string]string{heapFloorEnv: bad}), 0)
+		_, err := heapFloorFromEnv(envOf(map[string]string{heapFloorEnv: bad}), 0)
 		require.Error(t, err, bad)
 		assert.Contains(t, err.Error(), heapFloorEnv, "the error names the variable")
 	}
