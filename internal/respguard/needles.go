@@ -36,6 +36,13 @@ type Needles struct {
 	// byFirst lists, for each byte, the body needles that begin with it (indices into body):
 	// held asks only those at each position of a window's tail.
 	byFirst [256][]int
+	// starts has bit a<<8|b set when some body needle begins with the bytes a, b: held skips,
+	// with one lookup, the positions no needle can begin at (most of them).
+	starts [1 << 16 / 64]uint64
+	// ends has, in the words words of byte c, bit L-1 set when some body needle longer than
+	// L has c at index L-1: the only lengths of a held suffix that ends in c.
+	ends  []uint64
+	words int
 	// escapable: a short JSON escape (\n, \", \\, \/ …) stands for a byte some needle holds,
 	// so a text with it must be read decoded.
 	escapable [256]bool
@@ -122,9 +129,18 @@ func Build(values, rendered []string) *Needles {
 			add(b)
 		}
 	}
-	for i, b := range n.body {
+	for _, b := range n.body {
 		n.maxBody = max(n.maxBody, len(b))
+	}
+	n.words = (n.maxBody + 63) / 64
+	n.ends = make([]uint64, 256*n.words)
+	for i, b := range n.body {
+		for l, c := range b[:len(b)-1] {
+			n.ends[int(c)*n.words+l/64] |= 1 << (l % 64)
+		}
 		n.byFirst[b[0]] = append(n.byFirst[b[0]], i)
+		pair := int(b[0])<<8 | int(b[1])
+		n.starts[pair/64] |= 1 << (pair % 64)
 		for _, c := range b {
 			if e, ok := shortEscapeOf[c]; ok {
 				n.escapable[e] = true

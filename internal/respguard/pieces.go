@@ -83,25 +83,36 @@ func (p *pieces) span() int { return p.n.maxBody - 1 }
 
 // lex reads the new bytes of w (from carried on) and overwrites the pieces of every
 // credential they complete.
+//
+// A string without escapes that ends in the window is not made into pieces: it stays a span of
+// w (closedAt, closedEnd) until settle decides what it is. Most strings are such, and most of
+// them are keys or values no needle can continue, which settle decides without pieces.
 func (p *pieces) lex(s *Scanner, w []byte, carried int) {
 	base := s.released
+	run := -1                     // the string being read began at w[run] and is plain so far: not in cur
+	closedAt, closedEnd := -1, -1 // the closed string is w[closedAt:closedEnd], not in closed
 	for i := carried; i < len(w); {
 		c := w[i]
-		at := base + int64(i)
 		if !p.inStr {
 			if p.isOpen {
 				if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
 					i++
 					continue
 				}
-				p.settle(s, w, c == ':')
+				if closedAt >= 0 {
+					p.settlePlain(s, w, c == ':', w[closedAt:closedEnd], base+int64(closedAt))
+					closedAt = -1
+				} else {
+					p.settle(s, w, c == ':')
+				}
 			}
-			k := bytes.IndexByte(w[i:], '"')
+			k := quoteIn(w[i:])
 			if k < 0 {
-				return
+				break
 			}
 			i += k + 1
 			p.inStr, p.cur, p.cut = true, p.cur[:0], false
+			run = i
 			continue
 		}
 		if p.esc != nil {
@@ -112,21 +123,71 @@ func (p *pieces) lex(s *Scanner, w []byte, carried int) {
 		}
 		switch c {
 		case '"':
-			p.inStr = false
-			p.closed, p.cur = append(p.closed[:0], p.cur...), p.cur[:0]
-			p.isOpen = true
+			p.inStr, p.isOpen = false, true
+			if run >= 0 && i-run <= 3*p.span() {
+				closedAt, closedEnd = run, i
+			} else {
+				p.endRun(w, &run, i, base)
+				p.closed, p.cur = p.cur, p.closed[:0]
+			}
+			run = -1
 		case '\n': // a JSON string holds no line feed: this was not one
-			p.inStr = false
+			p.inStr, run = false, -1
 		case '\\':
-			p.esc, p.escAt = append(p.esc[:0], c), at
+			p.endRun(w, &run, i, base)
+			p.esc, p.escAt = append(p.esc[:0], c), base+int64(i)
 		default:
 			j := i + plainRun(w[i:])
-			p.addRun(w[i:j], base+int64(i))
+			if run < 0 {
+				p.addRun(w[i:j], base+int64(i))
+			}
 			i = j
 			continue
 		}
 		i++
 	}
+	// What the next window continues is kept as pieces.
+	if p.inStr {
+		p.endRun(w, &run, len(w), base)
+	}
+	if closedAt >= 0 {
+		p.closed, p.cut = p.piecesOf(p.closed, w[closedAt:closedEnd], base+int64(closedAt)), false
+	}
+}
+
+// quoteIn is the index of the first '"' in b, or -1. The next string of a JSON text is most
+// often a few bytes on: a byte loop finds it before bytes.IndexByte would have started.
+func quoteIn(b []byte) int {
+	for i, c := range b[:min(len(b), 8)] {
+		if c == '"' {
+			return i
+		}
+	}
+	if len(b) <= 8 {
+		return -1
+	}
+	if k := bytes.IndexByte(b[8:], '"'); k >= 0 {
+		return 8 + k
+	}
+	return -1
+}
+
+// endRun puts the plain run of the current string, w[*run:i], into cur: an escape or the
+// window's end comes before its closing quote.
+func (p *pieces) endRun(w []byte, run *int, i int, base int64) {
+	if *run >= 0 {
+		p.addRun(w[*run:i], base+int64(*run))
+		*run = -1
+	}
+}
+
+// piecesOf is the plain bytes b at stream offset at as pieces (into dst).
+func (p *pieces) piecesOf(dst []piece, b []byte, at int64) []piece {
+	dst = slices.Grow(dst[:0], len(b))[:len(b)]
+	for k, c := range b {
+		dst[k] = piece{at + int64(k), c, 1}
+	}
+	return dst
 }
 
 // escape decodes p.esc when it is complete.
@@ -159,7 +220,7 @@ func (p *pieces) escape() {
 // them in one pass; a longer run is searched byte by byte kind (bytes.IndexByte).
 func plainRun(b []byte) int {
 	for i, c := range b[:min(len(b), shortRun)] {
-		if c == '"' || c == '\\' || c == '\n' {
+		if endsRun[c] {
 			return i
 		}
 	}
@@ -174,6 +235,8 @@ func plainRun(b []byte) int {
 	}
 	return end
 }
+
+var endsRun = [256]bool{'"': true, '\\': true, '\n': true}
 
 const shortRun = 32
 
@@ -201,9 +264,7 @@ func (p *pieces) addRun(b []byte, at int64) {
 	}
 	start := len(p.cur)
 	p.cur = slices.Grow(p.cur, len(b))[:start+len(b)]
-	for k, c := range b {
-		p.cur[start+k] = piece{at + int64(k), c, 1}
-	}
+	p.piecesOf(p.cur[start:], b, at)
 }
 
 // add appends a decoded byte to the current string, keeping its first and last span bytes.
@@ -226,40 +287,74 @@ func (p *pieces) settle(s *Scanner, w []byte, key bool) {
 	p.value(s, w, p.closed, p.cut)
 }
 
-// view is the joined values of key; a key's name is copied only when it is first seen.
-func (p *pieces) view(key []byte) *keyView {
-	v := p.keys[string(key)]
-	if v == nil {
-		if len(p.keys) >= maxPieceKeys {
-			key = nil
-			if v = p.keys[""]; v != nil {
-				return v
-			}
-		}
-		if k := len(p.spare) - 1; k >= 0 {
-			v, p.spare = p.spare[k], p.spare[:k]
-			v.tail = v.tail[:0]
-		} else {
-			v = &keyView{}
-		}
-		p.keys[string(key)] = v
+// settlePlain is settle for a string without escapes, str at stream offset at, not in pieces.
+func (p *pieces) settlePlain(s *Scanner, w []byte, key bool, str []byte, at int64) {
+	if key {
+		p.isOpen = false
+		p.key = append(p.key[:0], str[:min(len(str), maxKeyLen)]...)
+		return
 	}
+	// A value that no tail of its key waits for and that ends in nothing a needle begins
+	// with leaves the key without a tail: value would find nothing more.
+	v := p.lookup(p.key)
+	if v == nil || len(v.tail) == 0 {
+		if p.n.held(str[len(str)-min(len(str), p.span()):]) == 0 {
+			p.isOpen = false
+			if v != nil {
+				v.tail = v.tail[:0]
+			}
+			return
+		}
+	}
+	p.closed, p.cut = p.piecesOf(p.closed, str, at), false
+	p.settle(s, w, false)
+}
+
+// lookup is the view of key (the shared one past maxPieceKeys keys), or nil.
+func (p *pieces) lookup(key []byte) *keyView {
+	if v := p.keys[string(key)]; v != nil || len(p.keys) < maxPieceKeys {
+		return v
+	}
+	return p.keys[""]
+}
+
+// view makes the view of key, when key first has a tail to keep: the keys of a stream whose
+// values never end the way a needle begins have none (holdFrom reads every view).
+func (p *pieces) view(key []byte) *keyView {
+	if len(p.keys) >= maxPieceKeys {
+		key = nil
+		if v := p.keys[""]; v != nil {
+			return v
+		}
+	}
+	var v *keyView
+	if k := len(p.spare) - 1; k >= 0 {
+		v, p.spare = p.spare[k], p.spare[:k]
+		v.tail = v.tail[:0]
+	} else {
+		v = &keyView{}
+	}
+	p.keys[string(key)] = v
 	return v
 }
 
 // value joins str, a value of the current key, to that key's tail: a needle that begins in
 // the tail and ends in str is overwritten in both; the new tail is what may still begin one.
 func (p *pieces) value(s *Scanner, w []byte, str []piece, cut bool) {
-	v := p.view(p.key)
+	v := p.lookup(p.key)
+	var tail []piece
+	if v != nil {
+		tail = v.tail
+	}
 	n := p.span()
-	if len(v.tail) > 0 {
+	if len(tail) > 0 {
 		head := str[:min(len(str), n)]
-		p.seq = append(append(p.seq[:0], v.tail...), head...)
+		p.seq = append(append(p.seq[:0], tail...), head...)
 		p.buf = bytesOf(p.buf, p.seq)
 		for _, nd := range p.n.body {
-			for i := 0; i < len(v.tail); {
+			for i := 0; i < len(tail); {
 				j := bytes.Index(p.buf[i:], nd)
-				if j < 0 || i+j >= len(v.tail) {
+				if j < 0 || i+j >= len(tail) {
 					break
 				}
 				i += j
@@ -271,11 +366,17 @@ func (p *pieces) value(s *Scanner, w []byte, str []piece, cut bool) {
 	if cut || len(str) >= n {
 		p.seq = append(p.seq[:0], str[len(str)-min(len(str), n):]...)
 	} else {
-		p.seq = append(append(p.seq[:0], v.tail...), str...)
+		p.seq = append(append(p.seq[:0], tail...), str...)
 		p.seq = p.seq[len(p.seq)-min(len(p.seq), n):]
 	}
 	p.buf = bytesOf(p.buf, p.seq)
 	h := p.n.held(p.buf)
+	if v == nil {
+		if h == 0 { // nothing to keep, and no view to empty
+			return
+		}
+		v = p.view(p.key)
+	}
 	v.tail = append(v.tail[:0], p.seq[len(p.seq)-h:]...)
 }
 
@@ -327,7 +428,7 @@ func (p *pieces) holdFrom(end int64) int64 {
 		open = p.closed
 	}
 	if (p.inStr || p.isOpen) && len(open) > 0 {
-		v := p.keys[string(p.key)]
+		v := p.lookup(p.key)
 		var tail []piece
 		if v != nil {
 			tail = v.tail
