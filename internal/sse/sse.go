@@ -64,6 +64,7 @@ type Parser struct {
 	data     []byte
 	hasData  bool
 	typ      []byte
+	lastType string // the last event's type, reused while the type repeats
 	lastID   string
 	retry    int64
 	retrySet bool
@@ -105,7 +106,7 @@ func (ps *Parser) Feed(p []byte, emit func(Event) bool) (int, error) {
 				continue
 			}
 		}
-		i := bytes.IndexAny(p[off:], "\r\n")
+		i := lineEnd(p[off:])
 		if i < 0 {
 			if err := ps.grow(len(p) - off); err != nil {
 				return off, err
@@ -120,15 +121,21 @@ func (ps *Parser) Feed(p []byte, emit func(Event) bool) (int, error) {
 		if err := ps.grow(i + 1); err != nil {
 			return off, err
 		}
-		if !ps.over {
-			ps.line = append(ps.line, p[off:off+i]...)
+		// A line that began in an earlier Feed is joined in ps.line; one that is whole in
+		// p is read where it is.
+		line, n := p[off:off+i], ps.lineN+i
+		if ps.lineN > 0 {
+			if !ps.over {
+				ps.line = append(ps.line, line...)
+			}
+			line = ps.line
 		}
-		ps.lineN += i
+		ps.line, ps.lineN = ps.line[:0], 0
 		if p[off+i] == '\r' {
 			ps.afterCR = true
 		}
 		off += i + 1
-		ev, ok := ps.endLine()
+		ev, ok := ps.endLine(line, n)
 		if ok {
 			ev.End = off
 			if !emit(ev) {
@@ -137,6 +144,22 @@ func (ps *Parser) Feed(p []byte, emit func(Event) bool) (int, error) {
 		}
 	}
 	return off, nil
+}
+
+// lineEnd is the index of the first CR or LF in b, or -1. LF ends most lines; CR is looked
+// for only before it (two vectorised searches instead of a byte loop).
+func lineEnd(b []byte) int {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		i = len(b)
+	}
+	if j := bytes.IndexByte(b[:i], '\r'); j >= 0 {
+		return j
+	}
+	if i == len(b) {
+		return -1
+	}
+	return i
 }
 
 // grow counts n more bytes of the current event against Max.
@@ -154,10 +177,9 @@ func (ps *Parser) grow(n int) error {
 	return nil
 }
 
-// endLine interprets the line read so far; a blank line dispatches.
-func (ps *Parser) endLine() (Event, bool) {
-	line, n := ps.line, ps.lineN
-	ps.line, ps.lineN = ps.line[:0], 0
+// endLine interprets a line of n bytes (line holds them unless the event is over Max); a blank
+// line dispatches.
+func (ps *Parser) endLine(line []byte, n int) (Event, bool) {
 	if n > 0 {
 		ps.pending = true
 		if !ps.over {
@@ -222,7 +244,10 @@ func (ps *Parser) dispatch() (Event, bool) {
 		ps.typ = ps.typ[:0]
 		return Event{}, false
 	}
-	ev := Event{Type: string(ps.typ), ID: ps.lastID, Retry: -1}
+	if string(ps.typ) != ps.lastType { // a stream's events mostly repeat a few types
+		ps.lastType = string(ps.typ)
+	}
+	ev := Event{Type: ps.lastType, ID: ps.lastID, Retry: -1}
 	if len(ps.data) > 0 {
 		ev.Data = ps.data[:len(ps.data)-1]
 	}
