@@ -260,3 +260,14 @@ func FuzzCacheKey(f *testing.F) {
 		}
 	})
 }
+
+func FuzzQuote(f *testing.F) {
+	for _, s := range []string{"", "tools.call", "ns-1", `a"b`, `a\b`, "é", "\x7f", "\x00", "~ !"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := string(quote([]byte("x"), s)), string(strconv.AppendQuote([]byte("x"), s)); got != want {
+			t.Fatalf("quote(%q) = %s, strconv.AppendQuote %s", s, got, want)
+		}
+	})
+}
