@@ -277,11 +277,12 @@ func (t *tunnelRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rf.Close = true
 			return rf
 		}
-		h, err := hostport.Parse(r.Host, 443)
-		if err != nil || h != t.dest {
-			rf := call.Refuse(call.CodeHostMismatch, "request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), t.dest)
-			rf.Close = true
-			return rf
+		if !t.dest.Is(r.Host, 443) {
+			if h, err := hostport.Parse(r.Host, 443); err != nil || h != t.dest {
+				rf := call.Refuse(call.CodeHostMismatch, "request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), t.dest)
+				rf.Close = true
+				return rf
+			}
 		}
 		x.dest = t.dest
 		return t.p.decideAndForward(ctx, w, r, x, r.URL.EscapedPath())

@@ -97,3 +97,29 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIs holds Is to Parse: whatever text Is accepts for an address, Parse reads as that
+// address; and an address's own spellings are accepted.
+func FuzzIs(f *testing.F) {
+	for _, s := range []string{"api.anthropic.com", "api.anthropic.com:443", "api.anthropic.com:0443", "API.anthropic.com",
+		"api.anthropic.com.", "api.anthropic.com:+443", "[::1]:443", "::1", "10.0.0.1:80", "10.0.0.1", "xn--bcher-kva.de:8443"} {
+		f.Add(s, "api.anthropic.com:443")
+		f.Add(s, s)
+	}
+	f.Fuzz(func(t *testing.T, s, dest string) {
+		a, err := Parse(dest, 443)
+		if err != nil {
+			return
+		}
+		// IPv6 literals print bracketed, and are always left to Parse.
+		if !strings.Contains(a.Host, ":") && (!a.Is(a.String(), 1) || a.Port == 443 && !a.Is(a.Host, 443)) {
+			t.Fatalf("%+v does not accept its own spelling", a)
+		}
+		if !a.Is(s, 443) {
+			return
+		}
+		if b, err := Parse(s, 443); err != nil || b != a {
+			t.Fatalf("Is(%q) for %+v, but Parse reads %+v, %v", s, a, b, err)
+		}
+	})
+}
