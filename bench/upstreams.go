@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandgate/sandgate/internal/sse/ssetest"
 	"github.com/sandgate/sandgate/proxy"
 )
 
@@ -266,17 +267,6 @@ func newMCPServer() *server.MCPServer {
 	return s
 }
 
-// sseEvents is the streamed answer; %s is the model.
-var sseEvents = []string{
-	"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"model\":%q,\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n",
-	"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
-	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello \"}}\n\n",
-	"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"streamed\"}}\n\n",
-	"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
-	"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":15}}\n\n",
-	"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
-}
-
 // serveModelAPI speaks enough of the Anthropic Messages API: POST /v1/messages answers JSON or,
 // with "stream": true, SSE (flushed per event); anything else gets a small JSON list.
 func serveModelAPI(w http.ResponseWriter, r *http.Request) {
@@ -300,12 +290,8 @@ func serveModelAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	f, _ := w.(http.Flusher)
-	for i, e := range sseEvents {
-		if i == 0 {
-			fmt.Fprintf(w, e, req.Model)
-		} else {
-			_, _ = io.WriteString(w, e)
-		}
+	for _, e := range ssetest.ModelAnswer(req.Model) {
+		_, _ = io.WriteString(w, e)
 		if f != nil {
 			f.Flush()
 		}
