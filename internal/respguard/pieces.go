@@ -151,7 +151,7 @@ func (p *pieces) lex(s *Scanner, w []byte, carried int) {
 		p.endRun(w, &run, len(w), base)
 	}
 	if closedAt >= 0 {
-		p.closed, p.cut = p.piecesOf(p.closed, w[closedAt:closedEnd], base+int64(closedAt)), false
+		p.closed, p.cut = appendPieces(p.closed[:0], w[closedAt:closedEnd], base+int64(closedAt)), false
 	}
 }
 
@@ -181,11 +181,12 @@ func (p *pieces) endRun(w []byte, run *int, i int, base int64) {
 	}
 }
 
-// piecesOf is the plain bytes b at stream offset at as pieces (into dst).
-func (p *pieces) piecesOf(dst []piece, b []byte, at int64) []piece {
-	dst = slices.Grow(dst[:0], len(b))[:len(b)]
+// appendPieces appends the plain bytes b, at stream offset at, to dst as pieces.
+func appendPieces(dst []piece, b []byte, at int64) []piece {
+	n := len(dst)
+	dst = slices.Grow(dst, len(b))[:n+len(b)]
 	for k, c := range b {
-		dst[k] = piece{at + int64(k), c, 1}
+		dst[n+k] = piece{at + int64(k), c, 1}
 	}
 	return dst
 }
@@ -262,9 +263,7 @@ func (p *pieces) addRun(b []byte, at int64) {
 		}
 		return
 	}
-	start := len(p.cur)
-	p.cur = slices.Grow(p.cur, len(b))[:start+len(b)]
-	p.piecesOf(p.cur[start:], b, at)
+	p.cur = appendPieces(p.cur, b, at)
 }
 
 // add appends a decoded byte to the current string, keeping its first and last span bytes.
@@ -306,7 +305,7 @@ func (p *pieces) settlePlain(s *Scanner, w []byte, key bool, str []byte, at int6
 			return
 		}
 	}
-	p.closed, p.cut = p.piecesOf(p.closed, str, at), false
+	p.closed, p.cut = appendPieces(p.closed[:0], str, at), false
 	p.settle(s, w, false)
 }
 
