@@ -107,11 +107,12 @@ test-unit:
 RACE_GCFLAGS := -gcflags=all=-N\ -l
 
 # The race detector needs cgo; it runs on the packages whose concurrency is their contract
-# (the audit sequencer; the proxy's tunnels, cleaned up by whichever goroutine closes them).
+# (the audit sequencer; the proxy's tunnels, cleaned up by whichever goroutine closes them; the
+# limiter's per-minute cache of its callers' counter keys).
 # It compiles every dependency of theirs again with -race: neither imports client-go
 # (test/layout's TestRequestPathDoesNotImportClientGo keeps it so).
 test-race:
-	CGO_ENABLED=1 go test -race $(RACE_GCFLAGS) $(TEST_FLAGS) -timeout 10m ./audit/ ./proxy/
+	CGO_ENABLED=1 go test -race $(RACE_GCFLAGS) $(TEST_FLAGS) -timeout 10m ./audit/ ./proxy/ ./internal/limits/
 
 # gofmt, go vet and staticcheck (installed by test/setup.sh): zero findings, deprecated calls
 # included. Part of `make test`.

@@ -229,7 +229,7 @@ warm_race() {
   # packages (testify, httptest) compile in the test phase.
   # The flags are the Makefile's test-race flags (RACE_GCFLAGS: unoptimized), or nothing built
   # here would be reused.
-  (cd "$root" && CGO_ENABLED=1 go build -race -gcflags='all=-N -l' ./audit/ ./proxy/ >/dev/null 2>&1) || true
+  (cd "$root" && CGO_ENABLED=1 go build -race -gcflags='all=-N -l' ./audit/ ./proxy/ ./internal/limits/ >/dev/null 2>&1) || true
 }
 
 # Every module the builds below need, fetched while they compile: downloads are network time,

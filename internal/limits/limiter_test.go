@@ -240,6 +240,24 @@ func TestLimiterBehaviour(t *testing.T) {
 				}, u)
 			}
 		}},
+		{"a reload applies at once to callers already counted in the minute", func(t *testing.T, l *limits.Limiter, clk *clock) {
+			for range 3 {
+				_, v, _ := l.Take(ctx, alice)
+				require.True(t, v.Allowed)
+			}
+			_, v, _ := l.Take(ctx, alice)
+			require.False(t, v.Allowed, "alice's 3/minute is reached")
+			cfg := testLimits()
+			tpl := cfg.Templates["coding-agent"]
+			tpl.RequestsPerMinute = 4
+			cfg.Templates["coding-agent"] = tpl
+			l.SetLimits(cfg)
+			u, v, _ := l.Take(ctx, alice)
+			assert.True(t, v.Allowed, "the raised limit holds for alice's counters: %s", v.Reason)
+			assert.Equal(t, int64(4), u[limits.UsageRequestsThisMinute], "the counters were kept")
+			_, v, _ = l.Take(ctx, alice)
+			assert.Contains(t, v.Reason, "rate limit of 4 requests/minute")
+		}},
 		{"unlimited sandboxes are still counted for the policy", func(t *testing.T, l *limits.Limiter, clk *clock) {
 			l.SetLimits(config.Limits{})
 			for range 10 {
@@ -298,6 +316,50 @@ func TestConcurrentTakesCountExactly(t *testing.T) {
 			wg.Wait()
 			assert.Equal(t, int64(limit), ok.Load(), "exactly the limit is allowed")
 			assert.Equal(t, int64(workers*each-limit), refused.Load())
+		})
+	}
+}
+
+// The limiter keeps each caller's counter keys for a minute and a config: callers arriving
+// together, a config reload among them and the next minute must neither lose a count nor charge
+// one to a stale window.
+func TestConcurrentCallersAcrossReloadsAndMinutes(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			const sandboxes, workers, each = 8, 4, 20
+			cfg := roomyLimits()
+			clk := newClock()
+			l := b.make(t)(cfg, limits.WithClock(clk.Now))
+			keys := make([]limits.Keys, sandboxes)
+			for i := range keys {
+				keys[i] = limits.Keys{Sandbox: fmt.Sprintf("team-a/s%d", i), Template: "coding-agent"}
+			}
+			round := func() {
+				var wg sync.WaitGroup
+				for w := range sandboxes * workers {
+					wg.Go(func() {
+						for j := range each {
+							if w == 0 && j == each/2 {
+								l.SetLimits(roomyLimits()) // a reload mid-round: counters are kept
+							}
+							if _, v, err := l.Take(context.Background(), keys[w%sandboxes]); err != nil || !v.Allowed {
+								t.Error(v, err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+			}
+			for range 2 {
+				round()
+				for _, k := range keys {
+					u := usageOf(t, l, k)
+					assert.Equal(t, int64(workers*each), u[limits.UsageRequestsThisMinute], k.Sandbox)
+					assert.Equal(t, int64(sandboxes*workers*each), u[limits.UsageTemplateRequestsThisMinute], k.Sandbox)
+				}
+				clk.Add(time.Minute) // the next round counts in a fresh window
+			}
 		})
 	}
 }
@@ -411,15 +473,15 @@ func TestClusterSpreadsSandboxesOverItsShards(t *testing.T) {
 		require.NoError(t, err, "every script's keys sit in one slot")
 		require.Equal(t, i < 5, v.Allowed, "the template total of 5/minute holds across shards")
 	}
-	shards := 0
+	var shards atomic.Int64 // ForEachMaster calls fn on every primary at once
 	require.NoError(t, client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 		keys, err := n.Keys(ctx, "spread:limits:{sb:*").Result()
 		if len(keys) > 0 {
-			shards++
+			shards.Add(1)
 		}
 		return err
 	}))
-	assert.Equal(t, 3, shards, "the sandboxes' counters are on every primary")
+	assert.Equal(t, int64(3), shards.Load(), "the sandboxes' counters are on every primary")
 }
 
 // usageOf reads k's counters (Limiter.Usage).

@@ -69,14 +69,16 @@ func (m *memoryStore) live(key string, now time.Time) int64 {
 }
 
 func (m *memoryStore) read(r request) result {
-	res := result{counts: make([]counts, len(r.scopes))}
+	var res result
 	for i, s := range r.scopes {
 		res.counts[i] = counts{m.get(s.rpmKey, r.now), m.get(s.tokKey, r.now), m.live(s.leaseKey, r.now)}
 	}
 	return res
 }
 
-func (m *memoryStore) lock(now time.Time) func() {
+// lock locks the store (the caller unlocks m.mu), first sweeping expired counters and leases
+// when the last sweep is more than a minute old.
+func (m *memoryStore) lock(now time.Time) {
 	m.mu.Lock()
 	if now.Sub(m.lastSweep) > time.Minute {
 		m.lastSweep = now
@@ -89,11 +91,11 @@ func (m *memoryStore) lock(now time.Time) func() {
 			m.live(k, now)
 		}
 	}
-	return m.mu.Unlock
 }
 
 func (m *memoryStore) take(_ context.Context, r request) (result, error) {
-	defer m.lock(r.now)()
+	m.lock(r.now)
+	defer m.mu.Unlock()
 	res := m.read(r)
 	for i, s := range r.scopes {
 		c := res.counts[i]
@@ -114,7 +116,8 @@ func (m *memoryStore) take(_ context.Context, r request) (result, error) {
 }
 
 func (m *memoryStore) addTokens(_ context.Context, r request, n int64) (result, error) {
-	defer m.lock(r.now)()
+	m.lock(r.now)
+	defer m.mu.Unlock()
 	res := m.read(r)
 	for i, s := range r.scopes {
 		res.counts[i].tokens = m.incr(s.tokKey, n, r.now, tokTTL)
@@ -129,7 +132,8 @@ func (m *memoryStore) addTokens(_ context.Context, r request, n int64) (result, 
 }
 
 func (m *memoryStore) acquire(_ context.Context, r request, id string) (result, error) {
-	defer m.lock(r.now)()
+	m.lock(r.now)
+	defer m.mu.Unlock()
 	res := m.read(r)
 	for i, s := range r.scopes {
 		if s.limits.ConcurrentToolCalls > 0 && res.counts[i].concurrent >= s.limits.ConcurrentToolCalls {
@@ -159,6 +163,7 @@ func (m *memoryStore) release(_ context.Context, r request, id string) error {
 }
 
 func (m *memoryStore) usage(_ context.Context, r request) (result, error) {
-	defer m.lock(r.now)()
+	m.lock(r.now)
+	defer m.mu.Unlock()
 	return m.read(r), nil
 }

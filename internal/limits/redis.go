@@ -130,7 +130,7 @@ func (s *redisStore) runScopes(ctx context.Context, script *redis.Script, r requ
 	if len(vals) != 1+3*len(scopes) {
 		return result{}, fmt.Errorf("redis: script returned %d values, want %d", len(vals), 1+3*len(scopes))
 	}
-	res := result{counts: make([]counts, len(scopes))}
+	var res result
 	if code := vals[0]; code != 0 {
 		res.scope, res.refused = int(code/10)-1, limit(code%10)
 	}
@@ -146,7 +146,7 @@ func (s *redisStore) run(ctx context.Context, script *redis.Script, r request, o
 	if !s.split || len(r.scopes) < 2 {
 		return s.runScopes(ctx, script, r, r.scopes, opArg, leaseID)
 	}
-	out := result{counts: make([]counts, len(r.scopes))}
+	var out result
 	for i := range r.scopes {
 		res, err := s.runScopes(ctx, script, r, r.scopes[i:i+1], opArg, leaseID)
 		if err == nil && res.refused != limitNone && undo != nil && i > 0 {

@@ -41,12 +41,16 @@ const (
 // result is what a store returns: the counters of each scope after the operation, and the first
 // limit that refused it (limitNone when allowed) with the index of its scope.
 type result struct {
-	counts  []counts
+	counts [maxScopes]counts // the first len(request.scopes) are the scopes'
+
 	refused limit
 	scope   int
 }
 
 type counts struct{ requests, tokens, concurrent int64 }
+
+// maxScopes is the most scopes a request has: the sandbox's own, and its template's total.
+const maxScopes = 2
 
 // usageNames are the Usage keys of each scope's counters, in scope order.
 var usageNames = [...][3]string{
@@ -55,13 +59,10 @@ var usageNames = [...][3]string{
 }
 
 func (r request) usage(res result) Usage {
-	names := usageNames[:]
-	u := make(Usage, 3*min(len(res.counts), len(names)))
-	for i, c := range res.counts {
-		if i >= len(names) {
-			break
-		}
-		u[names[i][0]], u[names[i][1]], u[names[i][2]] = c.requests, c.tokens, c.concurrent
+	u := make(Usage, 3*len(r.scopes))
+	for i := range r.scopes {
+		c, names := res.counts[i], usageNames[i]
+		u[names[0]], u[names[1]], u[names[2]] = c.requests, c.tokens, c.concurrent
 	}
 	return u
 }
