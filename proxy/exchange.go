@@ -321,7 +321,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		out.Header.Del(h)
 	}
 	for k := range out.Header {
-		if strings.HasPrefix(strings.ToLower(k), "x-forwarded-") {
+		// Header names are ASCII tokens (httpconn refuses others): folded without a copy each.
+		if len(k) >= len("x-forwarded-") && strings.EqualFold(k[:len("x-forwarded-")], "x-forwarded-") {
 			delete(out.Header, k)
 		}
 	}

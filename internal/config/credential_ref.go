@@ -16,6 +16,9 @@ type CredentialRef struct {
 
 // Render is the header value for the secret v.
 func (r *CredentialRef) Render(v string) string {
+	if r.Format == "{value}" { // the default of every header but Authorization: no copy
+		return v
+	}
 	return strings.Replace(r.Format, "{value}", v, 1)
 }
 
