@@ -80,7 +80,7 @@ type Limiter struct {
 // call's six counter keys are built once per caller and minute instead of twice per request
 // (Take, then AddTokens). A new minute or config starts an empty cache: it holds the callers of a
 // minute, however many come and go. BenchmarkRouteRequestLimits: 2.1 µs and 22 allocations per
-// routed request before it, 0.5 µs and 3 after.
+// routed request before it, 0.86 µs and 2 after (the Usage map the policy reads).
 type scopeCache struct {
 	cfg         *config.Limits
 	unixMinute  int64
