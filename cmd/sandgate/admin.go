@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -101,7 +102,20 @@ func grantsAPI(d *serveDeps) http.Handler {
 
 // listenerComponent listens on addr and hands the listener to serve, which runs until ctx
 // ends and then shuts down gracefully. An empty addr disables it.
+//
+// The replica is not ready before the listener is bound: the components start side by side,
+// and /readyz (served by the admin listener, often up first) answering 200 while the MCP port
+// still refuses connections would send a Service's first requests nowhere.
 func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.Context, ln net.Listener) error) component {
+	var bound atomic.Bool
+	if addr != "" && name != "admin" {
+		d.ready.Add(name+" listener", func() error {
+			if !bound.Load() {
+				return errNotListening
+			}
+			return nil
+		})
+	}
 	return componentFunc(func(ctx context.Context) error {
 		if addr == "" {
 			<-ctx.Done()
@@ -111,6 +125,7 @@ func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.C
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", name, err)
 		}
+		bound.Store(true)
 		d.log.Info("listening", "listener", name, "addr", ln.Addr().String())
 		switch name { // the sandbox-facing listeners: connections per source address are capped
 		case "mcp":
@@ -121,6 +136,8 @@ func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.C
 		return serve(ctx, ln)
 	})
 }
+
+var errNotListening = errors.New("not listening yet")
 
 // httpComponent runs an http.Server on addr until ctx ends, then shuts it down gracefully
 // within adminGrace. An empty addr disables it.

@@ -286,10 +286,16 @@ func startServe(t *testing.T, cfg string, getenv func(string) string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
+	var errOut syncBuffer // serve's log, shown when the test fails: why a listener was not there
 	go func() {
-		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: getenv, now: pinnedClock}, []string{"serve", "--config", cfg})
+		done <- run(ctx, &cliEnv{stdout: io.Discard, stderr: &errOut, getenv: getenv, now: pinnedClock}, []string{"serve", "--config", cfg})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; t.Failed() {
+			t.Logf("serve exited %d; its log ends:\n%s", code, tail(errOut.String(), 4000))
+		}
+	})
 }
 
 // `policy eval` prints the revision the server writes into audit events (policy_revision),
@@ -370,4 +376,12 @@ func TestReadyzReportsAPolicyReloadFailure(t *testing.T) {
 	r = waitReadyz("ok again after the repair", func(r readyz) bool { return r.Ready && r.Policy == "ok" })
 	assert.NotEqual(t, good.PolicyRevision, r.PolicyRevision)
 	assert.Empty(t, r.Degraded)
+}
+
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }

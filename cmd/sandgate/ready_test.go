@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -15,6 +17,11 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/policy"
 )
 
 // TestReadyzWaitsForEveryUpstreamToBeTried: serve's /readyz answers 503, naming the gateway's
@@ -66,4 +73,52 @@ log: {level: warn, format: text}
 	releaseOnce()
 	require.Eventually(t, func() bool { code, body = readyz(); return code == http.StatusOK }, 30*time.Second, 20*time.Millisecond,
 		"ready once the upstream was tried: %s", body)
+}
+
+// A sandbox listener is a readiness check of its own: /readyz fails, naming it, until its port is
+// bound, and stays failing when the bind fails. The components start side by side, so the admin
+// listener (and /readyz with it) is often up before the MCP one; a 200 then sent the first
+// requests to a port that refused them (a CI flake in the tests, a lost request in a rollout).
+func TestReadyzWaitsForTheSandboxListeners(t *testing.T) {
+	core, err := call.New(call.Options{Audit: discardEvents{}, Policy: discardEvents{}})
+	require.NoError(t, err)
+	d := &serveDeps{ready: &readiness{}, log: slog.New(slog.DiscardHandler), core: core, cfg: &config.Config{}}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { taken.Close() })
+	served := make(chan net.Listener, 1)
+	serve := func(ctx context.Context, ln net.Listener) error {
+		served <- ln
+		<-ctx.Done()
+		return ln.Close()
+	}
+	mcpC := listenerComponent("mcp", "127.0.0.1:0", d, serve)
+	proxyC := listenerComponent("proxy", taken.Addr().String(), d, serve)
+	listenerComponent("admin", "127.0.0.1:0", d, serve) // /readyz is its own: no check
+	listenerComponent("routes", "", d, serve)           // disabled: no check
+	assert.Equal(t, map[string]string{"mcp listener": "not listening yet", "proxy listener": "not listening yet"}, d.ready.Check())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mcpC.Serve(ctx) }()
+	ln := <-served // bound: serve has the listener
+	assert.Equal(t, map[string]string{"proxy listener": "not listening yet"}, d.ready.Check())
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err, "ready means the port takes connections")
+	c.Close()
+	cancel()
+	require.NoError(t, <-done)
+
+	require.ErrorContains(t, proxyC.Serve(context.Background()), "proxy listener")
+	assert.Equal(t, map[string]string{"proxy listener": "not listening yet"}, d.ready.Check(), "a bind that failed is never ready")
+}
+
+// discardEvents is the request path's audit and policy in a test that sends it no call.
+type discardEvents struct{}
+
+func (discardEvents) Record(*audit.Event) error { return nil }
+func (discardEvents) Healthy() error            { return nil }
+func (discardEvents) Revision() string          { return "r1" }
+func (discardEvents) Decide(context.Context, *policy.Input) policy.Decision {
+	return policy.Decision{Reason: "never asked"}
 }
