@@ -70,10 +70,19 @@ func member(obj []byte, name string) []byte {
 // policyArguments are a tools/call's arguments as policy reads them: decoded from the bytes
 // the upstream gets (RawArguments), numbers as written (json.Number), not as the nearest
 // float64. A request made in-process without RawArguments has its decoded Arguments.
+//
+// Arguments without a number (most: names, paths, titles, bodies) are read as mcp-go read them
+// from the same bytes: the two readings differ only in numbers, and the guard refused every
+// message that readers read differently (readOnce), so they are equal
+// (FuzzPolicyArgumentsAgreeWithAFreshDecoder). That saves a second decoding, 2.7 µs of every
+// such tools/call (BenchmarkPolicyArguments).
 func policyArguments(req mcp.CallToolRequest) (map[string]any, error) {
 	raw := req.Params.RawArguments
 	if len(raw) == 0 || string(raw) == "null" {
 		return req.GetArguments(), nil
+	}
+	if args, ok := req.Params.Arguments.(map[string]any); ok && !hasNumber(raw) {
+		return args, nil
 	}
 	d := argsDecoders.Get().(*argsDecoder)
 	args, err := d.decode(raw)
@@ -136,4 +145,20 @@ func (d *argsDecoder) decodeOnce(raw []byte) (map[string]any, error) {
 	err := d.dec.Decode(&args)
 	d.ok = false
 	return args, err
+}
+
+// hasNumber reports whether raw, valid JSON, holds a number: a '-' or a digit outside strings.
+func hasNumber(raw []byte) bool {
+	in := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case in && c == '\\':
+			i++ // the escaped byte: a quote does not end the string
+		case c == '"':
+			in = !in
+		case !in && (c == '-' || c >= '0' && c <= '9'):
+			return true
+		}
+	}
+	return false
 }

@@ -118,17 +118,69 @@ func FuzzArgsDecoder(f *testing.F) {
 	})
 }
 
+func TestHasNumber(t *testing.T) {
+	for raw, want := range map[string]bool{
+		`{"s":"x","b":true,"n":null,"a":["y",{"o":false}]}`:    false,
+		`{"digits in a string":"1-2","escaped quote":"\"3\\"}`: false,
+		`{"k":"\u0031"}`:   false,
+		`{"n":1}`:          true,
+		`{"a":["x",-0.5]}`: true,
+		`{"s":"\\","n":2}`: true, // the string ends after an escaped backslash
+		`{"e":"\"","n":0}`: true,
+	} {
+		assert.Equal(t, want, hasNumber([]byte(raw)), raw)
+	}
+}
+
+// FuzzPolicyArgumentsAgreeWithAFreshDecoder: whatever the arguments, policy reads of a message
+// the guard lets through exactly what a fresh json.Decoder with UseNumber reads of the bytes the
+// upstream gets, whether policyArguments decoded them again or took mcp-go's reading.
+func FuzzPolicyArgumentsAgreeWithAFreshDecoder(f *testing.F) {
+	for _, raw := range []string{`{"message":"hello"}`, `{"n":9007199254740993}`, `{"a":{"b":["c",true,null]}}`,
+		`{"s":"\"1"}`, `{"A":"x","a":"y"}`, `{"k":"\ud800"}`, `{}`, `{"f":-1e400}`} {
+		f.Add([]byte(raw))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":` + string(raw) + `}}`)
+		var msg struct {
+			Params json.RawMessage `json:"params"`
+		}
+		if json.Unmarshal(body, &msg) != nil || readOnce(body, "tools/call") != nil {
+			return // refused before policy reads it
+		}
+		var req mcp.CallToolRequest
+		if json.Unmarshal(msg.Params, &req.Params) != nil {
+			return // mcp-go answers invalid params
+		}
+		got, gotErr := policyArguments(req)
+		want, wantErr := freshArgs(req.Params.RawArguments)
+		if string(req.Params.RawArguments) == "null" || len(req.Params.RawArguments) == 0 {
+			want, wantErr = req.GetArguments(), nil
+		}
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("%q: error %v, a fresh decoder's %v", raw, gotErr, wantErr)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: %#v, a fresh decoder's %#v", raw, got, want)
+		}
+	})
+}
+
 // BenchmarkPolicyArguments reads a tools/call's arguments for policy with the pool's decoders
 // and, for comparison, with a fresh decoder each time (as before the pool).
 func BenchmarkPolicyArguments(b *testing.B) {
 	var req mcp.CallToolRequest
 	require.NoError(b, json.Unmarshal([]byte(`{"name":"t","arguments":{"owner":"acme","repo":"api","n":42,"labels":["ci"]}}`), &req.Params))
+	var strs mcp.CallToolRequest
+	require.NoError(b, json.Unmarshal([]byte(`{"name":"t","arguments":{"owner":"acme","repo":"api","title":"Fix it","labels":["ci"]}}`), &strs.Params))
 	for _, bc := range []struct {
 		name string
 		read func() (map[string]any, error)
 	}{
 		{"pooled", func() (map[string]any, error) { return policyArguments(req) }},
 		{"fresh-decoder", func() (map[string]any, error) { return freshArgs(req.Params.RawArguments) }},
+		{"no-number", func() (map[string]any, error) { return policyArguments(strs) }},
+		{"no-number-decoded", func() (map[string]any, error) { return freshArgs(strs.Params.RawArguments) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
