@@ -66,3 +66,28 @@ func BenchmarkRecordDelivery(b *testing.B) {
 		b.Run(string(d), func(b *testing.B) { benchRecord(b, 64, WithDelivery(d)) })
 	}
 }
+
+// BenchmarkFileSinkBatchOfOne is the sink's cost for a batch of one event line, the batch a
+// blocking writer mostly writes under a loaded replica's spread-out calls: the check that the
+// log is still in place (checkFile) and the write.
+func BenchmarkFileSinkBatchOfOne(b *testing.B) {
+	sink, err := OpenFileSink(FileConfig{Dir: b.TempDir(), Fsync: FsyncNever})
+	if err != nil {
+		b.Fatal(err)
+	}
+	line := make([]byte, 730) // an intercepted model call's event, as the bench writes it
+	for i := range line {
+		line[i] = 'x'
+	}
+	batch := &Batch{Lines: [][]byte{line}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := sink.WriteBatch(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if err := sink.Close(); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -42,7 +42,15 @@ type FileConfig struct {
 	// of calls already admitted are written when the disk fills up (reserve.go). 0 keeps none;
 	// otherwise at least MinReserve.
 	Reserve int64
+
+	// nameCheckEvery is how often a batch also looks audit.log up by its name (checkFile);
+	// tests shorten or lengthen it. Default defaultNameCheckEvery.
+	nameCheckEvery time.Duration
 }
+
+// defaultNameCheckEvery is how often the sink looks its file up by name when nothing else asks
+// it to (checkFile).
+const defaultNameCheckEvery = time.Second
 
 // FileConfigFrom translates the config file's audit.file section.
 func FileConfigFrom(c config.AuditFile) (FileConfig, error) {
@@ -65,6 +73,9 @@ func (c FileConfig) withDefaults() FileConfig {
 	}
 	if c.FsyncInterval == 0 {
 		c.FsyncInterval = 100 * time.Millisecond
+	}
+	if c.nameCheckEvery == 0 {
+		c.nameCheckEvery = defaultNameCheckEvery
 	}
 	return c
 }
@@ -96,7 +107,8 @@ func (c FileConfig) validate() error {
 // it cannot be undone, or an fsync fails, the sink fails every later write.
 //
 // Before each batch the sink checks that Dir/audit.log is still the file it has open, so a removed
-// or replaced file or directory is reported rather than written into an unlinked inode.
+// or replaced file or directory is reported rather than written into an unlinked inode
+// (checkFile).
 type FileSink struct {
 	cfg      FileConfig
 	path     string
@@ -104,7 +116,9 @@ type FileSink struct {
 
 	mu          sync.Mutex
 	f           *os.File    // nil after a rotation whose reopen failed
+	fd          int         // f's descriptor, for checkFile's fstat
 	fi          os.FileInfo // f's identity, taken when it was opened
+	namedAt     time.Time   // when checkFile last found f under its name
 	size        int64
 	dirty       bool
 	broken      error
@@ -183,7 +197,8 @@ func (s *FileSink) open() error {
 		f.Close()
 		return fmt.Errorf("open audit log: %w", err)
 	}
-	s.f, s.fi, s.size = f, fi, fi.Size()
+	s.f, s.fd, s.fi, s.size = f, int(f.Fd()), fi, fi.Size()
+	s.namedAt = time.Now()
 	return nil
 }
 
@@ -259,16 +274,32 @@ func (s *FileSink) undo(cause error) {
 	}
 }
 
-// checkFile makes sure audit.log is still the open file (not removed or replaced): one stat of
-// the name per batch, compared with the identity the open file had when it was opened.
+// checkFile makes sure audit.log is still the open file, so that a removed or replaced log is
+// reported rather than written into an unlinked inode. Before each batch it asks the open file
+// how many names it has (fstat, 0.6 µs): removed, or replaced by a file renamed over it, it has
+// none. The name is looked up (stat, 2.2 µs: as much as the write of the batch itself, which
+// under blocking delivery holds one or two events) only then, to tell the two apart, and once
+// every nameCheckEvery otherwise: that also reports a log renamed away, whose events are then
+// in the file under its new name, not lost. (Both figures by a `go test -bench` of the two
+// calls on the 2-core ext4 bench VM; a stat per batch was 1.6 µs of an intercepted request's
+// CPU in a pprof of the bench's intercept cell.)
 func (s *FileSink) checkFile() error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(s.fd, &st); err != nil {
+		return fmt.Errorf("audit log %s: %w", s.path, err)
+	}
+	now := time.Now()
+	if st.Nlink > 0 && now.Sub(s.namedAt) < s.cfg.nameCheckEvery {
+		return nil
+	}
 	named, err := os.Stat(s.path)
 	if err != nil {
 		return fmt.Errorf("audit log was removed (check %s): %w", s.cfg.Dir, err)
 	}
-	if !os.SameFile(s.fi, named) {
+	if st.Nlink == 0 || !os.SameFile(s.fi, named) {
 		return fmt.Errorf("audit log %s was replaced by another file; restart to continue in it", s.path)
 	}
+	s.namedAt = now
 	return nil
 }
 

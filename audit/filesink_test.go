@@ -110,26 +110,47 @@ func TestChainContinuesFromTheNewestRotatedFileWhenAuditLogIsGone(t *testing.T) 
 	assert.Equal(t, 7, report.Events)
 }
 
+// TestFileSinkReportsARemovedLog removes or replaces the log under a running writer. The name is
+// looked up once an hour here, so the first three cases are caught by the open file's link count
+// alone, at the next batch; a log renamed away keeps its link, and only the lookup by name (made
+// before every batch in those cases) reports it.
 func TestFileSinkReportsARemovedLog(t *testing.T) {
+	active := func(dir string) string { return filepath.Join(dir, ActiveFile) }
 	tests := []struct {
-		name   string
-		remove func(dir string) error
-		want   string
+		name      string
+		nameEvery time.Duration
+		remove    func(dir string) error
+		want      string
 	}{
-		{"a removed dir is reported", os.RemoveAll, "removed"},
-		{"a removed audit.log is reported", func(dir string) error { return os.Remove(filepath.Join(dir, ActiveFile)) }, "removed"},
-		{"a replaced audit.log is reported", func(dir string) error {
-			p := filepath.Join(dir, ActiveFile)
-			if err := os.Remove(p); err != nil {
+		{"a removed dir is reported", time.Hour, os.RemoveAll, "removed"},
+		{"a removed audit.log is reported", time.Hour, func(dir string) error { return os.Remove(active(dir)) }, "removed"},
+		{"a replaced audit.log is reported", time.Hour, func(dir string) error {
+			if err := os.Remove(active(dir)); err != nil {
 				return err
 			}
-			return os.WriteFile(p, nil, 0o600)
+			return os.WriteFile(active(dir), nil, 0o600)
+		}, "replaced"},
+		{"a file renamed over audit.log is reported", time.Hour, func(dir string) error {
+			other := filepath.Join(dir, "other")
+			if err := os.WriteFile(other, nil, 0o600); err != nil {
+				return err
+			}
+			return os.Rename(other, active(dir))
+		}, "replaced"},
+		{"an audit.log renamed away is reported by its name", time.Nanosecond, func(dir string) error {
+			return os.Rename(active(dir), filepath.Join(dir, "elsewhere"))
+		}, "removed"},
+		{"an audit.log renamed away and made again is reported by its name", time.Nanosecond, func(dir string) error {
+			if err := os.Rename(active(dir), filepath.Join(dir, "elsewhere")); err != nil {
+				return err
+			}
+			return os.WriteFile(active(dir), nil, 0o600)
 		}, "replaced"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "audit")
-			w := openWriter(t, FileConfig{Dir: dir}, WithRetryBackoff(5*time.Millisecond))
+			w := openWriter(t, FileConfig{Dir: dir, nameCheckEvery: tt.nameEvery}, WithRetryBackoff(5*time.Millisecond))
 			ev := testEvent(1)
 			require.NoError(t, w.Record(&ev))
 			require.Eventually(t, func() bool { return w.Stats().Written == 1 }, 5*time.Second, time.Millisecond)
@@ -139,11 +160,36 @@ func TestFileSinkReportsARemovedLog(t *testing.T) {
 			require.NoError(t, w.Record(&ev))
 			require.Eventually(t, func() bool { return w.Healthy() != nil }, 5*time.Second, time.Millisecond)
 			assert.Contains(t, w.Healthy().Error(), tt.want)
+			assert.Equal(t, uint64(1), w.Stats().Written, "nothing is written after the log was moved")
 			ev = testEvent(3)
 			assert.ErrorIs(t, w.Record(&ev), ErrUnhealthy)
 			assert.Error(t, w.Close(ctxTimeout(t, 20*time.Millisecond)), "the queued event is reported lost")
 		})
 	}
+}
+
+// TestFileSinkWritesOnUnderItsNameBetweenLookups: between two lookups by name a log renamed away
+// keeps receiving the events (they are in the file under its new name, not lost), and the next
+// lookup reports it.
+func TestFileSinkWritesOnUnderItsNameBetweenLookups(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "audit")
+	sink, err := OpenFileSink(FileConfig{Dir: dir, nameCheckEvery: time.Hour})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sink.Close() })
+	line := func(s string) *Batch { return &Batch{Lines: [][]byte{[]byte(s)}} }
+	require.NoError(t, sink.WriteBatch(line("one")))
+	moved := filepath.Join(dir, "elsewhere")
+	require.NoError(t, os.Rename(filepath.Join(dir, ActiveFile), moved))
+	require.NoError(t, sink.WriteBatch(line("two")))
+
+	sink.mu.Lock()
+	sink.namedAt = time.Now().Add(-2 * time.Hour) // the next batch looks the name up
+	sink.mu.Unlock()
+	err = sink.WriteBatch(line("three"))
+	require.ErrorContains(t, err, "removed")
+	got, err := os.ReadFile(moved)
+	require.NoError(t, err)
+	assert.Equal(t, "one\ntwo\n", string(got))
 }
 
 func TestFileConfigFromTheConfigFile(t *testing.T) {
