@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,11 +30,12 @@ import (
 
 // Every read from an upstream is bounded (security invariant 7), whoever reads it (Sandgate's
 // own requests or mcp-go's transport):
-//   - an HTTP upstream's response loses its content codings (respguard.Decode: any stack of
-//     gzip, deflate, br, zstd) or is refused (upstream_encoding); a JSON body is one message,
-//     at most max_message_bytes; an event stream's events are each at most max_message_bytes
-//     and, answering a forwarded call, all of them at most max_response_bytes; anything else
-//     at most max_response_bytes (upstream_too_large);
+//   - an HTTP upstream's response head is at most maxUpstreamHeaderBytes (upstream_too_large);
+//   - its body loses its content codings (respguard.Decode: a stack of up to
+//     respguard.MaxCodings of gzip, deflate, br, zstd) or is refused (upstream_encoding); a
+//     JSON body is one message, at most max_message_bytes; an event stream's events are each
+//     at most max_message_bytes and, answering a forwarded call, all of them at most
+//     max_response_bytes; anything else at most max_response_bytes (upstream_too_large);
 //   - a stdio server's lines are each at most max_message_bytes; a longer one ends the
 //     connection (the server is restarted) and fails the calls on it (upstream_too_large);
 //   - an upstream session's notifications are rate-limited (max_notification_rate): the
@@ -52,10 +54,14 @@ func newBoundedTransport(next http.RoundTripper, cfg config.Upstream) boundedTra
 
 func (b boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := b.next.RoundTrip(req)
+	rp, _ := req.Context().Value(replyKey{}).(*reply)
 	if err != nil {
+		if headTooLarge(err) {
+			err = fmt.Errorf("%w: response head over %d bytes (%w)", respguard.ErrTooLarge, maxUpstreamHeaderBytes, err)
+			rp.refuse(err)
+		}
 		return nil, err
 	}
-	rp, _ := req.Context().Value(replyKey{}).(*reply)
 	if err := respguard.Decode(resp); err != nil {
 		resp.Body.Close()
 		rp.refuse(err)
@@ -76,6 +82,18 @@ func (b boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &reportedBody{ReadCloser: body, rp: rp}
 	return resp, nil
+}
+
+// maxUpstreamHeaderBytes bounds an HTTP upstream's response head (the default transport's
+// MaxResponseHeaderBytes), as the egress proxy bounds its upstreams'.
+const maxUpstreamHeaderBytes = 1 << 20
+
+// headTooLarge reports the transport's refusal of a response head over MaxResponseHeaderBytes.
+// net/http has no error value for it: these are its messages over HTTP/1.1 and HTTP/2.
+func headTooLarge(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "server response headers exceeded") ||
+		strings.Contains(msg, "response header list larger than advertised limit")
 }
 
 // eventBound fails an event stream at its first event over the bound.

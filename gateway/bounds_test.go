@@ -1,15 +1,19 @@
 package gateway
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/internal/respguard/respguardtest"
@@ -56,12 +60,56 @@ func TestBoundedTransport(t *testing.T) {
 		require.NoError(t, err, c)
 		assert.Equal(t, msg, got, c)
 	}
-	_, err := get("c=snappy")
-	assert.ErrorIs(t, err, respguard.ErrEncoding)
-	assert.Equal(t, "upstream_encoding", boundCode(err))
-	_, err = get("big=json")
+	for _, c := range []string{"snappy", "gzip,br,gzip,br,gzip"} { // unknown; one deeper than MaxCodings
+		_, err := get("c=" + c)
+		assert.ErrorIs(t, err, respguard.ErrEncoding, c)
+		assert.Equal(t, "upstream_encoding", boundCode(err), c)
+	}
+	_, err := get("big=json")
 	assert.ErrorIs(t, err, respguard.ErrTooLarge)
 	assert.Equal(t, "upstream_too_large", boundCode(err))
 	_, err = get("big=event")
 	assert.ErrorIs(t, err, respguard.ErrTooLarge)
+}
+
+// An HTTP upstream's response head is bounded too: one over a megabyte (net/http's default is
+// ten, read whole for each response) fails its call as upstream_too_large, and the gateway and
+// the upstream's other calls go on.
+func TestUpstreamHeadOverItsBoundFailsTheCall(t *testing.T) {
+	leaky := startLeakyHTTPUpstream(t)
+	target, err := url.Parse(leaky)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		require.NoError(t, err)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(`"name":"leak-forms"`)) {
+			w.Header().Set("X-Padding", strings.Repeat("p", 2<<20))
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	up := leakyUpstreams(t)["http"]
+	up.URL = front.URL + target.Path
+
+	h := startGateway(t, "testdata/policy", up)
+	h.waitReady(t)
+	c := connectSandbox(t, h.URL(), "127.0.0.2", nil)
+	res, err := callTool(t, c, "leak-forms", nil)
+	require.NoError(t, err)
+	assert.True(t, res.IsError, "the call with a 2 MiB head fails")
+	res, err = callTool(t, c, "leak-result", nil)
+	require.NoError(t, err)
+	assert.False(t, res.IsError, "the next call is served: %s", resultText(res))
+
+	var found bool
+	for _, ev := range h.auditEvents(t) {
+		if ev.Kind == audit.KindToolsCall && ev.Target.Tool == "leak-forms" {
+			found = true
+			assert.Equal(t, "upstream_too_large", ev.Outcome.Error)
+			assert.Equal(t, http.StatusBadGateway, ev.Outcome.Status)
+		}
+	}
+	assert.True(t, found, "the failed call is audited")
 }

@@ -262,6 +262,9 @@ func setDefaults(opts *Options) {
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
 			ForceAttemptHTTP2:   true,
+			// An upstream's response head is read whole before its body's bounds apply: the
+			// egress proxy's bound, not net/http's default of 10 MiB for each response.
+			MaxResponseHeaderBytes: maxUpstreamHeaderBytes,
 		}
 	}
 }

@@ -35,6 +35,13 @@ var codingPaths = map[string]http.HandlerFunc{
 		w.Header().Set("Content-Encoding", "snappy")
 		_, _ = io.WriteString(w, "key="+r.Header.Get("X-Api-Key"))
 	},
+	// /coded-deep echoes the key in a stack of one coding more than Sandgate decodes.
+	"/coded-deep": func(w http.ResponseWriter, r *http.Request) {
+		body := []byte(`{"headers":{"x-api-key":"` + r.Header.Get("X-Api-Key") + `"}}`)
+		enc, ce := respguardtest.Encode(body, "gzip", "br", "gzip", "br", "gzip")
+		w.Header().Set("Content-Encoding", ce)
+		_, _ = w.Write(enc)
+	},
 	// /range echoes the key and honours Range, as a static file server does.
 	"/range": func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "echo.txt", time.Time{}, strings.NewReader("key="+r.Header.Get("X-Api-Key")))
@@ -111,15 +118,17 @@ func TestCodedEchoNeverReachesTheSandbox(t *testing.T) {
 				}, 5*time.Second, 10*time.Millisecond, "each coded echo's event says credential_echoed")
 			})
 		}
-		t.Run(map[bool]string{false: "route: ", true: "tunnel: "}[tunnel]+"an unknown coding is refused", func(t *testing.T) {
-			f := h.fetch(t, tunnel, "/coded-unknown")
-			require.NotNil(t, f.final)
-			assert.Equal(t, http.StatusBadGateway, f.final.StatusCode)
-			assertNoKey(t, f.raw)
-			ev := h.rec.waitFor(t, func(e audit.Event) bool { return e.Target.Path == "/coded-unknown" && e.Target.Route == route })
-			assert.Equal(t, "upstream_encoding", ev.Outcome.Error)
-			assert.Equal(t, http.StatusBadGateway, ev.Outcome.Status)
-		})
+		for _, path := range []string{"/coded-unknown", "/coded-deep"} {
+			t.Run(map[bool]string{false: "route: ", true: "tunnel: "}[tunnel]+path+" is refused", func(t *testing.T) {
+				f := h.fetch(t, tunnel, path)
+				require.NotNil(t, f.final)
+				assert.Equal(t, http.StatusBadGateway, f.final.StatusCode)
+				assertNoKey(t, f.raw)
+				ev := h.rec.waitFor(t, func(e audit.Event) bool { return e.Target.Path == path && e.Target.Route == route })
+				assert.Equal(t, "upstream_encoding", ev.Outcome.Error)
+				assert.Equal(t, http.StatusBadGateway, ev.Outcome.Status)
+			})
+		}
 		t.Run(map[bool]string{false: "route: ", true: "tunnel: "}[tunnel]+"a decompression bomb is cut, not buffered", func(t *testing.T) {
 			f := h.fetch(t, tunnel, "/bomb")
 			require.NotNil(t, f.final)

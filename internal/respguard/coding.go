@@ -35,14 +35,23 @@ const (
 	maxZstdWindow = 8 << 20
 )
 
+// MaxCodings is the deepest stack of content codings decoded. Each coding is a decoder of its
+// own, with its own window (up to 8 MiB for zstd, 16 MiB for br) and a pass over every byte: a
+// header of a megabyte could list hundreds of thousands of them. Servers apply one, and a
+// proxy on the way may add one more; a deeper stack is refused like an unknown coding.
+const MaxCodings = 4
+
 // Decode replaces resp's body with its decoded form when it has a Content-Encoding: gzip,
-// x-gzip, deflate (zlib-wrapped or raw), br, zstd or any stack of them, listed in the order
-// they were applied. The header loses Content-Encoding and Content-Length (the decoded length
+// x-gzip, deflate (zlib-wrapped or raw), br, zstd or any stack of at most MaxCodings of them,
+// listed in the order they were applied. The header loses Content-Encoding and Content-Length (the decoded length
 // is not known). identity is no coding. Any other coding is ErrEncoding, resp unchanged.
 func Decode(resp *http.Response) error {
 	codings := contentCodings(resp.Header)
 	if len(codings) == 0 {
 		return nil
+	}
+	if len(codings) > MaxCodings {
+		return fmt.Errorf("%w: a stack of %d codings (at most %d)", ErrEncoding, len(codings), MaxCodings)
 	}
 	for _, c := range codings {
 		if _, ok := decoders[c]; !ok {
@@ -71,14 +80,16 @@ func Decode(resp *http.Response) error {
 }
 
 // contentCodings are the codings of h's Content-Encoding in the order applied, identity left
-// out, lower case.
+// out, lower case; it stops counting one past MaxCodings.
 func contentCodings(h http.Header) []string {
 	var out []string
 	for _, v := range h.Values("Content-Encoding") {
-		for _, c := range strings.Split(v, ",") {
+		for c := range strings.SplitSeq(v, ",") {
 			c = strings.ToLower(strings.TrimSpace(c))
 			if c != "" && c != "identity" {
-				out = append(out, c)
+				if out = append(out, c); len(out) > MaxCodings {
+					return out
+				}
 			}
 		}
 	}

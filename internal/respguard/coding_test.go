@@ -2,6 +2,7 @@ package respguard_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -40,6 +41,38 @@ func TestDecodeRefusesUnknownCodings(t *testing.T) {
 		resp := &http.Response{Header: http.Header{"Content-Encoding": {ce}}, Body: io.NopCloser(strings.NewReader("x"))}
 		assert.ErrorIs(t, respguard.Decode(resp), respguard.ErrEncoding, ce)
 	}
+}
+
+// TestDecodeRefusesADeepStack: every layer of a stack is a decoder with its own window, so a
+// header listing thousands of codings would cost gigabytes; more than MaxCodings is refused
+// before any decoder is made, however well formed the body.
+func TestDecodeRefusesADeepStack(t *testing.T) {
+	body := []byte(`{"echo":"` + secret + `"}`)
+	for _, depth := range []int{respguard.MaxCodings + 1, 100} {
+		stack := make([]string, depth)
+		for i := range stack {
+			stack[i] = []string{"gzip", "br", "zstd", "deflate"}[i%4]
+		}
+		enc, header := respguardtest.Encode(body, stack...)
+		resp := &http.Response{Header: http.Header{"Content-Encoding": {header}}, Body: io.NopCloser(bytes.NewReader(enc))}
+		err := respguard.Decode(resp)
+		require.ErrorIs(t, err, respguard.ErrEncoding, "depth %d", depth)
+		assert.Contains(t, err.Error(), fmt.Sprintf("a stack of %d codings", min(depth, respguard.MaxCodings+1)))
+		assert.Equal(t, header, resp.Header.Get("Content-Encoding"), "refused as it came")
+	}
+	huge := strings.Repeat("gzip, ", 200_000) + "gzip" // a megabyte of header
+	resp := &http.Response{Header: http.Header{"Content-Encoding": {huge}}, Body: io.NopCloser(strings.NewReader("x"))}
+	allocs := testing.AllocsPerRun(10, func() {
+		assert.ErrorIs(t, respguard.Decode(resp), respguard.ErrEncoding)
+	})
+	assert.Less(t, allocs, 20.0, "the list is not split whole")
+
+	enc, header := respguardtest.Encode(body, "gzip", "br", "zstd", "deflate")
+	resp = &http.Response{Header: http.Header{"Content-Encoding": {header}}, Body: io.NopCloser(bytes.NewReader(enc))}
+	require.NoError(t, respguard.Decode(resp), "a stack of MaxCodings is decoded")
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Equal(t, body, got)
 }
 
 func TestDecodeBombIsRefusedWhileRead(t *testing.T) {
