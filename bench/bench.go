@@ -21,6 +21,8 @@ type Options struct {
 	BaselineBin string
 	// BaselineOmit are top-level config keys left out of the baseline's config: a binary older
 	// than a field the bench sets (shutdown, for builds before 1ab4960) refuses the whole file.
+	// They are left out of "sandgate"'s too, so that the A/B compares one config, and either
+	// binary can take either place (a crossover run, to cancel the places' own difference).
 	BaselineOmit []string
 	// PolicyVariants adds two more Sandgates beside "sandgate", same binary and config plus one
 	// policy feature, measured interleaved on the route and mcp workloads: "declog" with
@@ -28,7 +30,7 @@ type Options struct {
 	// "sandgate" are issue #21's cost targets (ratioSpecs).
 	PolicyVariants bool
 	// DeliveryVariants adds a Sandgate with audit.delivery: async ("async") beside "sandgate"
-	// (blocking, the default), interleaved on route and mcp: the cost of holding an answer's
+	// (blocking, the default), interleaved on route, intercept and mcp: the cost of holding an answer's
 	// end for its event (issue #36; ratioSpecs and deliveryP50).
 	DeliveryVariants bool
 	// ExportVariants adds "otlp" beside "sandgate": the same binary and config with the audit log
@@ -147,7 +149,11 @@ func supports(target, w string) bool {
 		// Plain forwarding exists, but its dial guard (rightly) refuses the loopback stand-in:
 		// plain forward has no allow_private knob. The mix is every other workload.
 		return w != WForward
-	case "declog", "shadow", "async", "otlp", "otlp-baseline":
+	case "async":
+		// Blocking delivery holds each answer's end until its event is written: intercepted
+		// answers too.
+		return w == WRoute || w == WMCP || w == WIntercept
+	case "declog", "shadow", "otlp", "otlp-baseline":
 		return w == WRoute || w == WMCP
 	case "relay":
 		// The bare CONNECT relay, a bare httputil.ReverseProxy for the route, and a bare mcp-go
@@ -200,7 +206,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	maxN = max(maxN, slices.Max(o.Concurrency))
 	targets := []*Target{{Name: "direct", MCPURL: up.MCPURL}}
 	sg, err := retryBind(func() (*Target, error) {
-		return startSandgate(ctx, "sandgate", o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN, variant{name: "sandgate"})
+		return startSandgate(ctx, "sandgate", o.SandgateBin, filepath.Join(root, "sandgate"), o.PolicyDir, up, maxN, variant{name: "sandgate", omit: o.BaselineOmit})
 	})
 	if err != nil {
 		return nil, err

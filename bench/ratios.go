@@ -98,6 +98,7 @@ var ratioSpecs = []ratioSpec{
 	// Issue #36: what blocking audit delivery costs against async (Options.DeliveryVariants);
 	// its added p50 is deliveryP50.
 	{WRoute, "async", "", "CPU µs/request (c=64), blocking vs async audit delivery", 1.05, false, cpuC64, cpuOf},
+	{WIntercept, "async", "", "CPU µs/request (c=64), blocking vs async audit delivery", 1.05, false, cpuC64, cpuOf},
 	{WMCP, "async", "", "CPU µs/request (c=64), blocking vs async audit delivery", 1.05, false, cpuC64, cpuOf},
 	// Issue #37: what exporting the audit log over OTLP costs (Options.ExportVariants).
 	{WRoute, "sandgate", "otlp", "CPU µs/request (c=64), audit OTLP export on vs off", 1.05, false, cpuC64, cpuOf},

@@ -30,7 +30,7 @@ func main() {
 	quick := flag.Bool("quick", false, "a short run (about a minute): 1 repetition, 1 s windows, 200 sandboxes")
 	flag.StringVar(&o.SandgateBin, "sandgate", "bin/sandgate", "sandgate binary (make build)")
 	flag.StringVar(&o.BaselineBin, "baseline", "", "a second sandgate binary (e.g. main's build) measured beside -sandgate, interleaved: the A/B of a change")
-	baselineOmit := flag.String("baseline-omit", "", "top-level config keys (comma-separated) left out of the baseline's config, for a binary older than them (e.g. shutdown, before 1ab4960)")
+	baselineOmit := flag.String("baseline-omit", "", "top-level config keys (comma-separated) left out of the baseline's config, for a binary older than them (e.g. shutdown, before 1ab4960), and out of the sandgate target's, so that both run one config and may swap places")
 	flag.StringVar(&o.RelayBin, "relay", "bin/bench-relay", "bare CONNECT relay binary (bench/cmd/relay)")
 	flag.StringVar(&o.SmokescreenBin, "smokescreen", ".tools/bin/smokescreen", "Stripe's Smokescreen (bench/setup.sh installs it), a peer on tunnel, tunnel-new and forward")
 	flag.StringVar(&o.PolicyDir, "policies", "policies", "the shipped policies (their rules; the bench brings its own data)")
@@ -48,9 +48,9 @@ func main() {
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
 	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ",")+
-		`; "declog": only route and mcp, with -policy-variants; "delivery": only route and mcp, with -delivery-variants; "otlp": only route and mcp, with -export-variants`)
+		`; "declog": only route and mcp, with -policy-variants; "delivery": route, intercept and mcp, with -delivery-variants; "otlp": only route and mcp, with -export-variants`)
 	flag.BoolVar(&o.PolicyVariants, "policy-variants", false, `also run Sandgate with the decision log on ("declog") and with a shadow policy ("shadow"), interleaved, on route and mcp`)
-	flag.BoolVar(&o.DeliveryVariants, "delivery-variants", false, `also run Sandgate with audit.delivery: async ("async") beside the default blocking one, interleaved, on route and mcp`)
+	flag.BoolVar(&o.DeliveryVariants, "delivery-variants", false, `also run Sandgate with audit.delivery: async ("async") beside the default blocking one, interleaved, on route, intercept and mcp`)
 	flag.BoolVar(&o.ExportVariants, "export-variants", false, `also run Sandgate exporting its audit log over OTLP to a Collector ("otlp"), interleaved, on route and mcp`)
 	flag.StringVar(&o.OtelcolBin, "otelcol", ".tools/bin/otelcol", "the OpenTelemetry Collector test/setup.sh builds (test/otelcol), for -export-variants")
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
@@ -201,13 +201,14 @@ func shortSHA() string {
 }
 
 // workloadList is -workloads as a list; a variant's name ("declog", "delivery", "otlp") stands
-// for route and mcp with that variant's targets on.
+// for the workloads that variant's targets serve (route and mcp; intercept too for delivery),
+// with those targets on.
 func workloadList(o *bench.Options, workloads string) []string {
 	switch workloads {
 	case "declog":
 		workloads, o.PolicyVariants = bench.WRoute+","+bench.WMCP, true
 	case "delivery":
-		workloads, o.DeliveryVariants = bench.WRoute+","+bench.WMCP, true
+		workloads, o.DeliveryVariants = bench.WRoute+","+bench.WIntercept+","+bench.WMCP, true
 	case "otlp":
 		workloads, o.ExportVariants = bench.WRoute+","+bench.WMCP, true
 	}
