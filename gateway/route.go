@@ -87,6 +87,16 @@ func (g *Gateway) upstreamMessage(u *upstream, sid string, in inbound) {
 		if s := g.sandboxes.get(sid); s != nil {
 			go g.tellListChangesTo(s)
 		}
+	case mcp.MethodNotificationSubscriptionsAcknowledged:
+		// The shared connection's subscriptions/listen stream is open (upstream.subscribe): list
+		// changes are told from now on, but one made since the catalog was listed, before the
+		// stream opened, was told to no one. The catalog is listed again. Any other
+		// acknowledgement goes where it did before.
+		if sid == "" && in.call == nil {
+			u.requestRefresh()
+			return
+		}
+		g.relayOther(u, sid, in)
 	case string(mcp.MethodNotificationProgress):
 		g.relayProgress(u, in)
 	case string(mcp.MethodNotificationMessage):
