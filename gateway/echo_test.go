@@ -261,15 +261,7 @@ func TestOversizedUpstreamMessageIsRefused(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, res.IsError)
 			assert.Less(t, len(resultText(res)), 1<<20, "the oversized message is not relayed")
-			var found bool
-			for _, ev := range h.auditEvents(t) {
-				if ev.Kind == audit.KindToolsCall && ev.Target.Tool == "big" {
-					found = true
-					assert.Equal(t, "upstream_too_large", ev.Outcome.Error)
-					assert.Equal(t, http.StatusBadGateway, ev.Outcome.Status)
-				}
-			}
-			assert.True(t, found)
+			h.assertToolCallFailed(t, "big", "upstream_too_large", http.StatusBadGateway)
 		})
 	}
 }

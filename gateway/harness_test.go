@@ -195,6 +195,21 @@ func (h *harness) waitReady(t testing.TB) {
 		"upstreams not ready: %v", h.gw.Ready())
 }
 
+// assertToolCallFailed closes the writer and checks that the tools/call events of tool (at
+// least one) say it failed with code and status.
+func (h *harness) assertToolCallFailed(t testing.TB, tool, code string, status int) {
+	t.Helper()
+	var found bool
+	for _, ev := range h.auditEvents(t) {
+		if ev.Kind == audit.KindToolsCall && ev.Target.Tool == tool {
+			found = true
+			assert.Equal(t, code, ev.Outcome.Error)
+			assert.Equal(t, status, ev.Outcome.Status)
+		}
+	}
+	assert.True(t, found, "the call of %s is audited", tool)
+}
+
 // auditEvents closes the writer and reads every event of the file sink.
 func (h *harness) auditEvents(t testing.TB) []audit.Event {
 	t.Helper()
