@@ -43,15 +43,16 @@ const MaxCodings = 4
 
 // Decode replaces resp's body with its decoded form when it has a Content-Encoding: gzip,
 // x-gzip, deflate (zlib-wrapped or raw), br, zstd or any stack of at most MaxCodings of them,
-// listed in the order they were applied. The header loses Content-Encoding and Content-Length (the decoded length
-// is not known). identity is no coding. Any other coding is ErrEncoding, resp unchanged.
+// listed in the order they were applied. The header loses Content-Encoding and Content-Length
+// (the decoded length is not known). identity is no coding. Any other coding, or a deeper
+// stack, is ErrEncoding, resp unchanged.
 func Decode(resp *http.Response) error {
 	codings := contentCodings(resp.Header)
 	if len(codings) == 0 {
 		return nil
 	}
 	if len(codings) > MaxCodings {
-		return fmt.Errorf("%w: a stack of %d codings (at most %d)", ErrEncoding, len(codings), MaxCodings)
+		return fmt.Errorf("%w: a stack of more than %d codings", ErrEncoding, MaxCodings)
 	}
 	for _, c := range codings {
 		if _, ok := decoders[c]; !ok {

@@ -57,7 +57,7 @@ func TestDecodeRefusesADeepStack(t *testing.T) {
 		resp := &http.Response{Header: http.Header{"Content-Encoding": {header}}, Body: io.NopCloser(bytes.NewReader(enc))}
 		err := respguard.Decode(resp)
 		require.ErrorIs(t, err, respguard.ErrEncoding, "depth %d", depth)
-		assert.Contains(t, err.Error(), fmt.Sprintf("a stack of %d codings", min(depth, respguard.MaxCodings+1)))
+		assert.Contains(t, err.Error(), fmt.Sprintf("a stack of more than %d codings", respguard.MaxCodings))
 		assert.Equal(t, header, resp.Header.Get("Content-Encoding"), "refused as it came")
 	}
 	huge := strings.Repeat("gzip, ", 200_000) + "gzip" // a megabyte of header
