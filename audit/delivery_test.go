@@ -72,6 +72,59 @@ func TestBlockingRecordGivesUpWhenTheSinkKeepsFailing(t *testing.T) {
 	require.Error(t, w.Close(ctxTimeout(t, 50*time.Millisecond)))
 }
 
+// TestABlockingRecordWhoseWriteFailsIsAnsweredOnceTheRetryLands: while the sink fails the writer
+// retries the batch and the Record waits; it returns nil only once the sink has the event, written
+// once, and finds the writer healthy again (before, the Record could be told before the writer
+// cleared its failure, and a next Record was refused).
+func TestABlockingRecordWhoseWriteFailsIsAnsweredOnceTheRetryLands(t *testing.T) {
+	sink := &stubSink{failing: true}
+	w := NewWriter(sink, WithDelivery(DeliveryBlocking), WithDeliveryTimeout(time.Hour), WithRetryBackoff(time.Millisecond))
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	done := make(chan error, 1)
+	go func() {
+		ev := testEvent(1)
+		done <- w.Record(&ev)
+	}()
+	require.Eventually(t, func() bool { return w.Stats().FailedWrites >= 2 }, 5*time.Second, time.Millisecond,
+		"the failed batch is retried")
+	select {
+	case err := <-done:
+		t.Fatalf("Record returned (%v) before its event was written", err)
+	default:
+	}
+	sink.setFailing(false)
+	require.NoError(t, <-done)
+	assert.Len(t, sink.written(), 1, "written once")
+	require.NoError(t, w.Healthy())
+	ev := testEvent(2)
+	require.NoError(t, w.Record(&ev), "the writer takes Records again")
+	assert.Len(t, sink.written(), 2)
+}
+
+// TestBlockingRecordsGiveUpOnAHungWrite: a write that hangs (a stuck network store) is not a
+// failing one: no error ever comes back. The Records waiting for it still return ErrNotDelivered
+// once it has hung for the delivery timeout, and their events are written, once, when the sink
+// comes back.
+func TestBlockingRecordsGiveUpOnAHungWrite(t *testing.T) {
+	sink := &stubSink{block: make(chan struct{}), entered: make(chan struct{}, 2)}
+	w := NewWriter(sink, WithDelivery(DeliveryBlocking), WithDeliveryTimeout(50*time.Millisecond))
+	first := make(chan error, 1)
+	go func() {
+		ev := testEvent(1)
+		first <- w.Record(&ev)
+	}()
+	<-sink.entered // the first event's write hangs
+	ev := testEvent(2)
+	err := w.Record(&ev)
+	require.ErrorIs(t, err, ErrNotDelivered)
+	assert.ErrorContains(t, err, "the sink is slow")
+	require.ErrorIs(t, <-first, ErrNotDelivered)
+	assert.Equal(t, uint64(2), w.Stats().Undelivered)
+	close(sink.block)
+	require.NoError(t, w.Close(context.Background()))
+	assert.Len(t, sink.written(), 2, "the late events are still written, once")
+}
+
 // TestBlockingRecordHearsOfAClose: a Record waiting while the sink fails returns as soon as
 // Close gives up, with the reason.
 func TestBlockingRecordHearsOfAClose(t *testing.T) {

@@ -42,6 +42,13 @@ func TestTornTailIsHealedAtStart(t *testing.T) {
 		}, func(pub *published) VerifyOptions {
 			return VerifyOptions{ChainKey: testChainKey, PublicKey: testPublicKey, External: pub.list}
 		}},
+		// A blocking writer's Records write the log themselves (commit.go): the recovery
+		// record must still come first.
+		{"keyed and signed, blocking", func(pub *published) []Option {
+			return append(checkpointOpts(2, newFakeClock(), pub), WithChainKey(testChainKey), WithDelivery(DeliveryBlocking))
+		}, func(pub *published) VerifyOptions {
+			return VerifyOptions{ChainKey: testChainKey, PublicKey: testPublicKey, External: pub.list}
+		}},
 	}
 	for _, m := range modes {
 		for _, tc := range tears {

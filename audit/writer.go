@@ -455,7 +455,6 @@ func (w *Writer) write(b *Batch) bool {
 	for {
 		err := w.sink.WriteBatch(b)
 		if err == nil {
-			acknowledge(b.Events, nil)
 			w.written.Add(uint64(len(b.Events)))
 			var owed int64
 			for i := range b.Events {
@@ -465,6 +464,9 @@ func (w *Writer) write(b *Batch) bool {
 			if !w.checkReserve() {
 				w.failure.Store(nil)
 			}
+			// Last: a blocking Record told of its write finds the writer as the write left it
+			// (healthy again after a failure, its counters up to date).
+			acknowledge(b.Events, nil)
 			return true
 		}
 		w.failed.Add(1)
