@@ -18,7 +18,8 @@ const (
 	// DeliveryBlocking returns once the event is written to the sink (write(2) done; fsynced
 	// too with FsyncAlways), so the caller can hold the answer's last bytes until then: killing
 	// the process loses no answered call's event. Events are written in groups (group commit):
-	// whatever is queued while one batch is written goes in the next, without a linger.
+	// whatever is queued while one batch is written goes in the next; a lone call is written at
+	// once, and only while calls come in together does the writer linger (blockingLinger).
 	DeliveryBlocking Delivery = "blocking"
 )
 
@@ -39,7 +40,7 @@ func ParseDelivery(s string) (Delivery, error) {
 var ErrNotDelivered = errors.New("audit event not confirmed written")
 
 // WithDelivery sets the delivery mode (default DeliveryAsync; serve's default, audit.delivery,
-// is blocking). A blocking writer does not linger: see DeliveryBlocking.
+// is blocking). A blocking writer does not take WithLinger's linger: see DeliveryBlocking.
 func WithDelivery(d Delivery) Option {
 	return func(w *Writer) { w.blocking = d == DeliveryBlocking }
 }

@@ -118,8 +118,9 @@ func WithMaxBatch(n int) Option {
 // written (default 2ms; 0 writes what is queued at once). With async delivery nothing waits for
 // a batch to be written (Record returns once the event is queued), so lingering costs no request
 // any time: it turns one write per one or two events into one per dozens at thousands of
-// requests a second. A blocking writer never lingers (its callers wait for the write). Close
-// still writes everything queued.
+// requests a second. A blocking writer ignores it (its callers wait for the write): it lingers
+// only while its calls come in together, briefly (blockingLinger). Close still writes everything
+// queued.
 func WithLinger(d time.Duration) Option {
 	return func(w *Writer) {
 		if d >= 0 {
