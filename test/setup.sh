@@ -7,7 +7,7 @@
 #   Go:   opa (policy tests; go.mod's tool directive), helm (chart tests; a tool of
 #         test/kube-apiserver's module), staticcheck (make lint), everything-server (MCP
 #         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
-#         CRDs + controller (pinned v0.5.6 from the Go module proxy, zip hash checked, built against
+#         CRDs + controller (pinned v0.5.6 and v1.0.1 from the Go module proxy, zip hash checked, built against
 #         Sandgate's Kubernetes versions: test/agent-sandbox/go.mod), cyclonus v0.5.6's
 #         evaluator (NetworkPolicy cross-check, built from test/cyclonus), otelcol (an
 #         OpenTelemetry Collector built from test/otelcol: the audit export tests)
@@ -148,37 +148,43 @@ module_zip() {
 }
 
 # Agent Sandbox (kubernetes-sigs/agent-sandbox): the real CRDs and controller for the kube
-# tests. The release comes from the Go module proxy, pinned, and its zip is checked against the
-# hashes below before anything in it is used; the CRDs are copied to .tools/agent-sandbox/crds
-# (test/kubetest installs them) and the controller is built to .tools/bin.
+# tests, of every supported release (test/kubetest's Releases): v0.5.6 and v1.0.1 (GA). Each
+# release comes from the Go module proxy, pinned, and its zip is checked against the hashes below
+# (the module hashes are sum.golang.org's) before anything in it is used; the CRDs are copied to
+# .tools/<folder>/crds (test/kubetest installs them) and the controller is built to .tools/bin.
 # The controller is built from that source against Sandgate's Kubernetes versions: its own go.mod
-# pins k8s.io/* v0.36.3 and controller-runtime v0.24.1, which compiled a third copy of the
+# pins k8s.io/* v0.36.x and controller-runtime v0.24.1, which compiled a third copy of the
 # Kubernetes client libraries on a cold machine (its step: 20 of the 42 minutes of a cold setup,
 # side by side with the others). test/agent-sandbox/go.mod (and go.sum, which pins every module)
 # replaces the release's: k8s.io/* v0.37.2 as Sandgate and the test apiserver, controller-runtime
-# v0.25.2, otel, grpc and x/* at Sandgate's versions. Every kube test passed with it.
-agent_sandbox_version=v0.5.6
-agent_sandbox_zip_sha256=741cb91279958a3591a4e9509820931f3de84ca454f3c20cff06b631fbc506a8
-agent_sandbox_h1='h1:+lIxbO5MIPYqmnbv4eWZDm+bh9Y6qHvZ+qXEe4MJVkU='
+# v0.25.2, otel, grpc and x/* at Sandgate's versions. Both releases require the same modules, so
+# one go.mod serves both; every kube test passed with it.
+# agent_sandbox VERSION ZIP-SHA256 H1 FOLDER BINARY
 agent_sandbox() {
-  local mods stamp zip src
+  local version=$1 zip_sha256=$2 h1=$3 folder=$4 binary=$5 mods stamp zip src
   mods=$(cat "$root/test/agent-sandbox/go.mod" "$root/test/agent-sandbox/go.sum" | sha256sum | cut -c1-16)
-  stamp="$agent_sandbox_version-${agent_sandbox_zip_sha256:0:16}-$mods"
-  [ ! -x "$bin/agent-sandbox-controller" ] || [ "$(cat "$tools/agent-sandbox/.stamp" 2>/dev/null)" != "$stamp" ] || return 0
-  log "agent-sandbox $agent_sandbox_version: download, check, copy CRDs, build the controller"
-  zip=$(module_zip sigs.k8s.io/agent-sandbox "$agent_sandbox_version" "$agent_sandbox_zip_sha256" "$agent_sandbox_h1")
-  rm -rf "$tools/agent-sandbox.tmp" && mkdir -p "$tools/agent-sandbox.tmp/crds"
+  stamp="$version-${zip_sha256:0:16}-$mods"
+  [ ! -x "$bin/$binary" ] || [ "$(cat "$tools/$folder/.stamp" 2>/dev/null)" != "$stamp" ] || return 0
+  log "agent-sandbox $version: download, check, copy CRDs, build the controller"
+  zip=$(module_zip sigs.k8s.io/agent-sandbox "$version" "$zip_sha256" "$h1")
+  rm -rf "$tools/$folder.tmp" && mkdir -p "$tools/$folder.tmp/crds"
   # From the checked zip itself, not the extracted folder, so what is installed is what was hashed.
-  unzip -q -j "$zip" "sigs.k8s.io/agent-sandbox@$agent_sandbox_version/k8s/crds/*.yaml" -d "$tools/agent-sandbox.tmp/crds"
-  unzip -q "$zip" -d "$tools/agent-sandbox.tmp/src"
-  src="$tools/agent-sandbox.tmp/src/sigs.k8s.io/agent-sandbox@$agent_sandbox_version"
+  unzip -q -j "$zip" "sigs.k8s.io/agent-sandbox@$version/k8s/crds/*.yaml" -d "$tools/$folder.tmp/crds"
+  unzip -q "$zip" -d "$tools/$folder.tmp/src"
+  src="$tools/$folder.tmp/src/sigs.k8s.io/agent-sandbox@$version"
   chmod -R u+w "$src"
   cp "$root/test/agent-sandbox/go.mod" "$root/test/agent-sandbox/go.sum" "$src/"
-  (cd "$src" && GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" GOSUMDB=off go build -o "$bin/.agent-sandbox-controller.tmp" ./cmd/agent-sandbox-controller)
-  mv -f "$bin/.agent-sandbox-controller.tmp" "$bin/agent-sandbox-controller"
-  rm -rf "$tools/agent-sandbox.tmp/src" "$tools/agent-sandbox"
-  mv "$tools/agent-sandbox.tmp" "$tools/agent-sandbox"
-  echo "$stamp" > "$tools/agent-sandbox/.stamp"
+  (cd "$src" && GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" GOSUMDB=off go build -o "$bin/.$binary.tmp" ./cmd/agent-sandbox-controller)
+  mv -f "$bin/.$binary.tmp" "$bin/$binary"
+  rm -rf "$tools/$folder.tmp/src" "$tools/$folder"
+  mv "$tools/$folder.tmp" "$tools/$folder"
+  echo "$stamp" > "$tools/$folder/.stamp"
+}
+agent_sandboxes() {
+  agent_sandbox v0.5.6 741cb91279958a3591a4e9509820931f3de84ca454f3c20cff06b631fbc506a8 \
+    'h1:+lIxbO5MIPYqmnbv4eWZDm+bh9Y6qHvZ+qXEe4MJVkU=' agent-sandbox agent-sandbox-controller
+  agent_sandbox v1.0.1 8548f51a6691fb6292f56da98fcc2daacc20b90b5f279d50771313eee6fe747d \
+    'h1:AZA1kFurdKIdNL04j9RhGZXb3kL2/O80eiXaTC/oXjM=' agent-sandbox-v1.0.1 agent-sandbox-controller-v1.0.1
 }
 
 # cyclonus: an independent NetworkPolicy evaluator, to cross-check internal/kube/netpoleval cell
@@ -266,7 +272,7 @@ shared_builds() {
   side_job staticcheck timed staticcheck go_tool staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck@v0.8.2
   side_job everything-server timed everything-server go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
   timed kube-apiserver kube_apiserver
-  timed agent-sandbox agent_sandbox
+  timed agent-sandbox agent_sandboxes
   timed cyclonus cyclonus
   if [ "${SANDGATE_SETUP_HELM:-1}" = 1 ]; then timed helm helm_tool; fi
   timed otelcol otel_collector

@@ -4,10 +4,10 @@
 //
 // The kube-apiserver binary is built from test/kube-apiserver by test/setup.sh into
 // .tools/bin/kube-apiserver (or named by $SANDGATE_KUBE_APISERVER); etcd comes from Debian's
-// etcd-server package (or $SANDGATE_ETCD). The Agent Sandbox CRDs are those of the pinned
-// release, copied by test/setup.sh to .tools/agent-sandbox/crds (or $SANDGATE_AGENT_SANDBOX_CRDS),
-// and its controller is built to .tools/bin/agent-sandbox-controller. When something is missing
-// the test is skipped, unless $SANDGATE_REQUIRE_KUBE is set (CI), where it fails.
+// etcd-server package (or $SANDGATE_ETCD). The Agent Sandbox CRDs are those of a pinned release
+// (Releases: v0.5.6 by default, v1.0.1 with StartRelease), copied by test/setup.sh under .tools,
+// and its controller is built to .tools/bin. When something is missing the test is skipped,
+// unless $SANDGATE_REQUIRE_KUBE is set (CI), where it fails.
 //
 // There is no kubelet and no controller-manager: pods stay Pending, tests set status.podIPs
 // through the status subresource (SetPodIPs), and nothing garbage-collects owned objects.
@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,14 +80,23 @@ type Cluster struct {
 	Tenant *rest.Config
 	// Dir holds the data, keys, certificates and logs.
 	Dir string
+	// Release is the Agent Sandbox release whose CRDs are installed and whose controller
+	// StartController runs.
+	Release Release
 }
 
-// Start runs etcd and kube-apiserver, waits until the apiserver is ready and the test CRDs are
-// served, and stops both when the test ends.
+// Start runs etcd and kube-apiserver, waits until the apiserver is ready and the CRDs of the
+// default Agent Sandbox release are served, and stops both when the test ends.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	return StartRelease(t, DefaultRelease())
+}
+
+// StartRelease is Start with the CRDs of release r (and its controller for StartController).
+func StartRelease(t testing.TB, r Release) *Cluster {
+	t.Helper()
 	apiserver := binary(t)
-	crdFiles(t) // skip before starting anything when the CRDs are missing
+	crdFiles(t, r) // skip before starting anything when the CRDs are missing
 	etcdBin := os.Getenv("SANDGATE_ETCD")
 	if etcdBin == "" {
 		etcdBin = "etcd"
@@ -95,7 +105,7 @@ func Start(t testing.TB) *Cluster {
 		missing(t, "etcd not found (%v): run test/setup.sh (it installs Debian's etcd-server)", err)
 	}
 	dir := t.TempDir()
-	c := &Cluster{Dir: dir}
+	c := &Cluster{Dir: dir, Release: r}
 
 	etcdURL := startEtcd(t, etcdBin, dir)
 	port := freePort(t)
@@ -106,7 +116,7 @@ func Start(t testing.TB) *Cluster {
 	c.Sandgate = c.config(host, SandgateToken)
 	c.Controller = c.config(host, ControllerToken)
 	c.Tenant = c.config(host, TenantToken)
-	crds := crdFiles(t)
+	crds := crdFiles(t, r)
 	waitReady(t, c.Admin, filepath.Join(dir, "kube-apiserver.log"))
 	installCRDs(t, c.Admin, crds)
 	return c
@@ -225,12 +235,13 @@ func startAPIServer(t testing.TB, bin, dir, etcdURL string, port int) {
 		"--v=0")
 }
 
-// start runs a process with its output in DIR/NAME.log and stops it (SIGTERM, then SIGKILL)
-// when the test ends, printing the log's tail if the test failed.
-func start(t testing.TB, name, dir, bin string, args ...string) {
+// start runs a process with its output appended to DIR/NAME.log and stops it (SIGTERM, then
+// SIGKILL) when the test ends, or earlier through the returned function (idempotent); the
+// log's tail is printed if the test failed.
+func start(t testing.TB, name, dir, bin string, args ...string) (stop func()) {
 	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
@@ -243,19 +254,26 @@ func start(t testing.TB, name, dir, bin string, args ...string) {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			logFile.Close()
+		})
+	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logFile.Close()
+		stop()
 		if t.Failed() {
 			t.Logf("kubetest: last lines of %s:\n%s", logPath, tail(logPath, 30))
 		}
 	})
+	return stop
 }
 
 func waitReady(t testing.TB, cfg *rest.Config, logPath string) {
@@ -285,20 +303,14 @@ func waitReady(t testing.TB, cfg *rest.Config, logPath string) {
 	t.Fatalf("kubetest: kube-apiserver not ready after 90s (last: %s)\n%s", last, tail(logPath, 40))
 }
 
-// CRDDir is the folder of the upstream Agent Sandbox CRDs test/setup.sh copied from the pinned
-// release: $SANDGATE_AGENT_SANDBOX_CRDS, else .tools/agent-sandbox/crds.
-func CRDDir() string {
-	if d := os.Getenv("SANDGATE_AGENT_SANDBOX_CRDS"); d != "" {
-		return d
-	}
-	return filepath.Join(RepoRoot(), ".tools", "agent-sandbox", "crds")
-}
+// CRDDir is the folder of the default release's CRDs (Release.CRDDir).
+func CRDDir() string { return DefaultRelease().CRDDir() }
 
-func crdFiles(t testing.TB) []string {
+func crdFiles(t testing.TB, r Release) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(CRDDir(), "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(r.CRDDir(), "*.yaml"))
 	if err != nil || len(files) == 0 {
-		missing(t, "no Agent Sandbox CRDs under %s: run test/setup.sh (it copies them from the pinned release)", CRDDir())
+		missing(t, "no Agent Sandbox %s CRDs under %s: run test/setup.sh (it copies them from the pinned release)", r.Version, r.CRDDir())
 	}
 	return files
 }
