@@ -40,7 +40,8 @@ const (
 	LinkWarmPool = Link("warm_pool")
 	// LinkTemplate: what the pod and the Sandbox say of their template (the controller's
 	// template-ref-hash label on the pod, the sandbox-template-ref annotation) contradicts the
-	// template the claim's warm pool names, or claims one where there is none.
+	// template the claim's warm pool names, is missing where there is one, or claims one where
+	// there is none.
 	LinkTemplate = Link("template")
 )
 
@@ -85,8 +86,8 @@ type chainObjects interface {
 //   - a Sandbox its warm pool still controls is unknown: no fact only the controller writes
 //     says it is a member of the pool.
 //
-// The pod's template-ref-hash label must be the template's hash (absent without a template) and
-// the Sandbox's sandbox-template-ref annotation, if any, must name it.
+// The pod's template-ref-hash label must be the template's hash and the Sandbox's
+// sandbox-template-ref annotation must name the template (both absent without a template).
 func verify(pod *corev1.Pod, addrs []netip.Addr, o chainObjects) verdict {
 	if pod.Spec.HostNetwork {
 		return refused(LinkHostNetwork)
@@ -120,7 +121,12 @@ func verify(pod *corev1.Pod, addrs []netip.Addr, o chainObjects) verdict {
 	if pod.Labels[identity.LabelTemplateRefHash] != want {
 		return refused(LinkTemplate)
 	}
-	if a := sb.GetAnnotations()[identity.AnnotationTemplateRef]; a != "" && a != v.template {
+	// The annotation is the one record of the template the Sandbox was built from: the pool or
+	// claim controller writes it when it creates the Sandbox and never after, while the hash
+	// labels follow a re-pointed pool or claim (the claim controller rewrites the Sandbox's, the
+	// Sandbox controller then the pod's). Anyone who may patch the Sandbox may delete it, so it
+	// must be there: a missing record is unknown, never "no contradiction".
+	if sb.GetAnnotations()[identity.AnnotationTemplateRef] != v.template {
 		return refused(LinkTemplate)
 	}
 	v.sandbox = sb.GetName()
