@@ -75,9 +75,8 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 		if err := applier.Apply(ctx, desired); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.stdout, "applied %s, %s and %s (field manager %q)\n",
-			plural(len(desired.NetworkPolicies), "NetworkPolicy"), plural(len(desired.Templates), "SandboxTemplate rule"),
-			plural(len(desired.ConfigMaps), "ConfigMap"), kube.FieldManager)
+		fmt.Fprintf(env.stdout, "applied %s and %s (field manager %q)\n",
+			plural(len(desired.NetworkPolicies), "NetworkPolicy"), plural(len(desired.Templates), "SandboxTemplate rule"), kube.FieldManager)
 		return nil
 	}
 	objs, err := kube.Manifests(desired)

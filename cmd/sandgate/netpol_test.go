@@ -9,13 +9,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sandgate/sandgate/internal/kube"
 	"github.com/sandgate/sandgate/test/kubetest"
 )
 
@@ -54,18 +52,14 @@ func TestNetpolOffline(t *testing.T) {
 		assert.Contains(t, out, "kind: SandboxTemplate")
 		assert.Contains(t, out, "networkPolicy:")
 	})
-	t.Run("--rbac prints a Role and RoleBinding per namespace, and the ConfigMap the controller fills", func(t *testing.T) {
+	t.Run("--rbac prints a Role and RoleBinding per namespace", func(t *testing.T) {
 		out, err := run("--rbac", "--service-account", "sandgate/sg")
 		require.NoError(t, err)
 		docs := bytes.Split([]byte(out), []byte("---\n"))
-		require.Len(t, docs, 5, "sandboxes and sandgate namespaces, then the ConfigMap")
+		require.Len(t, docs, 4, "sandboxes and sandgate namespaces")
 		var rb rbacv1.RoleBinding
 		require.NoError(t, yaml.Unmarshal(docs[1], &rb))
 		assert.Equal(t, "sg", rb.Subjects[0].Name)
-		var cm corev1.ConfigMap
-		require.NoError(t, yaml.Unmarshal(docs[4], &cm))
-		assert.Equal(t, "sandgate-template-rules", cm.Name)
-		assert.Empty(t, cm.Data, "Sandgate fills it; it may not create it")
 	})
 	t.Run("a template outside kubernetes.namespaces is refused", func(t *testing.T) {
 		_, err := run("--template", "other/x", "--management", "Managed")
@@ -114,7 +108,7 @@ func TestNetpolAgainstAPIServer(t *testing.T) {
 	t.Run("without --template every template of the namespaces is rendered", func(t *testing.T) {
 		out, err := run()
 		require.NoError(t, err)
-		for _, want := range []string{"name: sandgate-sandbox-default-deny", "name: sandgate-template-cilium", "name: sandgate-ingress", "kind: SandboxTemplate", "name: coder", "name: sandgate-template-rules"} {
+		for _, want := range []string{"name: sandgate-sandbox-default-deny", "name: sandgate-template-cilium", "name: sandgate-ingress", "kind: SandboxTemplate", "name: coder"} {
 			assert.Contains(t, out, want)
 		}
 	})
@@ -127,13 +121,10 @@ func TestNetpolAgainstAPIServer(t *testing.T) {
 	t.Run("--apply writes everything with server-side apply", func(t *testing.T) {
 		out, err := run("--apply")
 		require.NoError(t, err)
-		assert.Contains(t, out, "applied 3 NetworkPolicies, 1 SandboxTemplate rule and 1 ConfigMap")
+		assert.Contains(t, out, "applied 3 NetworkPolicies and 1 SandboxTemplate rule")
 		np, err := cs.NetworkingV1().NetworkPolicies("sandboxes").Get(context.Background(), "sandgate-template-cilium", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "sandgate-netpol", np.ManagedFields[0].Manager)
-		cm, err := cs.CoreV1().ConfigMaps("sandgate").Get(context.Background(), kube.RulesConfigMapName, metav1.GetOptions{})
-		require.NoError(t, err, "the admission policy's parameter, for installs without the controller")
-		assert.Contains(t, cm.Data[kube.RulesConfigMapKey], "egress=ports:TCP:")
 	})
 	t.Run("a missing template is an error naming it", func(t *testing.T) {
 		_, err := run("--template", "nope")

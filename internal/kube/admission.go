@@ -5,11 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/sandgate/sandgate/internal/config"
 )
 
 // The chart's ValidatingAdmissionPolicy (charts/sandgate/templates/admission-policy.yaml)
@@ -17,36 +14,11 @@ import (
 // Sandgate's rules: without it a template created before Sandgate's controller writes the rules
 // gives its first sandboxes the Agent Sandbox controller's default (internet egress). CEL cannot
 // parse JSON, so the policy compares a canonical string it builds from the template with the
-// one Sandgate keeps in the ConfigMap RulesConfigMapName of its namespace (RulesConfigMap).
-// CanonicalRules and the policy's CEL are one format written twice; test/deploy checks that
-// they agree on a real apiserver.
-const (
-	// RulesConfigMapName is the ConfigMap the admission policy takes as its parameter.
-	RulesConfigMapName = "sandgate-template-rules"
-	// RulesConfigMapKey is the key of the canonical rules in it.
-	RulesConfigMapKey = "rules"
-)
-
-// RulesConfigMap is the admission policy's parameter for cfg: CanonicalRules(SandboxRules(cfg)),
-// in Sandgate's namespace.
-func RulesConfigMap(cfg config.Kubernetes) *corev1.ConfigMap {
-	return &corev1.ConfigMap{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: RulesConfigMapName, Namespace: cfg.Sandgate.Namespace,
-			Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelRole: RoleTemplateRules}},
-		Data: map[string]string{RulesConfigMapKey: CanonicalRules(SandboxRules(cfg))},
-	}
-}
-
-// RulesConfigMapStub is RulesConfigMapName in ns without data: what an administrator creates
-// (the chart does) so that Sandgate, which may patch that one ConfigMap and create none, can
-// fill it. Until it has, the admission policy refuses every Managed template.
-func RulesConfigMapStub(ns string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: RulesConfigMapName, Namespace: ns, Labels: map[string]string{LabelRole: RoleTemplateRules}},
-	}
-}
+// canonical string of the release's rules, which the chart renders into the policy (not a
+// parameter: an apiserver stops watching a built-in parameter kind for good once no binding
+// uses it, kubernetes/kubernetes#133827). CanonicalRules is that format; the chart writes it
+// twice more (the template's CEL, the release's rules in Helm), and test/deploy checks that the
+// three agree, for every values file and on a real apiserver.
 
 // CanonicalRules writes spec in the admission policy's canonical form:
 //

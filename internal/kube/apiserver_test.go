@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -87,8 +86,6 @@ func TestRenderedObjectsAreAcceptedByTheAPIServer(t *testing.T) {
 			_, err = cs.RbacV1().Roles(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, body, opts)
 		case *rbacv1.RoleBinding:
 			_, err = cs.RbacV1().RoleBindings(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, body, opts)
-		case *corev1.ConfigMap:
-			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, body, opts)
 		}
 		require.NoError(t, err, "apply %T", obj)
 	}
@@ -112,8 +109,6 @@ func TestControllerConverges(t *testing.T) {
 			_, err = admin.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.RoleBinding:
 			_, err = admin.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ConfigMap:
-			_, err = admin.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		}
 		require.NoError(t, err)
 	}
@@ -159,14 +154,6 @@ func TestControllerConverges(t *testing.T) {
 	t.Run("on start it applies the namespace deny, its own ingress and the Managed template", func(t *testing.T) {
 		converged(t, "start", []*networkingv1.NetworkPolicy{NamespaceDeny("sandboxes"), SandgateIngress(cfg)}, map[string]bool{"coder": true})
 		assert.True(t, c.HasSynced())
-	})
-	t.Run("it keeps the admission policy's parameter in its namespace, with its RBAC only", func(t *testing.T) {
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			cm, err := admin.CoreV1().ConfigMaps("sandgate").Get(ctx, RulesConfigMapName, metav1.GetOptions{})
-			if assert.NoError(ct, err) {
-				assert.Equal(ct, CanonicalRules(rules), cm.Data[RulesConfigMapKey])
-			}
-		}, 20*time.Second, 50*time.Millisecond)
 	})
 	t.Run("an Unmanaged template created later gets its own NetworkPolicy", func(t *testing.T) {
 		kubetest.Template(t, adminDyn, "sandboxes", "cilium-coder", Unmanaged)

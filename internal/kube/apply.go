@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,14 +20,8 @@ type Applier struct {
 	Dynamic dynamic.Interface
 }
 
-// Apply writes every object of d, the ConfigMaps first: the admission policy checks the
-// templates against them.
+// Apply writes every object of d.
 func (a Applier) Apply(ctx context.Context, d Desired) error {
-	for _, cm := range d.ConfigMaps {
-		if err := a.ApplyConfigMap(ctx, cm); err != nil {
-			return err
-		}
-	}
 	for _, np := range d.NetworkPolicies {
 		if err := a.ApplyNetworkPolicy(ctx, np); err != nil {
 			return err
@@ -38,21 +31,6 @@ func (a Applier) Apply(ctx context.Context, d Desired) error {
 		if err := a.ApplyTemplate(ctx, t); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// ApplyConfigMap server-side applies cm.
-func (a Applier) ApplyConfigMap(ctx context.Context, cm *corev1.ConfigMap) error {
-	body, err := configMapBody(cm)
-	if err != nil {
-		return err
-	}
-	force := true
-	_, err = a.Client.CoreV1().ConfigMaps(cm.Namespace).Patch(ctx, cm.Name, types.ApplyPatchType, body,
-		metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
-	if err != nil {
-		return fmt.Errorf("apply ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
 	return nil
 }
@@ -116,20 +94,6 @@ func applyBody(np *networkingv1.NetworkPolicy) ([]byte, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("encode NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
-	}
-	return b, nil
-}
-
-// configMapBody is the apply configuration of cm: metadata name, namespace, labels and data.
-func configMapBody(cm *corev1.ConfigMap) ([]byte, error) {
-	b, err := json.Marshal(map[string]any{
-		"apiVersion": "v1",
-		"kind":       "ConfigMap",
-		"metadata":   map[string]any{"name": cm.Name, "namespace": cm.Namespace, "labels": cm.Labels},
-		"data":       cm.Data,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("encode ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
 	return b, nil
 }

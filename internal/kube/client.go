@@ -76,17 +76,6 @@ func GetTemplate(ctx context.Context, dyn dynamic.Interface, ns, name string) (T
 // spec.networkPolicy of Managed templates. Each is what Applier sends.
 func Manifests(d Desired) ([]any, error) {
 	var out []any
-	for _, cm := range d.ConfigMaps {
-		b, err := configMapBody(cm)
-		if err != nil {
-			return nil, err
-		}
-		var m map[string]any
-		if err := yaml.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("decode ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
-		}
-		out = append(out, m)
-	}
 	for _, np := range d.NetworkPolicies {
 		b, err := applyBody(np)
 		if err != nil {

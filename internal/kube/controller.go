@@ -179,11 +179,6 @@ func (c *Controller) Run(ctx context.Context) error {
 		return fmt.Errorf("kubernetes controller: caches did not sync")
 	}
 	c.logger.Info("NetworkPolicy controller started", "namespaces", c.cfg.Namespaces, "sandgate_namespace", c.cfg.Sandgate.Namespace)
-	// The admission policy's parameter first, so the templates of a changed configuration are
-	// admitted when the workers rewrite them (the Sandgate namespace's reconcile re-applies it).
-	if err := c.applier.ApplyConfigMap(ctx, RulesConfigMap(c.cfg)); err != nil {
-		c.logger.Warn("admission policy parameter not applied yet; retried with Sandgate's namespace", "error", err)
-	}
 	go c.resyncLoop(ctx)
 	go func() { <-ctx.Done(); c.queue.ShutDown() }()
 	for c.processNext(ctx) {
@@ -253,9 +248,6 @@ func (c *Controller) reconcile(ctx context.Context, ns string) error {
 	}
 	if ns == c.cfg.Sandgate.Namespace {
 		desired.NetworkPolicies = append(desired.NetworkPolicies, SandgateIngress(c.cfg))
-		if err := c.applier.ApplyConfigMap(ctx, RulesConfigMap(c.cfg)); err != nil {
-			return err
-		}
 	}
 
 	taken, err := c.reconcilePolicies(ctx, ns, desired)

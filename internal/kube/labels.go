@@ -41,7 +41,6 @@ const (
 	RoleTemplate      = "template"
 	RoleNamespaceDeny = "namespace-deny"
 	RoleIngress       = "sandgate-ingress"
-	RoleTemplateRules = "template-rules"
 )
 
 // Agent Sandbox resources Sandgate reads (and, for templates, applies spec.networkPolicy to).

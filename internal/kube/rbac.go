@@ -39,9 +39,8 @@ func SandboxNamespaceRules(controller bool) []rbacv1.PolicyRule {
 }
 
 // SandgateNamespaceRules are the controller's permissions in Sandgate's own namespace: the
-// sandgate-ingress NetworkPolicy and the admission policy's parameter ConfigMap, by name, and
-// recording events. Sandgate cannot write any other ConfigMap there: not its policies, not its
-// config.
+// sandgate-ingress NetworkPolicy, by name, and recording events. Sandgate can write no ConfigMap
+// there: not its policies, not its config.
 func SandgateNamespaceRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		// The informer lists and watches. Kubernetes cannot limit create to a name (a create's
@@ -49,16 +48,8 @@ func SandgateNamespaceRules() []rbacv1.PolicyRule {
 		// Sandgate reads and writes it by name only.
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"list", "watch", "create"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, ResourceNames: []string{SandgateIngressName}, Verbs: []string{"get", "patch"}},
-		configMapRule(),
 		eventRule(),
 	}
-}
-
-// configMapRule: server-side apply of RulesConfigMapName, which exists already (the chart
-// creates it empty, RulesConfigMapStub for other installs), so no create: without it Sandgate
-// can write no other ConfigMap.
-func configMapRule() rbacv1.PolicyRule {
-	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{RulesConfigMapName}, Verbs: []string{"patch"}}
 }
 
 // networkPolicyRule: server-side apply of an object that does not exist yet needs create as
@@ -81,9 +72,7 @@ type RBACSubject struct {
 }
 
 // RBAC renders a Role and RoleBinding per namespace of cfg.Namespaces and, when the controller
-// is enabled, in Sandgate's namespace, bound to subject, and then the empty ConfigMap
-// RulesConfigMapName the controller fills (it may patch it, not create it). The Role is named
-// "sandgate".
+// is enabled, in Sandgate's namespace, bound to subject. The Role is named "sandgate".
 func RBAC(cfg config.Kubernetes, subject RBACSubject) []any {
 	var out []any
 	add := func(ns string, rules []rbacv1.PolicyRule) {
@@ -99,17 +88,10 @@ func RBAC(cfg config.Kubernetes, subject RBACSubject) []any {
 	}
 	controller := cfg.Controller.Enabled
 	for _, ns := range cfg.Namespaces {
-		rules := SandboxNamespaceRules(controller) // a superset of SandgateNamespaceRules but the ConfigMap
-		if controller && ns == cfg.Sandgate.Namespace {
-			rules = append(rules, configMapRule())
-		}
-		add(ns, rules)
+		add(ns, SandboxNamespaceRules(controller)) // a superset of SandgateNamespaceRules
 	}
 	if controller && !slices.Contains(cfg.Namespaces, cfg.Sandgate.Namespace) {
 		add(cfg.Sandgate.Namespace, SandgateNamespaceRules())
-	}
-	if controller {
-		out = append(out, RulesConfigMapStub(cfg.Sandgate.Namespace))
 	}
 	return out
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
@@ -39,12 +38,9 @@ func TestRBAC(t *testing.T) {
 			assert.NotContains(t, r.Verbs, "*")
 		}
 	})
-	t.Run("Sandgate writes no ConfigMap but the admission policy's parameter, by name, and creates none", func(t *testing.T) {
+	t.Run("Sandgate writes no ConfigMap: not its config, not its policies", func(t *testing.T) {
 		for _, r := range append(SandboxNamespaceRules(true), SandgateNamespaceRules()...) {
-			if slices.Contains(r.Resources, "configmaps") {
-				assert.Equal(t, []string{RulesConfigMapName}, r.ResourceNames)
-				assert.Equal(t, []string{"patch"}, r.Verbs)
-			}
+			assert.NotContains(t, r.Resources, "configmaps")
 		}
 	})
 	t.Run("in its own namespace Sandgate reads and writes no NetworkPolicy but sandgate-ingress", func(t *testing.T) {
@@ -54,15 +50,6 @@ func TestRBAC(t *testing.T) {
 			} else if len(r.ResourceNames) > 0 && slices.Contains(r.Resources, "networkpolicies") {
 				assert.Equal(t, []string{SandgateIngressName}, r.ResourceNames)
 			}
-		}
-	})
-	t.Run("with the controller, RBAC brings the empty ConfigMap the controller fills", func(t *testing.T) {
-		objs := RBAC(testConfig(false), RBACSubject{Kind: rbacv1.UserKind, Name: "sg"})
-		cm, ok := objs[len(objs)-1].(*corev1.ConfigMap)
-		if assert.True(t, ok, "last object %T", objs[len(objs)-1]) {
-			assert.Equal(t, RulesConfigMapName, cm.Name)
-			assert.Equal(t, "sandgate", cm.Namespace)
-			assert.Empty(t, cm.Data)
 		}
 	})
 	t.Run("Roles go to each sandbox namespace and to Sandgate's own when the controller runs", func(t *testing.T) {

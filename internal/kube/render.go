@@ -34,8 +34,6 @@ type Desired struct {
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	// Templates are the spec.networkPolicy of Managed templates.
 	Templates []TemplateApply
-	// ConfigMaps are owned by Sandgate: the admission policy's parameter (RulesConfigMap).
-	ConfigMaps []*corev1.ConfigMap
 	// Collisions are the templates that get nothing because the name of their NetworkPolicy
 	// is already another template's. Not expected with TemplatePolicyName, never resolved by
 	// taking turns: the first template by name keeps the policy.
@@ -52,8 +50,7 @@ type Collision struct {
 }
 
 // Render returns the rules for templates and for every namespace of cfg.Namespaces: per
-// template its rules, per namespace the sandbox deny-all, Sandgate's ingress policy and the
-// admission policy's parameter.
+// template its rules, per namespace the sandbox deny-all, and Sandgate's ingress policy.
 // Templates outside cfg.Namespaces are ignored. The output is sorted, so equal inputs render
 // byte-identical YAML.
 func Render(cfg config.Kubernetes, templates []Template) Desired {
@@ -65,7 +62,6 @@ func Render(cfg config.Kubernetes, templates []Template) Desired {
 		d.Collisions = append(d.Collisions, nd.Collisions...)
 	}
 	d.NetworkPolicies = append(d.NetworkPolicies, SandgateIngress(cfg))
-	d.ConfigMaps = append(d.ConfigMaps, RulesConfigMap(cfg))
 	return d
 }
 

@@ -114,12 +114,10 @@ func TestChartAppliesToRealAPIServer(t *testing.T) {
 		for _, o := range append(find(objs, "ValidatingAdmissionPolicy"), find(objs, "ValidatingAdmissionPolicyBinding")...) {
 			apply(t, ctx, dyn, mapper, o)
 		}
-		m := materialize(t, objs)
-		require.NoError(t, kube.Applier{Client: cs, Dynamic: dyn}.ApplyConfigMap(ctx, kube.RulesConfigMap(m.cfg.Kubernetes)))
 		// The cases above deleted their policies, but the apiserver's admission plugin learns of
 		// a deletion from its informer, a moment later: until then one of them can still refuse
-		// the example (its rules' ConfigMap is gone with nothing to check against). Wait until
-		// this release's own policy is what refuses a bare template, and none of theirs does.
+		// the example (its rules are its release's). Wait until this release's own policy is what
+		// refuses a bare template, and none of theirs does.
 		own := map[string]bool{}
 		for _, o := range find(objs, "ValidatingAdmissionPolicyBinding") {
 			own[o.GetName()] = true

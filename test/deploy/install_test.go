@@ -61,7 +61,6 @@ func TestChartInstallsTwiceInLongNamespaces(t *testing.T) {
 			{"patch", net, "networkpolicies", "", "sandboxes", "sandgate-template-coding-agent"},
 			{"delete", net, "networkpolicies", "", "sandboxes", "sandgate-template-gone"},
 			{"create", core, "events", "", "sandboxes", ""},
-			{"patch", core, "configmaps", "", ns, kube.RulesConfigMapName},
 			{"get", net, "networkpolicies", "", ns, kube.SandgateIngressName},
 			{"patch", net, "networkpolicies", "", ns, kube.SandgateIngressName},
 			{"create", net, "networkpolicies", "", ns, ""},
@@ -72,7 +71,7 @@ func TestChartInstallsTwiceInLongNamespaces(t *testing.T) {
 			{"update", core, "configmaps", "", ns, "sandgate-config"},
 			{"get", core, "configmaps", "", ns, "sandgate-config"},
 			{"create", core, "configmaps", "", ns, ""},
-			{"delete", core, "configmaps", "", ns, kube.RulesConfigMapName},
+			{"patch", core, "configmaps", "", ns, "sandgate-template-rules"}, // the rules are the admission policy's own now
 			{"get", core, "secrets", "", ns, "sandgate-anthropic"},
 			{"list", core, "secrets", "", "sandboxes", ""},
 			{"patch", net, "networkpolicies", "", ns, "allow-all"},
@@ -94,7 +93,7 @@ func TestChartInstallsTwiceInLongNamespaces(t *testing.T) {
 			{"create", "rbac.authorization.k8s.io", "roles", "", ns, ""},
 			{"bind", "rbac.authorization.k8s.io", "roles", "", "sandboxes", ""},
 			{"list", core, "pods", "", "kube-system", ""},
-			{"patch", core, "configmaps", "", namespaces[1], kube.RulesConfigMapName},
+			{"patch", core, "configmaps", "", namespaces[1], "sandgate-template-rules"},
 		}
 		var table strings.Builder
 		for _, want := range []struct {

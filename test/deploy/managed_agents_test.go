@@ -78,8 +78,8 @@ func TestManagedAgentsExample(t *testing.T) {
 	github := githubUpstream(t)
 	sg := startSandgate(t, cluster, objs, github)
 
-	// The worker template, as the doc applies it: kubectl's own field manager. Refused until
-	// Sandgate has written the admission policy's parameter.
+	// The worker template, as the doc applies it: kubectl's own field manager. Its rules are the
+	// release's, which the admission policy carries.
 	tpl := parseObjects(t, readFile(t, filepath.Join(example, "worker-template.yaml")))
 	require.Len(t, tpl, 1)
 	require.Eventually(t, func() bool {
