@@ -1,17 +1,16 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/internal/mcpsessions"
 )
@@ -21,11 +20,10 @@ import (
 // must retry its request.
 const maxEventsPerSession = 512
 
-// eventStore is mcp-go's EventStore for the sandbox-facing streams, kept in this replica's
-// memory and bounded per session (mcp-go's in-memory store keeps every event until the session
-// ends). With it, mcp-go gives every SSE event an ID, writes what a call sent before its
-// result ahead of that result, and replays a stream after the Last-Event-ID a sandbox resumes
-// with.
+// eventStore records the SSE events of the sandbox sessions' streams (a call's, and the
+// session's GET stream), in this replica's memory and bounded per session: every event has an
+// ID, and a stream is replayed after the Last-Event-ID a sandbox resumes with (answer.go,
+// sandboxstream.go).
 //
 // With a shared event log (Redis, when the session store is one) every event is also appended
 // there, in order, off the request's path, so that a stream can be resumed on another replica;
@@ -95,39 +93,57 @@ func (s *eventStore) share(op sharedEvent) {
 	}
 }
 
-var _ server.EventStore = (*eventStore)(nil)
-
-func (s *eventStore) StoreEvent(ctx context.Context, sessionID, streamID string, msg json.RawMessage) (string, error) {
-	if m, ok := unrelayed(msg); ok {
-		msg = m
-	}
-	msg = storedWithExtras(ctx, msg)
+// newStream is the ID of a new stream of a session.
+func (s *eventStore) newStream() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	id := s.tag + "-" + strconv.FormatUint(s.seq, 10)
+	return "s" + strconv.FormatUint(s.seq, 10)
+}
+
+// nextID is a new event ID, unique across replicas ("" for no session: nothing is recorded).
+func (s *eventStore) nextID(sessionID string) string {
+	if sessionID == "" {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	return s.tag + "-" + strconv.FormatUint(s.seq, 10)
+}
+
+// store records msg as the next event of a session's stream and returns its ID.
+func (s *eventStore) store(sessionID, streamID string, msg []byte) string {
+	id := s.nextID(sessionID)
+	s.storeAs(sessionID, streamID, id, msg)
+	return id
+}
+
+// storeAs records msg as event id (from nextID) of a session's stream.
+func (s *eventStore) storeAs(sessionID, streamID, id string, msg []byte) {
+	if sessionID == "" || id == "" {
+		return
+	}
+	msg = bytes.Clone(msg)
+	s.mu.Lock()
 	evs := append(s.sessions[sessionID], storedSSE{id: id, stream: streamID, msg: msg})
 	if len(evs) > maxEventsPerSession {
 		evs = append(evs[:0:0], evs[len(evs)-maxEventsPerSession:]...)
 	}
 	s.sessions[sessionID] = evs
+	s.mu.Unlock()
 	s.share(sharedEvent{sessionID, &mcpsessions.Event{ID: id, Stream: streamID, Message: msg}})
-	return id, nil
 }
 
-func (s *eventStore) ReplayEventsAfter(ctx context.Context, sessionID, lastEventID string, send func(string, json.RawMessage) error) (string, error) {
+// replay calls send with each event of the stream event last belongs to that followed it (this
+// replica's, else the shared log's); false when neither knows last.
+func (s *eventStore) replay(sessionID, last string, send func(id string, msg []byte)) bool {
 	s.mu.Lock()
 	evs := s.sessions[sessionID]
-	at := -1
-	for i, e := range evs {
-		if e.id == lastEventID {
-			at = i
-			break
-		}
-	}
+	at := slices.IndexFunc(evs, func(e storedSSE) bool { return e.id == last })
 	if at < 0 {
 		s.mu.Unlock()
-		return s.replayShared(ctx, sessionID, lastEventID, send)
+		return s.replayShared(sessionID, last, send)
 	}
 	stream := evs[at].stream
 	var replay []storedSSE
@@ -138,11 +154,9 @@ func (s *eventStore) ReplayEventsAfter(ctx context.Context, sessionID, lastEvent
 	}
 	s.mu.Unlock()
 	for _, e := range replay {
-		if err := send(e.id, e.msg); err != nil {
-			return stream, err
-		}
+		send(e.id, e.msg)
 	}
-	return stream, nil
+	return true
 }
 
 // streamOf is the stream event id of a session belongs to, if this replica or the shared log
@@ -164,31 +178,33 @@ func (s *eventStore) streamOf(ctx context.Context, sessionID, id string) (string
 }
 
 // replayShared replays from the shared log an event another replica wrote.
-func (s *eventStore) replayShared(ctx context.Context, sessionID, lastEventID string, send func(string, json.RawMessage) error) (string, error) {
-	unknown := fmt.Errorf("event %q of session: %w", lastEventID, server.ErrUnknownEventID)
+func (s *eventStore) replayShared(sessionID, last string, send func(id string, msg []byte)) bool {
 	if s.shared == nil {
-		return "", unknown
+		return false
 	}
-	stream, after, found, err := s.shared.EventsAfter(ctx, sessionID, lastEventID)
+	ctx, cancel := context.WithTimeout(context.Background(), sharedReadTimeout)
+	defer cancel()
+	_, after, found, err := s.shared.EventsAfter(ctx, sessionID, last)
 	if err != nil {
 		s.log.Debug("shared mcp event log not readable", "err", err)
-		return "", unknown
+		return false
 	}
 	if !found {
-		return "", unknown
+		return false
 	}
 	for _, e := range after {
-		if err := send(e.ID, e.Message); err != nil {
-			return stream, err
-		}
+		send(e.ID, e.Message)
 	}
-	return stream, nil
+	return true
 }
 
-func (s *eventStore) PurgeSession(_ context.Context, sessionID string) error {
+// sharedReadTimeout bounds a read of the shared event log.
+const sharedReadTimeout = 2 * time.Second
+
+// purge forgets a session's events.
+func (s *eventStore) purge(sessionID string) {
 	s.mu.Lock()
 	delete(s.sessions, sessionID)
 	s.mu.Unlock()
 	s.share(sharedEvent{session: sessionID})
-	return nil
 }

@@ -255,6 +255,15 @@ func (s *rawSession) call(method string, params any) json.RawMessage {
 // callStream is call that also returns every message of the response before the result.
 func (s *rawSession) callStream(method string, params any) (json.RawMessage, []rpcNotification) {
 	s.t.Helper()
+	res, rpcErr, notes := s.exchange(method, params)
+	require.Nil(s.t, rpcErr, "%s answered an error: %s", method, rpcErr)
+	return res, notes
+}
+
+// exchange sends one request and returns its result or its JSON-RPC error, and the
+// notifications before it.
+func (s *rawSession) exchange(method string, params any) (json.RawMessage, json.RawMessage, []rpcNotification) {
+	s.t.Helper()
 	s.id++
 	resp := s.post(map[string]any{"jsonrpc": "2.0", "id": s.id, "method": method, "params": params})
 	defer resp.Body.Close()
@@ -285,15 +294,14 @@ func (s *rawSession) callStream(method string, params any) (json.RawMessage, []r
 			rpcNotification
 		}
 		if json.Unmarshal(b, &m) == nil && m.ID == s.id {
-			require.Nil(s.t, m.Error, "%s answered an error: %s", method, m.Error)
-			return m.Result, before
+			return m.Result, m.Error, before
 		}
 		if m.Method != "" {
 			before = append(before, m.rpcNotification)
 		}
 	}
 	s.t.Fatalf("%s: no response in %q", method, msgs)
-	return nil, nil
+	return nil, nil, nil
 }
 
 type rpcNotification struct {

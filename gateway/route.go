@@ -117,14 +117,10 @@ func (g *Gateway) relayProgress(u *upstream, in inbound) {
 		return
 	}
 	c, ok := g.inflight.byToken(u, p.Token)
-	if !ok || c.token == nil {
+	if !ok || c.progressToken() == nil {
 		return
 	}
-	token, err := json.Marshal(c.token)
-	if err != nil {
-		return
-	}
-	params, err := withMember(in.params, "progressToken", token)
+	params, err := withMember(in.params, "progressToken", c.progressToken())
 	if err != nil {
 		return
 	}
@@ -164,8 +160,10 @@ func (g *Gateway) relayResourceUpdate(u *upstream, sid string, in inbound) {
 		URI string `json:"uri"`
 	}
 	_ = json.Unmarshal(in.params, &p)
-	for _, id := range g.subs.sessions(u, p.URI) {
-		if s := g.sandboxes.get(id); s != nil {
+	for _, key := range g.subs.sessions(u, p.URI) {
+		if l := g.listens.get(key); l != nil {
+			l.deliver(in.method, in.params)
+		} else if s := g.sandboxes.get(key); s != nil {
 			s.stream.deliver(in.raw)
 		}
 	}
@@ -188,15 +186,22 @@ func (g *Gateway) relayOther(u *upstream, sid string, in inbound) {
 }
 
 // callWantsLog reports whether the sandbox of call c asked for log messages of level: on
-// 2026-07-28 the level its request carried, before that its session's level.
+// 2026-07-28 the level its request carried (none: no log message), before that its session's.
 func (g *Gateway) callWantsLog(c *inflightCall, level mcp.LoggingLevel) bool {
 	if s := g.sandboxes.get(c.sid); s != nil && c.sid != "" {
 		return s.wantsLog(level)
 	}
-	if min := requestLogLevel(c.ctx); min != "" {
-		return level.ShouldSendTo(min)
+	if x := c.exchange(); x != nil && x.meta.level != "" {
+		return level.ShouldSendTo(x.meta.level)
 	}
 	return false
+}
+
+// relayToCall sends msg, one JSON-RPC message, on call c's stream, in the order it came.
+func (g *Gateway) relayToCall(c *inflightCall, msg []byte) {
+	if x := c.exchange(); x != nil {
+		x.out.event(msg)
+	}
 }
 
 // upstreamRequest answers one request upstream connection sid made of its client: the sandbox

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -53,10 +51,7 @@ func (st *sandboxStream) deliver(msg []byte) {
 	if st.closed {
 		return
 	}
-	id, err := st.store.StoreEvent(context.Background(), st.sid, listenStream, msg)
-	if err != nil {
-		st.log.Debug("sandbox stream event not recorded", "err", err)
-	}
+	id := st.store.store(st.sid, listenStream, msg)
 	if st.conn == nil {
 		return
 	}
@@ -71,14 +66,13 @@ func (st *sandboxStream) deliver(msg []byte) {
 
 // attach makes a new connection the stream's, superseding the one before; with lastID, what
 // was recorded after that event is its first events.
-func (st *sandboxStream) attach(ctx context.Context, lastID string) *streamConn {
+func (st *sandboxStream) attach(lastID string) *streamConn {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var replay [][]byte
 	if lastID != "" {
-		_, _ = st.store.ReplayEventsAfter(ctx, st.sid, lastID, func(id string, msg json.RawMessage) error {
+		st.store.replay(st.sid, lastID, func(id string, msg []byte) {
 			replay = append(replay, sseEvent(id, msg))
-			return nil
 		})
 	}
 	c := &streamConn{events: make(chan []byte, len(replay)+streamBuffer), gone: make(chan struct{})}
@@ -118,7 +112,7 @@ func (st *sandboxStream) close() {
 // serve writes the stream to w until the sandbox goes away, another GET takes the stream over
 // or the session ends.
 func (st *sandboxStream) serve(w http.ResponseWriter, r *http.Request, lastID string) {
-	c := st.attach(r.Context(), lastID)
+	c := st.attach(lastID)
 	defer st.detach(c)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")

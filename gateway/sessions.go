@@ -4,37 +4,29 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
 )
-
-var errUnknownSession = errors.New("unknown session")
 
 // sharedRefresh is how often a session in use extends its shared record. It also bounds how long
 // a session terminated on another replica stays usable on this one.
 const sharedRefresh = time.Second
 
-// sessionStore issues sandbox session IDs (128 random bits), binds each to the source address
-// that initialized it, and expires it after the idle timeout. It is mcp-go's session ID
-// manager: mcp-go resolves one per request, and the store hands out a view bound to that
-// request's peer.
+// sessionStore issues sandbox session IDs (128 random bits) at initialize (revisions before
+// 2026-07-28, which have sessions), binds each to the source address that initialized it, and
+// expires it after the idle timeout.
 //
 // With a shared store (Options.Sessions) every session is also recorded there, so that another
 // replica can continue it: an ID this replica does not know is looked up in the shared store and
-// adopted when the record's source address is the caller's. mcp-go v1.2.1 then serves the
-// request with a fresh session object under that ID; the client's info, capabilities and
-// protocol version are restored onto it from the record (restore). A shared store that cannot be
-// reached leaves sessions local: new ones still work on their replica, unknown ones get 404.
+// adopted when the record's source address is the caller's, with the client's info,
+// capabilities and protocol version it recorded. A shared store that cannot be reached leaves
+// sessions local: new ones still work on their replica, unknown ones get 404.
 type sessionStore struct {
 	now    func() time.Time // time.Now; tests advance their own
 	idle   time.Duration
@@ -61,16 +53,6 @@ func newSessionStore(idle time.Duration, shared mcpsessions.Store, log *slog.Log
 		now = time.Now
 	}
 	return &sessionStore{now: now, idle: idle, shared: shared, log: log, byID: map[string]*sessionEntry{}}
-}
-
-// ResolveSessionIdManager implements server.SessionIdManagerResolver. r is nil for mcp-go's
-// background sweeper.
-func (s *sessionStore) ResolveSessionIdManager(r *http.Request) server.SessionIdManager {
-	v := sessionView{s: s}
-	if r != nil {
-		v.peer, _ = identity.ParsePeer(r.RemoteAddr)
-	}
-	return v
 }
 
 // sessionState is what check found of a session ID.
@@ -174,17 +156,18 @@ func (s *sessionStore) drop(id string) {
 }
 
 // initialized records what the client told in initialize, for other replicas.
-func (s *sessionStore) initialized(ctx context.Context, id string, req *mcp.InitializeRequest, res *mcp.InitializeResult) {
-	if s.shared == nil || req == nil || res == nil {
-		return
-	}
+func (s *sessionStore) initialized(ctx context.Context, id string, info mcp.Implementation, caps mcp.ClientCapabilities, version string) {
 	s.mu.Lock()
 	e, ok := s.byID[id]
 	var rec mcpsessions.Record
 	if ok {
-		rec = mcpsessions.Record{Peer: e.peer.String(), ProtocolVersion: res.ProtocolVersion,
-			ClientInfo: req.Params.ClientInfo, Capabilities: req.Params.Capabilities, Initialized: true}
+		rec = mcpsessions.Record{Peer: e.peer.String(), ProtocolVersion: version,
+			ClientInfo: info, Capabilities: caps, Initialized: true}
 		e.record = &rec
+	}
+	if s.shared == nil {
+		s.mu.Unlock()
+		return
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -230,53 +213,39 @@ func (s *sessionStore) sweep(ctx context.Context, ended func(id string)) {
 	}
 }
 
-type sessionView struct {
-	s    *sessionStore
-	peer netip.Addr
-}
-
-func (v sessionView) Generate() string {
+// create issues a new session for peer.
+func (s *sessionStore) create(peer netip.Addr) string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
-	now := v.s.now()
-	v.s.mu.Lock()
-	rec := mcpsessions.Record{Peer: v.peer.String()}
-	v.s.byID[id] = &sessionEntry{peer: v.peer, lastSeen: now, refreshed: now, record: &rec}
-	v.s.mu.Unlock()
-	if v.s.shared != nil {
-		if err := v.s.shared.Put(context.Background(), id, rec, v.s.idle); err != nil {
-			v.s.log.Warn("mcp session not shared; it works on this replica only", "err", err)
+	now := s.now()
+	s.mu.Lock()
+	rec := mcpsessions.Record{Peer: peer.String()}
+	s.byID[id] = &sessionEntry{peer: peer, lastSeen: now, refreshed: now, record: &rec}
+	s.mu.Unlock()
+	if s.shared != nil {
+		if err := s.shared.Put(context.Background(), id, rec, s.idle); err != nil {
+			s.log.Warn("mcp session not shared; it works on this replica only", "err", err)
 		}
 	}
 	return id
 }
 
-func (v sessionView) Validate(id string) (bool, error) {
-	v.s.mu.Lock()
-	defer v.s.mu.Unlock()
-	e, ok := v.s.byID[id]
-	if !ok || (v.peer.IsValid() && e.peer != v.peer) {
-		return false, errUnknownSession
-	}
-	return false, nil
-}
-
-func (v sessionView) Terminate(id string) (bool, error) {
-	v.s.mu.Lock()
-	e, ok := v.s.byID[id]
-	mine := ok && (!v.peer.IsValid() || e.peer == v.peer)
+// terminate ends session id of peer (DELETE): here, and for the other replicas.
+func (s *sessionStore) terminate(id string, peer netip.Addr) {
+	s.mu.Lock()
+	e, ok := s.byID[id]
+	mine := ok && e.peer == peer
 	if mine {
-		delete(v.s.byID, id)
+		delete(s.byID, id)
 	}
-	v.s.mu.Unlock()
-	if mine && v.s.ended != nil {
-		v.s.ended(id)
+	s.mu.Unlock()
+	if mine && s.ended != nil {
+		s.ended(id)
 	}
-	if mine && v.s.shared != nil {
-		if err := v.s.shared.Terminate(context.Background(), id, v.s.idle); err != nil {
-			v.s.log.Warn("terminated mcp session not removed from the shared store; it expires with its idle timeout", "err", err)
+	if mine && s.shared != nil {
+		if err := s.shared.Terminate(context.Background(), id, s.idle); err != nil {
+			s.log.Warn("terminated mcp session not removed from the shared store; it expires with its idle timeout", "err", err)
 		}
 	}
-	return false, nil
 }

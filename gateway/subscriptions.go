@@ -2,20 +2,22 @@ package gateway
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
 )
 
-// subscriptions remembers which sandbox sessions subscribed to which upstream resource.
+// subscriptions remembers which subscribers (sandbox sessions, and the listen streams of
+// 2026-07-28 sandboxes) subscribed to which upstream resource on the shared connection.
 type subscriptions struct {
 	mu   sync.Mutex
-	subs map[*upstream]map[string]map[string]bool // upstream → uri → session IDs
+	subs map[*upstream]map[string]map[string]bool // upstream → uri → subscriber keys
 }
 
 func newSubscriptions() *subscriptions {
@@ -83,64 +85,76 @@ func (s *subscriptions) drop(sid string) {
 	}
 }
 
-// afterSubscribe forwards resources/subscribe for a readable resource to its upstream: on the
-// sandbox's own upstream session where it has one; on the shared session once per URI, however
-// many sandboxes subscribe. A 2026-07-28 upstream has no resources/subscribe: the URIs
-// subscribed to are the filter of its subscriptions/listen stream, opened again when they
-// change (upstream.subscribe).
-func (g *Gateway) afterSubscribe(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
-	s := server.ClientSessionFromContext(ctx)
-	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || s.SessionID() == "" || !ok || !g.visible(ctx, audit.KindResourcesRead, u.cfg.Name, req.Params.URI) {
-		return
+// subscribe takes resources/subscribe (revisions before 2026-07-28) for a resource the caller
+// may read, and forwards it to its upstream: on the sandbox's own upstream session where it has
+// one; on the shared session once per URI, however many sandboxes subscribe. A 2026-07-28
+// upstream has no resources/subscribe: the URIs subscribed to are the filter of its
+// subscriptions/listen stream, opened again when they change (upstream.subscribe). A resource
+// the caller may not read is subscribed to nothing, and answered alike.
+func (x *exchange) subscribe(ctx context.Context, _ call.Grant) (response, call.End) {
+	uri := stringOf(x.msg.p.uri)
+	x.cl.Describe(audit.Target{Tool: uri})
+	if u, ok := x.g.resourceUpstream(uri); ok && x.g.visible(ctx, x.caller(), audit.KindResourcesRead, u.cfg.Name, uri) {
+		x.cl.Describe(audit.Target{Upstream: u.cfg.Name})
+		x.g.subscribeUpstream(ctx, u, uri, x.sid, true)
 	}
-	l, err := u.lease(ctx)
-	if err != nil {
-		return
-	}
-	defer l.done(nil, false)
-	if l.conn != nil {
-		if g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesSubscribe, req.Params.URI) {
-			l.subscribed(1)
-		}
-		return
-	}
-	if !g.subs.add(u, req.Params.URI, s.SessionID()) {
-		return
-	}
-	if mcp.IsModernProtocol(l.cli.ProtocolVersion()) {
-		u.resubscribe()
-		return
-	}
-	g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesSubscribe, req.Params.URI)
+	return x.respond(x.result([]byte(`{}`))), call.Answered(http.StatusOK)
 }
 
-func (g *Gateway) afterUnsubscribe(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
-	s := server.ClientSessionFromContext(ctx)
-	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || s.SessionID() == "" || !ok {
-		return
+// unsubscribe takes resources/unsubscribe (revisions before 2026-07-28).
+func (x *exchange) unsubscribe(ctx context.Context, _ call.Grant) (response, call.End) {
+	uri := stringOf(x.msg.p.uri)
+	x.cl.Describe(audit.Target{Tool: uri})
+	if u, ok := x.g.resourceUpstream(uri); ok {
+		x.cl.Describe(audit.Target{Upstream: u.cfg.Name})
+		x.g.subscribeUpstream(ctx, u, uri, x.sid, false)
 	}
-	l, err := u.lease(ctx)
+	return x.respond(x.result([]byte(`{}`))), call.Answered(http.StatusOK)
+}
+
+// subscribeUpstream subscribes subscriber (a sandbox session, or a listen stream's key) to uri
+// of u (or unsubscribes it, on: false).
+func (g *Gateway) subscribeUpstream(ctx context.Context, u *upstream, uri, subscriber string, on bool) {
+	method, delta := mcp.MethodResourcesSubscribe, 1
+	if !on {
+		method, delta = mcp.MethodResourcesUnsubscribe, -1
+	}
+	l, err := u.lease(ctx, ownSessionKey(subscriber))
 	if err != nil {
 		return
 	}
-	defer l.done(nil, false)
+	defer l.end(outcomeOK, nil)
 	if l.conn != nil {
-		if g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesUnsubscribe, req.Params.URI) {
-			l.subscribed(-1)
+		if g.forwardSubscription(ctx, u, l.cli, method, uri) {
+			l.subscribed(delta)
 		}
 		return
 	}
-	if !g.subs.remove(u, req.Params.URI, s.SessionID()) {
+	changed := g.subs.remove(u, uri, subscriber)
+	if on {
+		changed = g.subs.add(u, uri, subscriber)
+	}
+	if !changed {
 		return
 	}
 	if mcp.IsModernProtocol(l.cli.ProtocolVersion()) {
 		u.resubscribe()
 		return
 	}
-	g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesUnsubscribe, req.Params.URI)
+	g.forwardSubscription(ctx, u, l.cli, method, uri)
 }
+
+// ownSessionKey is the key of subscriber's own upstream sessions: a legacy sandbox session's;
+// a listen stream subscribes on the shared session ("").
+func ownSessionKey(subscriber string) string {
+	if isListener(subscriber) {
+		return ""
+	}
+	return subscriber
+}
+
+// subscribedURIs are the URIs of u some sandbox subscribed to on the shared connection.
+func (g *Gateway) subscribedURIs(u *upstream) []string { return g.subs.uris(u) }
 
 // forwardSubscription sends resources/subscribe or resources/unsubscribe (legacy revisions).
 func (g *Gateway) forwardSubscription(ctx context.Context, u *upstream, cli *client.Client, method mcp.MCPMethod, uri string) bool {

@@ -33,15 +33,6 @@ const (
 // errUpstreamDown is returned for calls to an upstream that is not connected.
 var errUpstreamDown = errors.New("upstream is not connected")
 
-// catalog is what one upstream offers.
-type catalog struct {
-	tools     []entry[mcp.Tool]
-	resources []entry[mcp.Resource]
-	templates []entry[mcp.ResourceTemplate]
-	prompts   []entry[mcp.Prompt]
-	meta      map[mcp.MCPMethod]json.RawMessage // each list result's own _meta (listAll)
-}
-
 // upstreamHooks is how an upstream reports to the gateway.
 type upstreamHooks struct {
 	catalogChanged func()
@@ -454,25 +445,24 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks, caps m
 
 // list fetches every list the upstream declares, verbatim, and publishes the catalog.
 func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) error {
-	cat := catalog{meta: map[mcp.MCPMethod]json.RawMessage{}}
+	cat := catalog{meta: map[mcp.MCPMethod]json.RawMessage{}, ttl: map[mcp.MCPMethod]int64{}}
 	caps := cli.GetServerCapabilities()
-	var err error
-	if caps.Tools != nil {
-		if cat.tools, err = listTyped(ctx, cli, listTools, typedTool, cat.meta); err != nil {
+	declared := map[mcp.MCPMethod]bool{mcp.MethodToolsList: caps.Tools != nil, mcp.MethodPromptsList: caps.Prompts != nil,
+		mcp.MethodResourcesList: caps.Resources != nil, mcp.MethodResourcesTemplatesList: caps.Resources != nil}
+	for _, k := range listKinds {
+		if !declared[k.method] {
+			continue
+		}
+		entries, meta, ttl, err := listAll(ctx, cli, k)
+		if err != nil {
 			return err
 		}
-	}
-	if caps.Resources != nil {
-		if cat.resources, err = listTyped(ctx, cli, listResources, typedJSON[mcp.Resource], cat.meta); err != nil {
-			return err
+		*cat.entries(k) = entries
+		if meta != nil {
+			cat.meta[k.method] = meta
 		}
-		if cat.templates, err = listTyped(ctx, cli, listTemplates, typedJSON[mcp.ResourceTemplate], cat.meta); err != nil {
-			return err
-		}
-	}
-	if caps.Prompts != nil {
-		if cat.prompts, err = listTyped(ctx, cli, listPrompts, typedJSON[mcp.Prompt], cat.meta); err != nil {
-			return err
+		if ttl >= 0 {
+			cat.ttl[k.method] = ttl
 		}
 	}
 	u.mu.Lock()
@@ -495,40 +485,6 @@ func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) err
 	}
 	u.mu.Unlock()
 	return nil
-}
-
-// entry is one catalog entry: its mcp-go form and the upstream's own JSON.
-type entry[T any] struct {
-	rawEntry
-	def T
-}
-
-// listTyped lists k verbatim and decodes each entry with typed; the list result's _meta goes to
-// meta.
-func listTyped[T any](ctx context.Context, cli *client.Client, k listKind, typed func(rawEntry) (T, error),
-	meta map[mcp.MCPMethod]json.RawMessage) ([]entry[T], error) {
-	raw, m, err := listAll(ctx, cli, k)
-	if err != nil {
-		return nil, err
-	}
-	if m != nil {
-		meta[k.method] = m
-	}
-	out := make([]entry[T], 0, len(raw))
-	for _, e := range raw {
-		def, err := typed(e)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k.method, err)
-		}
-		out = append(out, entry[T]{e, def})
-	}
-	return out, nil
-}
-
-func typedJSON[T any](e rawEntry) (T, error) {
-	var v T
-	err := json.Unmarshal(e.raw, &v)
-	return v, err
 }
 
 // headers is the credential header of every request to an HTTP upstream, read at request

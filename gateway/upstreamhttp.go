@@ -414,7 +414,7 @@ type wireMessage struct {
 func decodeMessage(data []byte) (message, error) {
 	var raw wireMessage
 	if m, ok := scanMessage(data); ok {
-		raw = wireMessage{Method: m.Method, ID: m.ID, Result: m.Result, Error: m.Error}
+		raw = wireMessage(m)
 	} else if err := json.Unmarshal(data, &raw); err != nil {
 		return message{}, err
 	}
