@@ -78,7 +78,6 @@ func (g *guardedWriter) Write(p []byte) (int, error) {
 	return g.w.Write(p)
 }
 
-
 // writeEvent writes one SSE event carrying msg (with id, when set) and flushes it, within
 // timeout.
 func (g *guardedWriter) writeEvent(id string, msg []byte, timeout time.Duration) error {

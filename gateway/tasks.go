@@ -38,7 +38,7 @@ const taskTTL = 24 * time.Hour
 type taskOwner struct {
 	sandbox string // identity.Identity.Key()
 	up      *upstream
-	modern  bool   // made in 2026-07-28's extension
+	modern  bool // made in 2026-07-28's extension
 	expires time.Time
 }
 

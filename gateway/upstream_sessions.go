@@ -196,7 +196,6 @@ func (u *upstream) endSession(sid string) {
 	}
 }
 
-
 // end ends the lease. A transport failure (o) drops the connection it happened on (the
 // shared one is reconnected by the supervisor); an error the upstream answered keeps it.
 func (l *lease) end(o outcome, err error) {

@@ -146,4 +146,3 @@ func (g *Gateway) templateUpstream(raw string) *upstream {
 	}
 	return nil
 }
-
