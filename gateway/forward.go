@@ -87,7 +87,9 @@ func askRead(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
 	}
 	x.up, x.name = u, uri
 	x.cl.Describe(audit.Target{Upstream: u.cfg.Name})
-	return x.question(audit.KindResourcesRead, nil, true), nil
+	q := x.question(audit.KindResourcesRead, nil, true)
+	q.Hidden = true // a resource the caller may not read answers as one that does not exist
+	return q, nil
 }
 
 // askComplete is completion/complete's question: decided on the kind of what is completed (a

@@ -56,7 +56,7 @@ func (p *Proxy) askConnect(x *exchange, host string) (call.Question, *call.Refus
 	x.c.Describe(audit.Target{Host: auditHost(dest, "https")})
 	in := &policy.Input{Kind: audit.KindHTTPConnect, Identity: x.c.Identity(),
 		HTTP: &policy.HTTP{Method: http.MethodConnect, Host: dest.Host, Port: dest.Port, MaxTokens: -1}}
-	return call.Question{Input: in, Admit: true}, nil
+	return call.Question{Input: in, Admit: true, Opaque: true}, nil
 }
 
 // connect is an allowed CONNECT's act: the tunnel that carries the call on (its close ends it).

@@ -144,6 +144,8 @@ type Call struct {
 	release *Release
 	// outlives says Act handed the call's end on (Grant.Later): Run does not finish it.
 	outlives bool
+	// hidden says the decision's refusal is answered as absence (Question.Hidden).
+	hidden bool
 }
 
 type callKey struct{}

@@ -44,6 +44,12 @@ type Question struct {
 	// Credential is the name of the credential the destination is configured with ("": none):
 	// the only one that can ever be injected (takeCredential).
 	Credential string
+	// Opaque says the call injects nothing whatever policy names (a CONNECT: the requests of its
+	// tunnel are decided, and given their credential, each).
+	Opaque bool
+	// Hidden answers a refusal of the decision as if the target did not exist (404): what the
+	// caller may not read looks like what does not exist.
+	Hidden bool
 }
 
 // Grant is what Run hands Act: the decision, and the credential to inject.
@@ -128,9 +134,12 @@ func Run[T any](ctx context.Context, c *Core, s Spec, h Steps[T]) T {
 	cl.BytesIn.Store(s.BytesIn)
 	g, rf := cl.decide(ctx, h.Ask)
 	if rf != nil {
-		if rf.Code == CodeCancelled {
+		switch {
+		case rf.Code == CodeCancelled:
 			cl.fail(rf)
-		} else {
+		case cl.hidden:
+			cl.hide(rf)
+		default:
 			cl.refuse(rf)
 		}
 		return h.Refused(rf)
@@ -159,11 +168,14 @@ func (cl *Call) decide(ctx context.Context, ask func(context.Context, *Call) (Qu
 	if rf != nil || q.Input == nil {
 		return g, rf
 	}
-	if g.Decision, rf = cl.authorize(ctx, q.Input, q.Admit); rf == nil {
+	if g.Decision, rf = cl.authorize(ctx, q.Input, q.Admit); rf == nil && !q.Opaque {
 		g.Credential, rf = cl.takeCredential(q.Credential, g.Decision.Credential)
 	}
 	if rf != nil && ctx.Err() != nil {
 		rf = cancelled()
+	}
+	if rf != nil && q.Hidden && rf.Code != CodeCancelled {
+		cl.hidden = true
 	}
 	return g, rf
 }
