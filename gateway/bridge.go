@@ -31,6 +31,9 @@ type inflightCall struct {
 	sid  string // the sandbox session ("" on 2026-07-28, which has none)
 	key  string
 	seq  uint64
+	// alias is its key under the sandbox's own progress token, on the sandbox's own upstream
+	// session (alias), "" when none.
+	alias string
 	cli  *client.Client // the upstream connection it was sent on, once sent
 }
 
@@ -90,11 +93,33 @@ const protocolMetaPrefix = "io.modelcontextprotocol/"
 func (f *inflight) end(u *upstream, c *inflightCall) {
 	f.mu.Lock()
 	delete(f.calls[u], c.key)
+	if c.alias != "" {
+		delete(f.calls[u], c.alias)
+	}
 	f.mu.Unlock()
 }
 
-func (f *inflight) byToken(u *upstream, token any) (*inflightCall, bool) {
-	key, ok := token.(string)
+// alias registers call c under the sandbox's own progress token on its own upstream session
+// (sid), where the upstream's progress names that token.
+func (f *inflight) alias(u *upstream, c *inflightCall, sid string, token json.RawMessage) {
+	key := sid + "\x00" + string(token)
+	f.mu.Lock()
+	if c.alias != "" {
+		delete(f.calls[u], c.alias)
+	}
+	c.alias = key
+	f.calls[u][key] = c
+	f.mu.Unlock()
+}
+
+// byToken is the call of u's whose progress token (raw, as the upstream wrote it) is token on
+// upstream session sid: Sandgate's own on the shared session (""), the sandbox's own on its
+// own session. A sandbox choosing a token like Sandgate's names no other sandbox's call.
+func (f *inflight) byToken(u *upstream, sid string, token json.RawMessage) (*inflightCall, bool) {
+	key, ok := plainString(token)
+	if sid != "" {
+		key, ok = sid+"\x00"+string(token), true
+	}
 	if !ok {
 		return nil, false
 	}

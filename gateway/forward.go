@@ -176,6 +176,11 @@ func (x *exchange) forward(ctx context.Context, _ call.Grant) (response, call.En
 		params = params.with("task", x.msg.p.task) // the 2025-11-25 tasks model (tasks.go)
 	}
 	res, err := x.send(ctx, params)
+	if err != nil && ctx.Err() == context.Canceled {
+		// The sandbox cancelled it (notifications/cancelled, its session's end, or on 2026-07-28
+		// a closed stream): a cancelled request gets no answer.
+		return response{}, call.Cancelled()
+	}
 	return x.answerWith(res, err)
 }
 
@@ -212,11 +217,23 @@ func (x *exchange) send(ctx context.Context, params relayed) (json.RawMessage, e
 	defer x.g.inflight.end(x.up, c)
 	params.token = token
 	return do(ctx, x.up, func(ctx context.Context, cli *client.Client) (json.RawMessage, error) {
-		if !x.modern && mcp.IsModernProtocol(cli.ProtocolVersion()) {
-			return roundTrip(ctx, cli, x.msg.Method, params)
+		p := x.ownToken(params, c, cli)
+		x.upModern = mcp.IsModernProtocol(cli.ProtocolVersion())
+		if !x.modern && x.upModern {
+			return roundTrip(ctx, cli, x.msg.Method, p)
 		}
-		return rpc(ctx, cli, x.msg.Method, params)
+		return rpc(ctx, cli, x.msg.Method, p)
 	})
+}
+
+// ownToken is params as sent on connection cli for call c: on the sandbox's own upstream
+// session, its own progress token, as a direct client's; on the shared one, Sandgate's.
+func (x *exchange) ownToken(params relayed, c *inflightCall, cli *client.Client) relayed {
+	if params.token != "" && !x.up.isShared(cli) {
+		params.token, params.own = "", x.meta.progressToken
+		x.g.inflight.alias(x.up, c, x.caller().sessionKey(), params.own)
+	}
+	return params
 }
 
 // answerWith answers the request with the upstream's result (res) or its failure (err).

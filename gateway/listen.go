@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -43,8 +42,6 @@ type listener struct {
 
 // listenPrefix starts a listener's subscriber key.
 const listenPrefix = "listen/"
-
-func isListener(key string) bool { return strings.HasPrefix(key, listenPrefix) }
 
 // listeners are this replica's listen streams, by key.
 type listeners struct {
@@ -93,8 +90,8 @@ func (x *exchange) listen(ctx context.Context, _ call.Grant) (response, call.End
 	honored.ResourceSubscriptions = nil
 	for _, uri := range l.filter.ResourceSubscriptions {
 		if u, ok := g.resourceUpstream(uri); ok && g.visible(ctx, l.who, audit.KindResourcesRead, u.cfg.Name, uri) {
-			g.subscribeUpstream(ctx, u, uri, l.key, true)
-			defer g.subscribeUpstream(context.WithoutCancel(ctx), u, uri, l.key, false)
+			g.subscribeUpstream(ctx, u, uri, l.key, l.who.sessionKey(), true)
+			defer g.subscribeUpstream(context.WithoutCancel(ctx), u, uri, l.key, l.who.sessionKey(), false)
 			honored.ResourceSubscriptions = append(honored.ResourceSubscriptions, uri)
 		}
 	}

@@ -176,6 +176,7 @@ type requestMeta struct {
 	progressToken json.RawMessage
 	version       string
 	caps          *mcp.ClientCapabilities
+	capsRaw       json.RawMessage // caps as the sandbox wrote them
 	level         mcp.LoggingLevel
 }
 
@@ -198,7 +199,7 @@ func readMeta(meta json.RawMessage) requestMeta {
 		case 2:
 			var c mcp.ClientCapabilities
 			if json.Unmarshal(val, &c) == nil {
-				rm.caps = &c
+				rm.caps, rm.capsRaw = &c, val
 			}
 		case 3:
 			rm.level = mcp.LoggingLevel(stringOf(val))

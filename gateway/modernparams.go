@@ -69,3 +69,29 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, s...)
 	return append(b, '"')
 }
+
+// requestFragment is the upstream hop's protocol fields of one request: the connection's
+// (protocolFragment), unless own is set: then the client capabilities are caps (what the sandbox
+// the request is forwarded for can answer) and the log level level ("": none, and a 2026-07-28
+// upstream then sends no log message).
+func requestFragment(cli *client.Client, version string, caps json.RawMessage, level mcp.LoggingLevel, own bool) ([]byte, error) {
+	if !own {
+		return protocolFragment(cli, version)
+	}
+	if caps == nil {
+		caps = json.RawMessage(`{}`)
+	}
+	info, err := json.Marshal(clientInfo)
+	if err != nil {
+		return nil, err
+	}
+	f := append(appendJSONString(nil, mcp.MetaKeyProtocolVersion), ':')
+	f = append(appendJSONString(f, version), ',')
+	f = append(append(appendJSONString(f, mcp.MetaKeyClientCapabilities), ':'), caps...)
+	f = append(append(appendJSONString(append(f, ','), mcp.MetaKeyClientInfo), ':'), info...)
+	if level != "" {
+		f = append(appendJSONString(append(f, ','), mcp.MetaKeyLogLevel), ':')
+		f = appendJSONString(f, string(level))
+	}
+	return f, nil
+}

@@ -140,7 +140,6 @@ func (x *exchange) sealInputRequired(res []byte) []byte {
 	if resultType != string(mcp.ResultTypeInputRequired) {
 		return res
 	}
-	x.cl.Note("input_required")
 	st := stateFor(x)
 	st.Upstream = upstreamState
 	out, err := withMember(res, "requestState", appendJSONString(nil, x.g.sealer.seal(st)))
@@ -239,7 +238,7 @@ func (x *exchange) forwardParked() (response, call.End) {
 	go func() {
 		defer g.inflight.end(x.up, c)
 		res, err := do(ctx, x.up, func(ctx context.Context, cli *client.Client) (json.RawMessage, error) {
-			return rpc(ctx, cli, x.msg.Method, params)
+			return rpc(ctx, cli, x.msg.Method, x.ownToken(params, c, cli))
 		})
 		p.done <- result{res, err}
 	}()
@@ -314,7 +313,6 @@ func (p *parkedCall) inputRequired(x *exchange, a *inputAsk) (response, call.End
 		RequestState  string                     `json:"requestState"`
 	}{mcp.ResultTypeInputRequired, reqs, x.g.sealer.seal(st)})
 	x.g.parked.put(p)
-	x.cl.Note("input_required")
 	return x.respond(x.result(body)), call.Answered(http.StatusOK)
 }
 

@@ -53,6 +53,8 @@ type exchange struct {
 	up   *upstream
 	name string          // the upstream's own name of the tool or prompt, or the resource URI
 	def  json.RawMessage // the tool's definition (tools/call), for its Mcp-Param headers
+	// upModern says the upstream session answering it is of 2026-07-28 or later.
+	upModern bool
 }
 
 // response is what answers a request after its call ended: a held response to let go, or an HTTP
@@ -241,12 +243,15 @@ func (x *exchange) refused(rf *call.Refusal) response {
 	return response{}
 }
 
-// outOfBand reports a refusal answered by its HTTP status whatever the request: Sandgate
-// unable to record or decide (503), a request the protocol itself refuses (2026-07-28's header
-// checks, 400).
+// outOfBand reports a refusal answered by its HTTP status whatever the request: Sandgate unable
+// to record it (503) or shutting down, a request the protocol itself refuses (2026-07-28's
+// header checks, 400).
 func outOfBand(rf *call.Refusal) bool {
-	return rf.Class() == call.ClassUnavailable && rf.Code != call.CodeUpstreamUnavailable ||
-		rf.Code == call.CodeHeaderMismatch || rf.Code == call.CodeUnsupportedVersion
+	switch rf.Code {
+	case call.CodeAuditUnavailable, call.CodeShuttingDown, call.CodeShutdown, call.CodeHeaderMismatch, call.CodeUnsupportedVersion:
+		return true
+	}
+	return false
 }
 
 // refuseHTTP answers rf with its status and a JSON-RPC error (id when the request's is known).

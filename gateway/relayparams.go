@@ -30,6 +30,14 @@ type relayed struct {
 	members []byte // the params' members but _meta, comma-separated, without braces
 	meta    []byte // the _meta members to keep, comma-separated, without braces
 	token   string // Sandgate's progress token ("": the sandbox asked for no progress)
+	// own is the sandbox's own progress token, sent as it wrote it on the sandbox's own upstream
+	// session (no other sandbox's calls share it), as a direct client's would be.
+	own json.RawMessage
+	// hop says the request declares its sandbox's capabilities and log level upstream (caps,
+	// level) rather than the connection's.
+	hop   bool
+	caps  json.RawMessage
+	level mcp.LoggingLevel
 	name    string // what Mcp-Name says on 2026-07-28
 	named   bool
 	tool    json.RawMessage // the tool's definition, for its Mcp-Param headers (tools/call)
@@ -38,6 +46,7 @@ type relayed struct {
 // relayParams is the request's params for its upstream.
 func (x *exchange) relayParams() relayed {
 	p := relayed{name: x.name, named: mcp.MethodRequiresNameHeader(mcp.MCPMethod(x.msg.Method))}
+	p.hop, p.caps, p.level = x.hopCapabilities()
 	if x.msg.Params == nil {
 		return p
 	}
@@ -60,6 +69,24 @@ func (x *exchange) relayParams() relayed {
 	})
 	p.tool = x.def
 	return p
+}
+
+// hopCapabilities are what x's request declares upstream of its sandbox (relayed.hop): on
+// 2026-07-28 the capabilities and log level the sandbox's request declares (as it would have
+// declared them directly: an upstream makes a task, or asks for input, only for a client that can
+// take it); before it, those its session declared, and every log level (the session's own level
+// filters them).
+func (x *exchange) hopCapabilities() (bool, json.RawMessage, mcp.LoggingLevel) {
+	switch {
+	case x.modern:
+		return true, x.meta.capsRaw, x.meta.level
+	case x.session != nil:
+		if caps, known := x.session.capabilities(); known {
+			b, _ := json.Marshal(caps)
+			return true, b, mcp.LoggingLevelDebug
+		}
+	}
+	return false, nil, ""
 }
 
 // add appends a member.
@@ -92,13 +119,13 @@ func hopMeta(meta []byte) []byte {
 func (p relayed) encode(frag []byte) json.RawMessage {
 	b := make([]byte, 0, len(p.members)+len(p.meta)+len(frag)+48)
 	b = append(append(b, '{'), p.members...)
-	if len(p.meta) > 0 || p.token != "" || len(frag) > 0 {
+	if len(p.meta) > 0 || p.token != "" || p.own != nil || len(frag) > 0 {
 		if len(p.members) > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, `"_meta":{`...)
 		n := 0
-		for _, part := range [][]byte{p.meta, tokenMember(p.token), frag} {
+		for _, part := range [][]byte{p.meta, tokenMember(p.token, p.own), frag} {
 			if len(part) == 0 {
 				continue
 			}
@@ -113,8 +140,11 @@ func (p relayed) encode(frag []byte) json.RawMessage {
 	return append(b, '}')
 }
 
-func tokenMember(token string) []byte {
-	if token == "" {
+func tokenMember(token string, own json.RawMessage) []byte {
+	switch {
+	case own != nil:
+		return append([]byte(`"progressToken":`), own...)
+	case token == "":
 		return nil
 	}
 	return appendJSONString([]byte(`"progressToken":`), token)
@@ -132,7 +162,7 @@ func appendJSONStringS(s string) string { return string(appendJSONString(nil, s)
 // modern is p as a 2026-07-28 upstream reads it: its protocol fields added, and the standard
 // headers (Mcp-Method, Mcp-Name, Mcp-Param-*).
 func (p relayed) modern(cli *client.Client, version, method string) (json.RawMessage, http.Header, error) {
-	frag, err := protocolFragment(cli, version)
+	frag, err := requestFragment(cli, version, p.caps, p.level, p.hop)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,7 +184,7 @@ func (p relayed) modern(cli *client.Client, version, method string) (json.RawMes
 
 // adaptResult is an upstream's result for the sandbox, as the upstream wrote it but for the
 // hop's own fields: the upstream's protocol _meta keys (its serverInfo) are dropped; a legacy
-// sandbox gets no resultType; a 2026-07-28 sandbox always gets one ("complete" when the upstream,
+// sandbox gets none of a 2026-07-28 upstream's revision fields; a 2026-07-28 sandbox always gets one ("complete" when the upstream,
 // of an older revision, wrote none) and, on resources/read, the caching fields, private (what
 // a sandbox may read is its own). isError reports a tool's error result.
 func (x *exchange) adaptResult(raw json.RawMessage) (out []byte, isError bool, err error) {
@@ -173,18 +203,16 @@ func (x *exchange) adaptResult(raw json.RawMessage) (out []byte, isError bool, e
 			}
 		case name == "isError":
 			isError = string(val) == "true"
-		case name == "resultType":
-			if !x.modern {
+		case name == "resultType" || name == "ttlMs" || name == "cacheScope" || name == "inputRequests" || name == "requestState":
+			// A legacy sandbox is not shown the fields of a revision it does not speak; what a
+			// legacy upstream wrote under these names is its own, relayed as it wrote it.
+			if !x.modern && x.upModern {
 				return nil
 			}
-			typed = true
-		case name == "inputRequests" || name == "requestState":
-			if !x.modern {
-				return nil
+			typed = typed || name == "resultType"
+			if name == "cacheScope" && x.modern && x.msg.Method == string(mcp.MethodResourcesRead) {
+				cached, val = true, []byte(`"private"`)
 			}
-		case name == "cacheScope" && x.modern && x.msg.Method == string(mcp.MethodResourcesRead):
-			cached = true
-			val = []byte(`"private"`)
 		}
 		if n > 0 {
 			out = append(out, ',')

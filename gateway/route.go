@@ -98,7 +98,7 @@ func (g *Gateway) upstreamMessage(u *upstream, sid string, in inbound) {
 		}
 		g.relayOther(u, sid, in)
 	case string(mcp.MethodNotificationProgress):
-		g.relayProgress(u, in)
+		g.relayProgress(u, sid, in)
 	case string(mcp.MethodNotificationMessage):
 		g.relayLog(u, sid, in)
 	case mcp.MethodNotificationResourceUpdated:
@@ -109,14 +109,16 @@ func (g *Gateway) upstreamMessage(u *upstream, sid string, in inbound) {
 }
 
 // relayProgress sends progress to the call that asked for it, under the sandbox's own token.
-func (g *Gateway) relayProgress(u *upstream, in inbound) {
-	var p struct {
-		Token any `json:"progressToken"`
-	}
-	if json.Unmarshal(in.params, &p) != nil {
+func (g *Gateway) relayProgress(u *upstream, sid string, in inbound) {
+	var token json.RawMessage
+	_ = members(in.params, []string{"progressToken"}, func(_ int, v []byte) error {
+		token = v
+		return nil
+	})
+	if token == nil {
 		return
 	}
-	c, ok := g.inflight.byToken(u, p.Token)
+	c, ok := g.inflight.byToken(u, sid, token)
 	if !ok || c.progressToken() == nil {
 		return
 	}
@@ -149,18 +151,14 @@ func (g *Gateway) relayLog(u *upstream, sid string, in inbound) {
 	g.log.Debug("upstream log message outside a call on a shared session dropped: no sandbox to attribute it to", "upstream", u.cfg.Name)
 }
 
-// relayResourceUpdate sends a resource update to the sandbox whose upstream session it is, or,
-// on the shared session, to every sandbox subscribed to that URI.
+// relayResourceUpdate sends a resource update of upstream session sid ("" the shared one) to
+// that session's subscribers of the URI: sandbox sessions' GET streams, listen streams.
 func (g *Gateway) relayResourceUpdate(u *upstream, sid string, in inbound) {
-	if sid != "" {
-		g.relayOther(u, sid, in)
-		return
-	}
 	var p struct {
 		URI string `json:"uri"`
 	}
 	_ = json.Unmarshal(in.params, &p)
-	for _, key := range g.subs.sessions(u, p.URI) {
+	for _, key := range g.subs.subscribers(u, sid, p.URI) {
 		if l := g.listens.get(key); l != nil {
 			l.deliver(in.method, in.params)
 		} else if s := g.sandboxes.get(key); s != nil {

@@ -91,7 +91,8 @@ func (x *exchange) setLevel(context.Context, call.Grant) (response, call.End) {
 	level := mcp.LoggingLevel(stringOf(x.msg.p.level))
 	if !slices.Contains(logLevels, level) {
 		x.cl.Note("invalid_params")
-		return x.respond(x.rpcError(codeInvalidParams, "logging/setLevel: invalid logging level", nil)), call.Answered(http.StatusOK)
+		return x.respond(x.rpcError(codeInvalidParams, "logging/setLevel: invalid logging level '"+truncate(string(level), 64)+"'", nil)),
+			call.Answered(http.StatusOK)
 	}
 	x.session.setLevel(level)
 	return x.respond(x.result([]byte(`{}`))), call.Answered(http.StatusOK)

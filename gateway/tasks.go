@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/audit"
@@ -163,9 +162,7 @@ func (x *exchange) listTasks(ctx context.Context, _ call.Grant) (response, call.
 			continue
 		}
 		x.up, x.name = u, ""
-		raw, err := do(ctx, u, func(ctx context.Context, cli *client.Client) (json.RawMessage, error) {
-			return rpc(ctx, cli, string(mcp.MethodTasksList), nil)
-		})
+		raw, err := x.send(ctx, relayed{}) // on the caller's upstream session, where its tasks are
 		if err != nil {
 			continue
 		}

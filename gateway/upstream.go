@@ -130,6 +130,12 @@ func (u *upstream) client() (*client.Client, uint64, error) {
 	return u.cli, u.gen, nil
 }
 
+// isShared reports that cli is the shared connection.
+func (u *upstream) isShared(cli *client.Client) bool {
+	shared, _, _ := u.client()
+	return shared == cli
+}
+
 // health is nil while connected with a closed breaker, else why not.
 func (u *upstream) health() error {
 	u.mu.RLock()
