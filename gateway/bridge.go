@@ -34,7 +34,7 @@ type inflightCall struct {
 	// alias is its key under the sandbox's own progress token, on the sandbox's own upstream
 	// session (alias), "" when none.
 	alias string
-	cli  *client.Client // the upstream connection it was sent on, once sent
+	cli   *client.Client // the upstream connection it was sent on, once sent
 }
 
 // exchange is the request the call answers now, nil for one of Sandgate's own.

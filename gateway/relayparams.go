@@ -38,9 +38,9 @@ type relayed struct {
 	hop   bool
 	caps  json.RawMessage
 	level mcp.LoggingLevel
-	name    string // what Mcp-Name says on 2026-07-28
-	named   bool
-	tool    json.RawMessage // the tool's definition, for its Mcp-Param headers (tools/call)
+	name  string // what Mcp-Name says on 2026-07-28
+	named bool
+	tool  json.RawMessage // the tool's definition, for its Mcp-Param headers (tools/call)
 }
 
 // relayParams is the request's params for its upstream.
