@@ -18,7 +18,7 @@ import (
 // through the guard into the held writer below it, and the guard releases it once the call
 // ended (release), or never when the event was not confirmed written (call.Release.Cut).
 //
-// On a session of the legacy revisions every SSE event gets an ID and is recorded (events.go),
+// On a session of the legacy revisions every SSE event gets an ID and is recorded (mcpsessions.Events),
 // so that a sandbox whose connection broke resumes the stream with Last-Event-ID, on this
 // replica or another: a GET that resumes a stream still running is attached to it (attach), and
 // gets what followed its last event and then the rest, live. A dropped connection is not a
@@ -42,7 +42,7 @@ type answer struct {
 func newAnswer(g *Gateway, w *guardedWriter, sid string) *answer {
 	a := &answer{g: g, w: w, sid: sid, done: make(chan struct{})}
 	if sid != "" {
-		a.stream = g.events.newStream()
+		a.stream = g.events.NewStream()
 	}
 	return a
 }
@@ -84,7 +84,7 @@ func (a *answer) record(msg []byte) string {
 	if a.sid == "" {
 		return ""
 	}
-	return a.g.events.store(a.sid, a.stream, msg)
+	return a.g.events.Store(a.sid, a.stream, msg)
 }
 
 // final writes msg, the response, through the guard into the held writer: as the last event of
@@ -95,7 +95,7 @@ func (a *answer) final(msg []byte, sse bool) {
 	defer a.mu.Unlock()
 	a.heldMsg = msg
 	if a.sse || sse {
-		a.heldID = a.g.events.nextID(a.sid)
+		a.heldID = a.g.events.NextID(a.sid)
 	}
 	if a.w == nil {
 		return
@@ -121,7 +121,7 @@ func (a *answer) release(rel *call.Release) {
 	defer a.mu.Unlock()
 	defer close(a.done)
 	if a.heldID != "" && a.sid != "" {
-		a.g.events.storeAs(a.sid, a.stream, a.heldID, a.heldMsg)
+		a.g.events.StoreAs(a.sid, a.stream, a.heldID, a.heldMsg)
 	}
 	if a.w == nil || a.held == nil || rel.Cut() {
 		return
@@ -150,7 +150,7 @@ func (a *answer) attach(w *guardedWriter, last string) bool {
 	}
 	a.w, a.sse = w, true
 	a.startSSE()
-	a.g.events.replay(a.sid, last, func(id string, msg []byte) {
+	a.g.events.Replay(a.sid, last, func(id string, msg []byte) {
 		_ = w.writeEvent(id, msg, sseWriteTimeout)
 	})
 	return true

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // inflight tracks the calls forwarded to each upstream, so that what the upstream sends back
@@ -116,7 +117,7 @@ func (f *inflight) alias(u *upstream, c *inflightCall, sid string, token json.Ra
 // upstream session sid: Sandgate's own on the shared session (""), the sandbox's own on its
 // own session. A sandbox choosing a token like Sandgate's names no other sandbox's call.
 func (f *inflight) byToken(u *upstream, sid string, token json.RawMessage) (*inflightCall, bool) {
-	key, ok := plainString(token)
+	key, ok := jsonscan.PlainString(token)
 	if sid != "" {
 		key, ok = sid+"\x00"+string(token), true
 	}

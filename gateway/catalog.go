@@ -7,6 +7,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sandgate/sandgate/internal/jsonenc"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // The gateway lists what every upstream declares as the upstream wrote it: each tool
@@ -95,7 +97,7 @@ func listAll(ctx context.Context, cli *client.Client, k listKind) ([]rawEntry, j
 		}
 		for _, it := range page.items {
 			var id string
-			if err := members(it, []string{k.key}, func(_ int, v []byte) error { return json.Unmarshal(v, &id) }); err != nil || id == "" {
+			if err := jsonscan.Named(it, []string{k.key}, func(_ int, v []byte) error { return json.Unmarshal(v, &id) }); err != nil || id == "" {
 				return nil, nil, 0, fmt.Errorf("%s: an entry has no %s", k.method, k.key)
 			}
 			out = append(out, rawEntry{id: id, raw: it})
@@ -115,7 +117,7 @@ func listAll(ctx context.Context, cli *client.Client, k listKind) ([]rawEntry, j
 func readListPage(raw json.RawMessage, k listKind) (listPage, error) {
 	var p listPage
 	var items json.RawMessage
-	err := members(raw, []string{k.array, "_meta", "ttlMs", "nextCursor"}, func(i int, v []byte) error {
+	err := jsonscan.Named(raw, []string{k.array, "_meta", "ttlMs", "nextCursor"}, func(i int, v []byte) error {
 		switch i {
 		case 0:
 			items = v
@@ -129,7 +131,7 @@ func readListPage(raw json.RawMessage, k listKind) (listPage, error) {
 				p.ttl = &n
 			}
 		case 3:
-			p.next = stringOf(v)
+			p.next = jsonscan.String(v)
 		}
 		return nil
 	})
@@ -148,11 +150,11 @@ func readListPage(raw json.RawMessage, k listKind) (listPage, error) {
 // is unchanged. The other members keep their bytes and order.
 func renamed(raw json.RawMessage, field, name string) json.RawMessage {
 	var old string
-	_ = members(raw, []string{field}, func(_ int, v []byte) error { return json.Unmarshal(v, &old) })
+	_ = jsonscan.Named(raw, []string{field}, func(_ int, v []byte) error { return json.Unmarshal(v, &old) })
 	if old == name {
 		return raw
 	}
-	out, err := withMember(raw, field, appendJSONString(nil, name))
+	out, err := jsonenc.WithMember(raw, field, jsonenc.AppendString(nil, name))
 	if err != nil {
 		return raw
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonenc"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -30,7 +32,7 @@ import (
 
 // askToolCall is tools/call's question: mcp.tools_call, with its arguments.
 func askToolCall(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
-	name := stringOf(x.msg.p.name)
+	name := jsonscan.String(x.msg.p.name)
 	x.cl.Describe(audit.Target{Tool: name})
 	args := x.msg.p.arguments
 	n, ok := x.g.tool(name)
@@ -62,7 +64,7 @@ func askToolCall(ctx context.Context, x *exchange) (call.Question, *call.Refusal
 
 // askPrompt is prompts/get's question: mcp.prompts_get, with its arguments.
 func askPrompt(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
-	name := stringOf(x.msg.p.name)
+	name := jsonscan.String(x.msg.p.name)
 	x.cl.Describe(audit.Target{Tool: name})
 	n, ok := x.g.prompt(name)
 	if !ok || !x.g.visible(ctx, x.caller(), audit.KindPromptsGet, n.upstream.cfg.Name, n.name) {
@@ -79,7 +81,7 @@ func askPrompt(ctx context.Context, x *exchange) (call.Question, *call.Refusal) 
 
 // askRead is resources/read's question: mcp.resources_read, the URI as input.mcp.tool.
 func askRead(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
-	uri := stringOf(x.msg.p.uri)
+	uri := jsonscan.String(x.msg.p.uri)
 	x.cl.Describe(audit.Target{Tool: uri})
 	u, ok := x.g.resourceUpstream(uri)
 	if !ok {
@@ -286,7 +288,7 @@ func (x *exchange) failed(rf *call.Refusal) (response, call.End) {
 // so that the agent can adapt.
 func toolRefused(x *exchange, rf *call.Refusal) []byte {
 	if rf.Code == call.CodeNotFound {
-		return x.rpcError(codeInvalidParams, "tool '"+truncate(stringOf(x.msg.p.name), 100)+"' not found", nil)
+		return x.rpcError(codeInvalidParams, "tool '"+truncate(jsonscan.String(x.msg.p.name), 100)+"' not found", nil)
 	}
 	prefix := "denied by Sandgate policy: "
 	if rf.Code == call.CodeBadParams {
@@ -297,7 +299,7 @@ func toolRefused(x *exchange, rf *call.Refusal) []byte {
 
 // toolError is a tool's error result carrying text.
 func toolError(text string) []byte {
-	b := append([]byte(`{"content":[{"type":"text","text":`), appendJSONString(nil, text)...)
+	b := append([]byte(`{"content":[{"type":"text","text":`), jsonenc.AppendString(nil, text)...)
 	return append(b, `}],"isError":true}`...)
 }
 

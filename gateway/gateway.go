@@ -68,7 +68,7 @@ type Gateway struct {
 	opts      Options
 	log       *slog.Logger
 	handler   http.Handler
-	sessions  *sessionStore
+	sessions  *mcpsessions.Sessions
 	upstreams []*upstream
 	core      *call.Core
 	inflight  *inflight
@@ -79,7 +79,7 @@ type Gateway struct {
 	parked    *parkedCalls
 	sealer    *stateSealer
 	tasks     *taskOwners
-	events    *eventStore
+	events    *mcpsessions.Events
 	guard     *respguard.Source // the credentials no byte to a sandbox may hold
 	dropped   metric.Int64Counter
 
@@ -129,7 +129,7 @@ func New(opts Options) (*Gateway, error) {
 	// Every credential of the store counts as injected: an upstream's own (credential_env)
 	// as much as the ones Sandgate sends.
 	g.guard = respguard.NewSource(opts.Credentials, refs...)
-	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
+	g.events = mcpsessions.NewEvents(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
 	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks, capabilities: g.upstreamCapabilities, listed: g.catalogListed}
 	for _, uc := range opts.Config.Upstreams {
 		uhc := &http.Client{Transport: newBoundedTransport(hc.Transport, uc)}
@@ -138,8 +138,7 @@ func New(opts Options) (*Gateway, error) {
 		u.subscribed = func() []string { return g.subscribedURIs(u) }
 		g.upstreams = append(g.upstreams, u)
 	}
-	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log, opts.now)
-	g.sessions.ended = g.endSession
+	g.sessions = mcpsessions.NewSessions(opts.Config.SessionIdleTimeout.D(), opts.Sessions, g.endSession, opts.Log, opts.now)
 	meter := opts.Meters.Meter("github.com/sandgate/sandgate/gateway")
 	if err := g.registerBreakerMetric(meter); err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
@@ -152,7 +151,7 @@ func New(opts Options) (*Gateway, error) {
 	if _, err := meter.Int64ObservableGauge("sandgate.gateway.sessions",
 		metric.WithDescription("Sandbox MCP sessions this replica holds"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(int64(g.sessions.count()))
+			o.Observe(int64(g.sessions.Count()))
 			return nil
 		})); err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
@@ -257,8 +256,8 @@ func (g *Gateway) Start(ctx context.Context) {
 	for _, u := range g.upstreams {
 		g.wg.Go(func() { u.run(ctx) })
 	}
-	g.wg.Go(func() { g.sessions.sweep(ctx, g.endSession) })
-	g.wg.Go(func() { g.events.run(ctx) })
+	g.wg.Go(func() { g.sessions.Sweep(ctx) })
+	g.wg.Go(func() { g.events.Run(ctx) })
 	g.wg.Go(func() { g.parked.sweep(ctx) })
 }
 
@@ -340,7 +339,7 @@ func (g *Gateway) endSession(id string) {
 	g.sandboxes.close(id)
 	g.endUpstreamSessions(id)
 	g.subs.drop(id)
-	g.events.purge(id)
+	g.events.Purge(id)
 }
 
 func (g *Gateway) String() string { return fmt.Sprintf("gateway(%d upstreams)", len(g.upstreams)) }

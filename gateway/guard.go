@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/mark3labs/mcp-go/mcp"
-
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/identity"
@@ -64,44 +62,6 @@ func (gd *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	gd.g.serveExchange(w, r, id)
-}
-
-// methodKinds are the event kinds of the MCP methods the gateway serves.
-var methodKinds = map[string]audit.Kind{
-	string(mcp.MethodInitialize):             audit.KindInitialize,
-	string(mcp.MethodPing):                   audit.KindPing,
-	string(mcp.MethodToolsList):              audit.KindToolsList,
-	string(mcp.MethodToolsCall):              audit.KindToolsCall,
-	string(mcp.MethodResourcesList):          audit.KindResourcesList,
-	string(mcp.MethodResourcesTemplatesList): audit.KindTemplatesList,
-	string(mcp.MethodResourcesRead):          audit.KindResourcesRead,
-	string(mcp.MethodResourcesSubscribe):     audit.KindSubscribe,
-	string(mcp.MethodResourcesUnsubscribe):   audit.KindUnsubscribe,
-	string(mcp.MethodPromptsList):            audit.KindPromptsList,
-	string(mcp.MethodPromptsGet):             audit.KindPromptsGet,
-	string(mcp.MethodCompletionComplete):     audit.KindComplete,
-	string(mcp.MethodSetLogLevel):            audit.KindSetLevel,
-	string(mcp.MethodServerDiscover):         audit.KindDiscover,
-	string(mcp.MethodSubscriptionsListen):    audit.KindListen,
-	string(mcp.MethodTasksGet):               audit.KindTasks,
-	string(mcp.MethodTasksResult):            audit.KindTasks,
-	string(mcp.MethodTasksList):              audit.KindTasks,
-	string(mcp.MethodTasksCancel):            audit.KindTasks,
-	methodTasksUpdate:                        audit.KindTasks,
-}
-
-// kindOf is the event kind of a message read.
-func kindOf(m sandboxMessage) audit.Kind {
-	switch {
-	case m.isResponse():
-		return audit.KindResponse
-	case m.Method != "" && m.ID == nil:
-		return audit.KindNotification
-	}
-	if k, ok := methodKinds[m.Method]; ok {
-		return k
-	}
-	return audit.KindOtherMethod
 }
 
 func (gd *guard) hostAllowed(hostport string) bool {

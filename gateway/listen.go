@@ -13,6 +13,8 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonenc"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // On 2026-07-28 a sandbox hears of list changes and resource updates on a subscriptions/listen
@@ -152,17 +154,17 @@ func (l *listener) wants(notification string) bool {
 // protocol's from an upstream's hop replaced).
 func (l *listener) withID(params []byte) []byte {
 	meta := []byte(`{}`)
-	_ = members(params, []string{"_meta"}, func(_ int, v []byte) error {
+	_ = jsonscan.Named(params, []string{"_meta"}, func(_ int, v []byte) error {
 		if m, err := withoutProtocolMeta(v); err == nil && m != nil && len(v) > 0 && v[0] == '{' {
 			meta = m
 		}
 		return nil
 	})
-	meta, err := withMember(meta, mcp.MetaKeySubscriptionID, l.id)
+	meta, err := jsonenc.WithMember(meta, mcp.MetaKeySubscriptionID, l.id)
 	if err != nil {
 		return params
 	}
-	out, err := withMember(params, "_meta", meta)
+	out, err := jsonenc.WithMember(params, "_meta", meta)
 	if err != nil {
 		return params
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -26,7 +27,7 @@ import (
 // listActOf is the act of the list method of kind k.
 func listActOf(k listKind) func(*exchange, context.Context, call.Grant) (response, call.End) {
 	return func(x *exchange, ctx context.Context, _ call.Grant) (response, call.End) {
-		if c := x.msg.p.cursor; c != nil && stringOf(c) != "" {
+		if c := x.msg.p.cursor; c != nil && jsonscan.String(c) != "" {
 			x.cl.Note("invalid_params")
 			return x.respond(x.rpcError(codeInvalidParams, "invalid cursor: this list has one page", nil)), call.Answered(http.StatusOK)
 		}

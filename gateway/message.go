@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -50,7 +49,7 @@ var errNotAMessage = errors.New("not a JSON-RPC message object")
 func readMessage(body []byte) (sandboxMessage, error) {
 	var m sandboxMessage
 	var method, version json.RawMessage
-	err := members(body, messageNames[:], func(i int, val []byte) error {
+	err := jsonscan.Named(body, messageNames[:], func(i int, val []byte) error {
 		switch i {
 		case 0:
 			method = val
@@ -89,7 +88,7 @@ func readMessage(body []byte) (sandboxMessage, error) {
 		if m.Params[0] != '{' {
 			return m, errNotAMessage // by-position params are not MCP's
 		}
-		_ = members(m.Params, paramNames[:], func(i int, val []byte) error {
+		_ = jsonscan.Named(m.Params, paramNames[:], func(i int, val []byte) error {
 			if string(val) != "null" {
 				*m.p.slot(i) = val
 			}
@@ -110,56 +109,6 @@ func validID(id json.RawMessage) bool {
 	}
 	_, err := n.Int64()
 	return err == nil
-}
-
-// members calls f with each member of obj, a JSON object, whose key encoding/json reads as one
-// of names (after unescaping, without regard to case), with that name's index.
-func members(obj []byte, names []string, f func(i int, val []byte) error) error {
-	if len(obj) == 0 || obj[0] != '{' {
-		return errNotAMessage
-	}
-	return jsonscan.Members(obj, func(key []byte, escaped bool, val []byte) error {
-		k := key[1 : len(key)-1]
-		if escaped {
-			var s string
-			if json.Unmarshal(key, &s) != nil {
-				return nil
-			}
-			k = []byte(s)
-		}
-		for i, n := range names {
-			if bytes.EqualFold(k, []byte(n)) {
-				return f(i, val)
-			}
-		}
-		return nil
-	})
-}
-
-// eachMember calls f with each member of obj, a JSON object: its raw key, the name it stands
-// for, and its value.
-func eachMember(obj []byte, f func(key []byte, name string, val []byte)) error {
-	return jsonscan.Members(obj, func(key []byte, escaped bool, val []byte) error {
-		name, err := keyName(key, escaped)
-		if err != nil {
-			return err
-		}
-		f(key, name, val)
-		return nil
-	})
-}
-
-// stringOf is a raw JSON string's value ("" for anything else).
-func stringOf(raw json.RawMessage) string {
-	if len(raw) == 0 || raw[0] != '"' {
-		return ""
-	}
-	if s, ok := plainString(raw); ok {
-		return s
-	}
-	var s string
-	_ = json.Unmarshal(raw, &s)
-	return s
 }
 
 // isRequest reports a message that asks for an answer.
@@ -188,21 +137,21 @@ func readMeta(meta json.RawMessage) requestMeta {
 	if meta == nil {
 		return rm
 	}
-	_ = members(meta, metaNames[:], func(i int, val []byte) error {
+	_ = jsonscan.Named(meta, metaNames[:], func(i int, val []byte) error {
 		switch i {
 		case 0:
 			if string(val) != "null" {
 				rm.progressToken = val
 			}
 		case 1:
-			rm.version = stringOf(val)
+			rm.version = jsonscan.String(val)
 		case 2:
 			var c mcp.ClientCapabilities
 			if json.Unmarshal(val, &c) == nil {
 				rm.caps, rm.capsRaw = &c, val
 			}
 		case 3:
-			rm.level = mcp.LoggingLevel(stringOf(val))
+			rm.level = mcp.LoggingLevel(jsonscan.String(val))
 		}
 		return nil
 	})

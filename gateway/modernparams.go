@@ -8,6 +8,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
 
 // A forwarded request to a 2026-07-28 upstream carries the upstream hop's protocol fields in its
@@ -48,26 +49,13 @@ func protocolFragment(cli *client.Client, version string) ([]byte, error) {
 		if i > 0 {
 			f = append(f, ',')
 		}
-		f = append(appendJSONString(f, kv.key), ':')
+		f = append(jsonenc.AppendString(f, kv.key), ':')
 		f = append(f, v...)
 	}
 	if _, loaded := protocolFragments.LoadOrStore(k, f); !loaded {
 		runtime.AddCleanup(cli, func(k fragmentKey) { protocolFragments.Delete(k) }, k)
 	}
 	return f, nil
-}
-
-// appendJSONString appends s as a JSON string, as json.Marshal writes it.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // requestFragment is the upstream hop's protocol fields of one request: the connection's
@@ -85,13 +73,13 @@ func requestFragment(cli *client.Client, version string, caps json.RawMessage, l
 	if err != nil {
 		return nil, err
 	}
-	f := append(appendJSONString(nil, mcp.MetaKeyProtocolVersion), ':')
-	f = append(appendJSONString(f, version), ',')
-	f = append(append(appendJSONString(f, mcp.MetaKeyClientCapabilities), ':'), caps...)
-	f = append(append(appendJSONString(append(f, ','), mcp.MetaKeyClientInfo), ':'), info...)
+	f := append(jsonenc.AppendString(nil, mcp.MetaKeyProtocolVersion), ':')
+	f = append(jsonenc.AppendString(f, version), ',')
+	f = append(append(jsonenc.AppendString(f, mcp.MetaKeyClientCapabilities), ':'), caps...)
+	f = append(append(jsonenc.AppendString(append(f, ','), mcp.MetaKeyClientInfo), ':'), info...)
 	if level != "" {
-		f = append(appendJSONString(append(f, ','), mcp.MetaKeyLogLevel), ':')
-		f = appendJSONString(f, string(level))
+		f = append(jsonenc.AppendString(append(f, ','), mcp.MetaKeyLogLevel), ':')
+		f = jsonenc.AppendString(f, string(level))
 	}
 	return f, nil
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonenc"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // 2026-07-28 has no requests from server to client: an upstream that needs something of the
@@ -97,7 +99,7 @@ func stateFor(x *exchange) sealedState {
 
 // resume serves a retry that carries a requestState (and its inputResponses).
 func (x *exchange) resume(ctx context.Context) (response, call.End) {
-	st, err := x.g.sealer.open(stringOf(x.msg.p.requestState), x)
+	st, err := x.g.sealer.open(jsonscan.String(x.msg.p.requestState), x)
 	if err != nil {
 		return x.stateRefused()
 	}
@@ -110,7 +112,7 @@ func (x *exchange) resume(ctx context.Context) (response, call.End) {
 	}
 	params := x.relayParams()
 	if st.Upstream != "" {
-		params = params.with("requestState", appendJSONString(nil, st.Upstream))
+		params = params.with("requestState", jsonenc.AppendString(nil, st.Upstream))
 	}
 	if x.msg.p.inputResponses != nil {
 		params = params.with("inputResponses", x.msg.p.inputResponses)
@@ -129,11 +131,11 @@ func (x *exchange) stateRefused() (response, call.End) {
 // requestState sealed for x.
 func (x *exchange) sealInputRequired(res []byte) []byte {
 	var upstreamState, resultType string
-	_ = members(res, []string{"requestState", "resultType"}, func(i int, v []byte) error {
+	_ = jsonscan.Named(res, []string{"requestState", "resultType"}, func(i int, v []byte) error {
 		if i == 0 {
-			upstreamState = stringOf(v)
+			upstreamState = jsonscan.String(v)
 		} else {
-			resultType = stringOf(v)
+			resultType = jsonscan.String(v)
 		}
 		return nil
 	})
@@ -142,7 +144,7 @@ func (x *exchange) sealInputRequired(res []byte) []byte {
 	}
 	st := stateFor(x)
 	st.Upstream = upstreamState
-	out, err := withMember(res, "requestState", appendJSONString(nil, x.g.sealer.seal(st)))
+	out, err := jsonenc.WithMember(res, "requestState", jsonenc.AppendString(nil, x.g.sealer.seal(st)))
 	if err != nil {
 		return res
 	}
@@ -318,7 +320,7 @@ func (p *parkedCall) inputRequired(x *exchange, a *inputAsk) (response, call.End
 
 // inputRequestBytes is an upstream's request as an input request: its method and params.
 func inputRequestBytes(in inbound) json.RawMessage {
-	b := appendJSONString([]byte(`{"method":`), in.method)
+	b := jsonenc.AppendString([]byte(`{"method":`), in.method)
 	if len(in.params) > 0 {
 		b = append(append(b, `,"params":`...), in.params...)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
 
 // askTarget is the sandbox an upstream's request is asked of: on a call's stream, or on the
@@ -177,7 +178,7 @@ func declares(caps *mcp.ClientCapabilities, method string) bool {
 // requestBytes is a request with id, method and params (as written).
 func requestBytes(id json.RawMessage, method string, params json.RawMessage) []byte {
 	b := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
-	b = appendJSONString(append(b, `,"method":`...), method)
+	b = jsonenc.AppendString(append(b, `,"method":`...), method)
 	if len(params) > 0 {
 		b = append(append(b, `,"params":`...), params...)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/internal/jsonenc"
 	"github.com/sandgate/sandgate/internal/sse"
 )
 
@@ -158,8 +159,8 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		result = json.RawMessage(richPrompt)
 	default:
 		if c, ok := u.catalog[m.Method]; ok && modern { // a 2026-07-28 list says how long it may be cached
-			result, _ = withMember(c, "ttlMs", []byte("60000"))
-			result, _ = withMember(result.(json.RawMessage), "cacheScope", []byte(`"public"`))
+			result, _ = jsonenc.WithMember(c, "ttlMs", []byte("60000"))
+			result, _ = jsonenc.WithMember(result.(json.RawMessage), "cacheScope", []byte(`"public"`))
 		} else if ok {
 			result = c
 		} else if m.Method == "ping" || m.Method == "logging/setLevel" {

@@ -108,12 +108,12 @@ func (x *exchange) ask(ctx context.Context) (call.Question, *call.Refusal) {
 	if rf := x.read(); rf != nil {
 		return call.Question{}, rf
 	}
-	x.cl.Classify(kindOf(x.msg))
+	x.m = methodOf(x.msg)
+	x.cl.Classify(x.m.kind)
 	x.cl.Describe(audit.Target{Method: x.msg.Method})
 	if x.msg.Method != "" {
 		x.cl.Span().SetName("mcp " + x.msg.Method)
 	}
-	x.m = methodOf(x.msg)
 	if rf := x.protocol(); rf != nil {
 		return call.Question{}, rf
 	}
@@ -163,7 +163,7 @@ func (x *exchange) read() *call.Refusal {
 				if head.ID != nil && validID(head.ID) {
 					x.msg.ID = head.ID
 				}
-				x.cl.Classify(kindOf(sandboxMessage{Method: head.Method, ID: x.msg.ID}))
+				x.cl.Classify(methodOf(sandboxMessage{Method: head.Method, ID: x.msg.ID}).kind)
 			}
 			return call.Refuse(call.CodeBadParams, "params are read differently by different JSON readers: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandgate/sandgate/internal/jsonenc"
 	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
@@ -52,10 +53,10 @@ func (x *exchange) relayParams() relayed {
 	}
 	p.members = make([]byte, 0, len(x.msg.Params)+len(x.name))
 	_ = jsonscan.Members(x.msg.Params, func(key []byte, escaped bool, val []byte) error {
-		name, _ := keyName(key, escaped)
+		name, _ := jsonscan.KeyName(key, escaped)
 		switch strings.ToLower(name) {
 		case "name":
-			p.add(`"name"`, appendJSONString(nil, x.name))
+			p.add(`"name"`, jsonenc.AppendString(nil, x.name))
 		case "ref":
 			p.add(`"ref"`, renamed(val, "name", x.name))
 		case "_meta":
@@ -101,7 +102,7 @@ func (p *relayed) add(key string, val []byte) {
 func hopMeta(meta []byte) []byte {
 	var out []byte
 	_ = jsonscan.Members(meta, func(key []byte, escaped bool, val []byte) error {
-		name, _ := keyName(key, escaped)
+		name, _ := jsonscan.KeyName(key, escaped)
 		if isProtocolKey(name) || strings.EqualFold(name, "progressToken") {
 			return nil
 		}
@@ -147,7 +148,7 @@ func tokenMember(token string, own json.RawMessage) []byte {
 	case token == "":
 		return nil
 	}
-	return appendJSONString([]byte(`"progressToken":`), token)
+	return jsonenc.AppendString([]byte(`"progressToken":`), token)
 }
 
 // with is p with a member added (the hop's requestState, inputResponses or task).
@@ -157,7 +158,7 @@ func (p relayed) with(key string, val []byte) relayed {
 	return p
 }
 
-func appendJSONStringS(s string) string { return string(appendJSONString(nil, s)) }
+func appendJSONStringS(s string) string { return string(jsonenc.AppendString(nil, s)) }
 
 // modern is p as a 2026-07-28 upstream reads it: its protocol fields added, and the standard
 // headers (Mcp-Method, Mcp-Name, Mcp-Param-*).
@@ -192,7 +193,7 @@ func (x *exchange) adaptResult(raw json.RawMessage) (out []byte, isError bool, e
 	out = append(out, '{')
 	n, typed, cached := 0, false, false
 	err = jsonscan.Members(raw, func(key []byte, escaped bool, val []byte) error {
-		name, err := keyName(key, escaped)
+		name, err := jsonscan.KeyName(key, escaped)
 		if err != nil {
 			return err
 		}
@@ -225,24 +226,15 @@ func (x *exchange) adaptResult(raw json.RawMessage) (out []byte, isError bool, e
 		return nil, false, err
 	}
 	if x.modern && !typed {
-		out = appendField(out, &n, "resultType", []byte(`"complete"`))
+		out = jsonenc.AppendMember(out, &n, "resultType", []byte(`"complete"`))
 	}
 	if x.modern && !cached && x.msg.Method == string(mcp.MethodResourcesRead) {
-		out = appendField(out, &n, "cacheScope", []byte(`"private"`))
+		out = jsonenc.AppendMember(out, &n, "cacheScope", []byte(`"private"`))
 		if !bytes.Contains(raw, []byte(`"ttlMs"`)) {
-			out = appendField(out, &n, "ttlMs", []byte("0"))
+			out = jsonenc.AppendMember(out, &n, "ttlMs", []byte("0"))
 		}
 	}
 	return append(out, '}'), isError, nil
-}
-
-// appendField appends "key":val to an object's members (n of them so far).
-func appendField(out []byte, n *int, key string, val []byte) []byte {
-	if *n > 0 {
-		out = append(out, ',')
-	}
-	*n++
-	return append(append(appendJSONString(out, key), ':'), val...)
 }
 
 // withoutProtocolMeta is meta, a result's _meta, without the protocol's own
@@ -254,7 +246,7 @@ func withoutProtocolMeta(meta []byte) ([]byte, error) {
 	out = append(out, '{')
 	kept, dropped := 0, 0
 	err := jsonscan.Members(meta, func(key []byte, escaped bool, val []byte) error {
-		name, err := keyName(key, escaped)
+		name, err := jsonscan.KeyName(key, escaped)
 		if err != nil {
 			return err
 		}
@@ -278,14 +270,4 @@ func withoutProtocolMeta(meta []byte) ([]byte, error) {
 		return nil, nil
 	}
 	return append(out, '}'), nil
-}
-
-// keyName is the name a raw key (quotes included) stands for.
-func keyName(key []byte, escaped bool) (string, error) {
-	if !escaped {
-		return string(key[1 : len(key)-1]), nil
-	}
-	var s string
-	err := json.Unmarshal(key, &s)
-	return s, err
 }

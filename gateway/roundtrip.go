@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
 
 // On 2026-07-28 and later an upstream that needs something of the client mid-request
@@ -119,7 +120,7 @@ func withRoots(res json.RawMessage) json.RawMessage {
 	if json.Unmarshal(res, &f) == nil && len(f.Roots) > 0 && string(f.Roots) != "null" {
 		return res
 	}
-	if out, err := withMember(res, "roots", []byte("[]")); err == nil {
+	if out, err := jsonenc.WithMember(res, "roots", []byte("[]")); err == nil {
 		return out
 	}
 	return json.RawMessage(`{"roots":[]}`)
@@ -134,7 +135,7 @@ func withInputResponses(params any, answers map[string]json.RawMessage, state st
 		}
 		p = p.with("inputResponses", b)
 		if state != "" {
-			p = p.with("requestState", appendJSONString(nil, state))
+			p = p.with("requestState", jsonenc.AppendString(nil, state))
 		}
 		return p, nil
 	}

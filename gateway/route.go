@@ -6,6 +6,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandgate/sandgate/internal/jsonenc"
 	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
@@ -42,7 +43,7 @@ type inbound struct {
 func parseInbound(raw []byte) (inbound, bool) {
 	in := inbound{raw: raw}
 	err := jsonscan.Members(raw, func(key []byte, escaped bool, val []byte) error {
-		name, err := keyName(key, escaped)
+		name, err := jsonscan.KeyName(key, escaped)
 		if err != nil {
 			return err
 		}
@@ -111,7 +112,7 @@ func (g *Gateway) upstreamMessage(u *upstream, sid string, in inbound) {
 // relayProgress sends progress to the call that asked for it, under the sandbox's own token.
 func (g *Gateway) relayProgress(u *upstream, sid string, in inbound) {
 	var token json.RawMessage
-	_ = members(in.params, []string{"progressToken"}, func(_ int, v []byte) error {
+	_ = jsonscan.Named(in.params, []string{"progressToken"}, func(_ int, v []byte) error {
 		token = v
 		return nil
 	})
@@ -122,7 +123,7 @@ func (g *Gateway) relayProgress(u *upstream, sid string, in inbound) {
 	if !ok || c.progressToken() == nil {
 		return
 	}
-	params, err := withMember(in.params, "progressToken", c.progressToken())
+	params, err := jsonenc.WithMember(in.params, "progressToken", c.progressToken())
 	if err != nil {
 		return
 	}
@@ -224,44 +225,9 @@ func (g *Gateway) upstreamRequest(ctx context.Context, u *upstream, sid string, 
 
 // notificationBytes is a notification of method with params.
 func notificationBytes(method string, params json.RawMessage) []byte {
-	b := append([]byte(`{"jsonrpc":"2.0","method":`), appendJSONString(nil, method)...)
+	b := append([]byte(`{"jsonrpc":"2.0","method":`), jsonenc.AppendString(nil, method)...)
 	if len(params) > 0 {
 		b = append(append(b, `,"params":`...), params...)
 	}
 	return append(b, '}')
-}
-
-// withMember is obj, a JSON object, with member key set to val, the other members as written
-// and in their order.
-func withMember(obj json.RawMessage, key string, val []byte) (json.RawMessage, error) {
-	out := make([]byte, 0, len(obj)+len(val)+len(key)+4)
-	out = append(out, '{')
-	n, set := 0, false
-	err := jsonscan.Members(obj, func(k []byte, escaped bool, v []byte) error {
-		name, err := keyName(k, escaped)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			out = append(out, ',')
-		}
-		n++
-		out = append(append(out, k...), ':')
-		if name == key {
-			set = true
-			v = val
-		}
-		out = append(out, v...)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !set {
-		if n > 0 {
-			out = append(out, ',')
-		}
-		out = append(append(appendJSONString(out, key), ':'), val...)
-	}
-	return append(out, '}'), nil
 }

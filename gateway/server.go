@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // What the gateway answers itself: the handshake of each revision, ping, the log level, a
@@ -59,11 +60,11 @@ func (x *exchange) initialize(context.Context, call.Grant) (response, call.End) 
 		version = p.ProtocolVersion
 	}
 	peer, _ := identity.ParsePeer(x.r.RemoteAddr)
-	sid := x.g.sessions.create(peer)
+	sid := x.g.sessions.Create(peer)
 	s := x.g.sandboxes.open(sid)
 	s.initialized(p.ClientInfo, p.Capabilities, version)
 	s.seen(x.id)
-	x.g.sessions.initialized(x.r.Context(), sid, p.ClientInfo, p.Capabilities, version)
+	x.g.sessions.Initialized(x.r.Context(), sid, p.ClientInfo, p.Capabilities, version)
 	res, _ := json.Marshal(mcp.InitializeResult{ProtocolVersion: version, Capabilities: x.g.capabilities(false), ServerInfo: serverInfo})
 	x.w.Header().Set(mcp.HeaderSessionID, sid)
 	return x.respond(x.result(res)), call.Answered(http.StatusOK)
@@ -88,7 +89,7 @@ func (x *exchange) ping(context.Context, call.Grant) (response, call.End) {
 // setLevel sets the session's log level (revisions before 2026-07-28): the upstreams send every
 // sandboxMessage, and each session's level filters them.
 func (x *exchange) setLevel(context.Context, call.Grant) (response, call.End) {
-	level := mcp.LoggingLevel(stringOf(x.msg.p.level))
+	level := mcp.LoggingLevel(jsonscan.String(x.msg.p.level))
 	if !slices.Contains(logLevels, level) {
 		x.cl.Note("invalid_params")
 		return x.respond(x.rpcError(codeInvalidParams, "logging/setLevel: invalid logging level '"+truncate(string(level), 64)+"'", nil)),
@@ -132,7 +133,7 @@ func (x *exchange) answered(context.Context, call.Grant) (response, call.End) {
 // endSession ends the caller's session (DELETE).
 func (x *exchange) endSession() (response, call.End) {
 	peer, _ := identity.ParsePeer(x.r.RemoteAddr)
-	x.g.sessions.terminate(x.r.Header.Get(mcp.HeaderSessionID), peer)
+	x.g.sessions.Terminate(x.r.Header.Get(mcp.HeaderSessionID), peer)
 	return response{status: http.StatusOK}, call.Answered(http.StatusOK)
 }
 

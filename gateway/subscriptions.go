@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // A sandbox subscribes to a resource with resources/subscribe (revisions before 2026-07-28) or
@@ -105,7 +106,7 @@ func (s *subscriptions) drop(subscriber string) {
 // subscribe takes resources/subscribe (revisions before 2026-07-28) for a resource the caller
 // may read. A resource the caller may not read is subscribed to nothing, and answered alike.
 func (x *exchange) subscribe(ctx context.Context, _ call.Grant) (response, call.End) {
-	uri := stringOf(x.msg.p.uri)
+	uri := jsonscan.String(x.msg.p.uri)
 	x.cl.Describe(audit.Target{Tool: uri})
 	if u, ok := x.g.resourceUpstream(uri); ok && x.g.visible(ctx, x.caller(), audit.KindResourcesRead, u.cfg.Name, uri) {
 		x.cl.Describe(audit.Target{Upstream: u.cfg.Name})
@@ -116,7 +117,7 @@ func (x *exchange) subscribe(ctx context.Context, _ call.Grant) (response, call.
 
 // unsubscribe takes resources/unsubscribe (revisions before 2026-07-28).
 func (x *exchange) unsubscribe(ctx context.Context, _ call.Grant) (response, call.End) {
-	uri := stringOf(x.msg.p.uri)
+	uri := jsonscan.String(x.msg.p.uri)
 	x.cl.Describe(audit.Target{Tool: uri})
 	if u, ok := x.g.resourceUpstream(uri); ok {
 		x.cl.Describe(audit.Target{Upstream: u.cfg.Name})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // Tasks are relayed, never made by Sandgate: a tools/call an upstream answers with a task (the
@@ -117,7 +118,7 @@ func (x *exchange) madeTask(res []byte) bool {
 // askTask is the question of tasks/get, tasks/result, tasks/cancel and tasks/update: none of
 // policy's (the call that made the task was decided), but the task must be the caller's.
 func askTask(_ context.Context, x *exchange) (call.Question, *call.Refusal) {
-	id := stringOf(x.msg.p.taskID)
+	id := jsonscan.String(x.msg.p.taskID)
 	x.cl.Describe(audit.Target{Tool: id})
 	o, ok := x.g.tasks.owner(id, x.id.Key())
 	if !ok || o.modern != x.modern {
@@ -142,7 +143,7 @@ func splitMeta(params []byte) (members, meta []byte) {
 	if params == nil {
 		return nil, nil
 	}
-	_ = eachMember(params, func(key []byte, name string, val []byte) {
+	_ = jsonscan.Each(params, func(key []byte, name string, val []byte) {
 		if name == "_meta" {
 			p.meta = hopMeta(val)
 			return

@@ -20,6 +20,7 @@ import (
 	"github.com/sandgate/sandgate/internal/breaker"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/mcpstdio"
 	"github.com/sandgate/sandgate/internal/respguard"
 )
 
@@ -389,11 +390,11 @@ func (u *upstream) resubscribe() {
 func (u *upstream) dial(ctx context.Context, version string, h connHooks, caps mcp.ClientCapabilities, listen bool) (*client.Client, error) {
 	var tr transport.Interface
 	var uh *upstreamHTTP
-	var stdio *boundedStdio
+	var stdio *mcpstdio.Transport
 	if u.cfg.IsStdio() {
-		s, err := newBoundedStdio(func(ctx context.Context) (*exec.Cmd, error) {
+		s, err := mcpstdio.New(func(ctx context.Context) (*exec.Cmd, error) {
 			return u.command(ctx, u.cfg.Command, nil, u.cfg.Args)
-		}, u.cfg.MaxMessageBytes)
+		}, u.cfg.MaxMessageBytes, readStdioMessage)
 		if err != nil {
 			return nil, err
 		}
@@ -411,14 +412,14 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks, caps m
 	}
 	cli := client.NewClient(tr, client.WithProtocolVersion(version), client.WithClientCapabilities(caps))
 	if stdio != nil {
-		stdio.route(cli, h)
+		routeStdio(stdio, cli, h)
 	}
 	// The transport outlives the caller's timeout: start it with a context that lasts.
 	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("start transport: %w", err)
 	}
 	if stdio != nil {
-		stdio.answer(cli, h) // after Start, which sets mcp-go's own handler
+		answerStdio(stdio, cli, h) // after Start, which sets mcp-go's own handler
 	}
 	// What mcp-go reads itself (the 2026-07-28 subscriptions/listen stream) is not part of a call.
 	cli.OnNotification(func(n mcp.JSONRPCNotification) {

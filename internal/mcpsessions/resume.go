@@ -1,4 +1,4 @@
-package gateway
+package mcpsessions
 
 import (
 	"bytes"
@@ -11,31 +11,28 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/sandgate/sandgate/internal/mcpsessions"
 )
 
-// maxEventsPerSession bounds what a session's SSE streams keep for resumption: a sandbox that
+// MaxEventsPerSession bounds what a session's SSE streams keep for resumption: a sandbox that
 // reconnects with a Last-Event-ID older than the last this many events gets 404 on the GET and
 // must retry its request.
-const maxEventsPerSession = 512
+const MaxEventsPerSession = 512
 
-// eventStore records the SSE events of the sandbox sessions' streams (a call's, and the
-// session's GET stream), in this replica's memory and bounded per session: every event has an
-// ID, and a stream is replayed after the Last-Event-ID a sandbox resumes with (answer.go,
-// sandboxstream.go).
+// Events records the SSE events of MCP sessions' streams (a call's, and the session's GET
+// stream), in this replica's memory and bounded per session: every event has an ID, and a
+// stream is replayed after the Last-Event-ID a client resumes with.
 //
 // With a shared event log (Redis, when the session store is one) every event is also appended
 // there, in order, off the request's path, so that a stream can be resumed on another replica;
 // an event the log does not have (Redis down, queue full) can be resumed on its own replica only.
 // An unknown Last-Event-ID answers 400 and the sandbox sends its request again.
-type eventStore struct {
+type Events struct {
 	mu       sync.Mutex
 	seq      uint64
 	tag      string // this replica's prefix of event IDs, unique across replicas
 	sessions map[string][]storedSSE
 
-	shared mcpsessions.EventLog // nil: events stay on this replica
+	shared EventLog // nil: events stay on this replica
 	ttl    time.Duration
 	queue  chan sharedEvent
 	log    *slog.Logger
@@ -44,7 +41,7 @@ type eventStore struct {
 // sharedEvent is one append to (or, with no event, a purge of) the shared log.
 type sharedEvent struct {
 	session string
-	event   *mcpsessions.Event
+	event   *Event
 }
 
 type storedSSE struct {
@@ -52,15 +49,16 @@ type storedSSE struct {
 	msg        json.RawMessage
 }
 
-func newEventStore(shared mcpsessions.EventLog, ttl time.Duration, log *slog.Logger) *eventStore {
+// NewEvents is a store of events sharing them in shared (nil: none), where they expire after ttl.
+func NewEvents(shared EventLog, ttl time.Duration, log *slog.Logger) *Events {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return &eventStore{sessions: map[string][]storedSSE{}, tag: hex.EncodeToString(b), shared: shared, ttl: ttl,
+	return &Events{sessions: map[string][]storedSSE{}, tag: hex.EncodeToString(b), shared: shared, ttl: ttl,
 		queue: make(chan sharedEvent, 4096), log: log}
 }
 
-// run writes the shared log until ctx ends.
-func (s *eventStore) run(ctx context.Context) {
+// Run writes the shared log until ctx ends.
+func (s *Events) Run(ctx context.Context) {
 	if s.shared == nil {
 		return
 	}
@@ -73,7 +71,7 @@ func (s *eventStore) run(ctx context.Context) {
 			if op.event == nil {
 				err = s.shared.PurgeEvents(ctx, op.session)
 			} else {
-				err = s.shared.AppendEvent(ctx, op.session, *op.event, maxEventsPerSession, s.ttl)
+				err = s.shared.AppendEvent(ctx, op.session, *op.event, MaxEventsPerSession, s.ttl)
 			}
 			if err != nil {
 				s.log.Debug("shared mcp event log not written; streams resume on this replica only", "err", err)
@@ -82,7 +80,7 @@ func (s *eventStore) run(ctx context.Context) {
 	}
 }
 
-func (s *eventStore) share(op sharedEvent) {
+func (s *Events) share(op sharedEvent) {
 	if s.shared == nil {
 		return
 	}
@@ -93,16 +91,16 @@ func (s *eventStore) share(op sharedEvent) {
 	}
 }
 
-// newStream is the ID of a new stream of a session.
-func (s *eventStore) newStream() string {
+// NewStream is the ID of a new stream of a session.
+func (s *Events) NewStream() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
 	return "s" + strconv.FormatUint(s.seq, 10)
 }
 
-// nextID is a new event ID, unique across replicas ("" for no session: nothing is recorded).
-func (s *eventStore) nextID(sessionID string) string {
+// NextID is a new event ID, unique across replicas ("" for no session: nothing is recorded).
+func (s *Events) NextID(sessionID string) string {
 	if sessionID == "" {
 		return ""
 	}
@@ -112,32 +110,32 @@ func (s *eventStore) nextID(sessionID string) string {
 	return s.tag + "-" + strconv.FormatUint(s.seq, 10)
 }
 
-// store records msg as the next event of a session's stream and returns its ID.
-func (s *eventStore) store(sessionID, streamID string, msg []byte) string {
-	id := s.nextID(sessionID)
-	s.storeAs(sessionID, streamID, id, msg)
+// Store records msg as the next event of a session's stream and returns its ID.
+func (s *Events) Store(sessionID, streamID string, msg []byte) string {
+	id := s.NextID(sessionID)
+	s.StoreAs(sessionID, streamID, id, msg)
 	return id
 }
 
-// storeAs records msg as event id (from nextID) of a session's stream.
-func (s *eventStore) storeAs(sessionID, streamID, id string, msg []byte) {
+// StoreAs records msg as event id (from NextID) of a session's stream.
+func (s *Events) StoreAs(sessionID, streamID, id string, msg []byte) {
 	if sessionID == "" || id == "" {
 		return
 	}
 	msg = bytes.Clone(msg)
 	s.mu.Lock()
 	evs := append(s.sessions[sessionID], storedSSE{id: id, stream: streamID, msg: msg})
-	if len(evs) > maxEventsPerSession {
-		evs = append(evs[:0:0], evs[len(evs)-maxEventsPerSession:]...)
+	if len(evs) > MaxEventsPerSession {
+		evs = append(evs[:0:0], evs[len(evs)-MaxEventsPerSession:]...)
 	}
 	s.sessions[sessionID] = evs
 	s.mu.Unlock()
-	s.share(sharedEvent{sessionID, &mcpsessions.Event{ID: id, Stream: streamID, Message: msg}})
+	s.share(sharedEvent{sessionID, &Event{ID: id, Stream: streamID, Message: msg}})
 }
 
-// replay calls send with each event of the stream event last belongs to that followed it (this
+// Replay calls send with each event of the stream event last belongs to that followed it (this
 // replica's, else the shared log's); false when neither knows last.
-func (s *eventStore) replay(sessionID, last string, send func(id string, msg []byte)) bool {
+func (s *Events) Replay(sessionID, last string, send func(id string, msg []byte)) bool {
 	s.mu.Lock()
 	evs := s.sessions[sessionID]
 	at := slices.IndexFunc(evs, func(e storedSSE) bool { return e.id == last })
@@ -159,9 +157,9 @@ func (s *eventStore) replay(sessionID, last string, send func(id string, msg []b
 	return true
 }
 
-// streamOf is the stream event id of a session belongs to, if this replica or the shared log
+// StreamOf is the stream event id of a session belongs to, if this replica or the shared log
 // has it.
-func (s *eventStore) streamOf(ctx context.Context, sessionID, id string) (string, bool) {
+func (s *Events) StreamOf(ctx context.Context, sessionID, id string) (string, bool) {
 	s.mu.Lock()
 	for _, e := range s.sessions[sessionID] {
 		if e.id == id {
@@ -178,7 +176,7 @@ func (s *eventStore) streamOf(ctx context.Context, sessionID, id string) (string
 }
 
 // replayShared replays from the shared log an event another replica wrote.
-func (s *eventStore) replayShared(sessionID, last string, send func(id string, msg []byte)) bool {
+func (s *Events) replayShared(sessionID, last string, send func(id string, msg []byte)) bool {
 	if s.shared == nil {
 		return false
 	}
@@ -201,10 +199,21 @@ func (s *eventStore) replayShared(sessionID, last string, send func(id string, m
 // sharedReadTimeout bounds a read of the shared event log.
 const sharedReadTimeout = 2 * time.Second
 
-// purge forgets a session's events.
-func (s *eventStore) purge(sessionID string) {
+// Purge forgets a session's events.
+func (s *Events) Purge(sessionID string) {
 	s.mu.Lock()
 	delete(s.sessions, sessionID)
 	s.mu.Unlock()
 	s.share(sharedEvent{session: sessionID})
+}
+
+// Recorded is what is kept of session's events on this replica, oldest first.
+func (s *Events) Recorded(session string) []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Event, 0, len(s.sessions[session]))
+	for _, e := range s.sessions[session] {
+		out = append(out, Event{ID: e.id, Stream: e.stream, Message: e.msg})
+	}
+	return out
 }

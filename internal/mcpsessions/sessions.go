@@ -1,4 +1,4 @@
-package gateway
+package mcpsessions
 
 import (
 	"context"
@@ -10,32 +10,29 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/sandgate/sandgate/internal/mcpsessions"
 )
 
-// sharedRefresh is how often a session in use extends its shared record. It also bounds how long
+// SharedRefresh is how often a session in use extends its shared record. It also bounds how long
 // a session terminated on another replica stays usable on this one.
-const sharedRefresh = time.Second
+const SharedRefresh = time.Second
 
-// sessionStore issues sandbox session IDs (128 random bits) at initialize (revisions before
+// Sessions issues MCP session IDs (128 random bits) at initialize (revisions before
 // 2026-07-28, which have sessions), binds each to the source address that initialized it, and
 // expires it after the idle timeout.
 //
-// With a shared store (Options.Sessions) every session is also recorded there, so that another
+// With a shared store every session is also recorded there, so that another
 // replica can continue it: an ID this replica does not know is looked up in the shared store and
 // adopted when the record's source address is the caller's, with the client's info,
 // capabilities and protocol version it recorded. A shared store that cannot be reached leaves
 // sessions local: new ones still work on their replica, unknown ones get 404.
-type sessionStore struct {
+type Sessions struct {
 	now    func() time.Time // time.Now; tests advance their own
 	idle   time.Duration
-	shared mcpsessions.Store // nil: sessions stay on this replica
+	shared Store // nil: sessions stay on this replica
 	log    *slog.Logger
-	// ended is told of every session a client ended (DELETE); expired ones are swept.
-	ended func(id string)
-	mu    sync.Mutex
-	byID  map[string]*sessionEntry
+	ended  func(id string)
+	mu     sync.Mutex
+	byID   map[string]*sessionEntry
 }
 
 type sessionEntry struct {
@@ -44,29 +41,32 @@ type sessionEntry struct {
 	refreshed time.Time // last extension of the shared record
 	// record is the session's shared record: shared again if Redis lost it, and restored onto
 	// mcp-go's session objects when the session was adopted from another replica.
-	record  *mcpsessions.Record
+	record  *Record
 	adopted bool
 }
 
-func newSessionStore(idle time.Duration, shared mcpsessions.Store, log *slog.Logger, now func() time.Time) *sessionStore {
+// NewSessions is a session store expiring sessions idle for idle, sharing them in shared (nil:
+// none), telling ended of every session a client or another replica ended, or that expired. now
+// is time.Now unless a test sets its own.
+func NewSessions(idle time.Duration, shared Store, ended func(id string), log *slog.Logger, now func() time.Time) *Sessions {
 	if now == nil {
 		now = time.Now
 	}
-	return &sessionStore{now: now, idle: idle, shared: shared, log: log, byID: map[string]*sessionEntry{}}
+	return &Sessions{now: now, idle: idle, shared: shared, ended: ended, log: log, byID: map[string]*sessionEntry{}}
 }
 
-// sessionState is what check found of a session ID.
-type sessionState int
+// Found is what Check found of a session ID.
+type Found int
 
 const (
-	sessionLive     sessionState = iota
-	sessionUnknown               // never issued, expired or terminated
-	sessionNotOwned              // live, but created by another source address: a hijack attempt
+	Known    Found = iota
+	Unknown        // never issued, expired or terminated
+	NotOwned       // live, but created by another source address: a hijack attempt
 )
 
-// check says whether id is live and was created by peer; it refreshes its idle timer. An ID
+// Check says whether id is live and was created by peer; it refreshes its idle timer. An ID
 // unknown here is looked up in the shared store and adopted when peer created it.
-func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) sessionState {
+func (s *Sessions) Check(ctx context.Context, id string, peer netip.Addr) Found {
 	s.mu.Lock()
 	e, ok := s.byID[id]
 	if ok && s.now().Sub(e.lastSeen) > s.idle {
@@ -76,11 +76,11 @@ func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) se
 	if ok {
 		if e.peer != peer {
 			s.mu.Unlock()
-			return sessionNotOwned
+			return NotOwned
 		}
 		now := s.now()
 		e.lastSeen = now
-		refresh := s.shared != nil && now.Sub(e.refreshed) >= sharedRefresh
+		refresh := s.shared != nil && now.Sub(e.refreshed) >= SharedRefresh
 		if refresh {
 			e.refreshed = now
 		}
@@ -90,34 +90,32 @@ func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) se
 			switch st, err := s.shared.Refresh(ctx, id, s.idle); {
 			case err != nil:
 				s.log.Warn("shared mcp session store unavailable", "err", err)
-			case st == mcpsessions.Terminated: // ended on another replica
+			case st == Terminated: // ended on another replica
 				s.drop(id)
-				if s.ended != nil {
-					s.ended(id)
-				}
-				return sessionUnknown
-			case st == mcpsessions.Missing && rec != nil: // Redis lost it: share it again
+				s.ended(id)
+				return Unknown
+			case st == Missing && rec != nil: // Redis lost it: share it again
 				if err := s.shared.Put(ctx, id, *rec, s.idle); err != nil {
 					s.log.Warn("shared mcp session store unavailable", "err", err)
 				}
 			}
 		}
-		return sessionLive
+		return Known
 	}
 	s.mu.Unlock()
 	if s.shared == nil {
-		return sessionUnknown
+		return Unknown
 	}
 	rec, found, err := s.shared.Get(ctx, id)
 	if err != nil {
 		s.log.Warn("shared mcp session store unavailable", "err", err)
-		return sessionUnknown
+		return Unknown
 	}
 	if !found {
-		return sessionUnknown
+		return Unknown
 	}
 	if rec.Peer != peer.String() {
-		return sessionNotOwned
+		return NotOwned
 	}
 	now := s.now()
 	s.mu.Lock()
@@ -126,17 +124,18 @@ func (s *sessionStore) check(ctx context.Context, id string, peer netip.Addr) se
 	if _, err := s.shared.Refresh(ctx, id, s.idle); err != nil {
 		s.log.Warn("shared mcp session store unavailable", "err", err)
 	}
-	return sessionLive
+	return Known
 }
 
-func (s *sessionStore) count() int {
+// Count counts the live sessions on this replica.
+func (s *Sessions) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.byID)
 }
 
-// countPeer counts the live sessions peer created on this replica.
-func (s *sessionStore) countPeer(peer netip.Addr) int {
+// CountPeer counts the live sessions peer created on this replica.
+func (s *Sessions) CountPeer(peer netip.Addr) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -149,19 +148,19 @@ func (s *sessionStore) countPeer(peer netip.Addr) int {
 	return n
 }
 
-func (s *sessionStore) drop(id string) {
+func (s *Sessions) drop(id string) {
 	s.mu.Lock()
 	delete(s.byID, id)
 	s.mu.Unlock()
 }
 
-// initialized records what the client told in initialize, for other replicas.
-func (s *sessionStore) initialized(ctx context.Context, id string, info mcp.Implementation, caps mcp.ClientCapabilities, version string) {
+// Initialized records what the client told in initialize, for other replicas.
+func (s *Sessions) Initialized(ctx context.Context, id string, info mcp.Implementation, caps mcp.ClientCapabilities, version string) {
 	s.mu.Lock()
 	e, ok := s.byID[id]
-	var rec mcpsessions.Record
+	var rec Record
 	if ok {
-		rec = mcpsessions.Record{Peer: e.peer.String(), ProtocolVersion: version,
+		rec = Record{Peer: e.peer.String(), ProtocolVersion: version,
 			ClientInfo: info, Capabilities: caps, Initialized: true}
 		e.record = &rec
 	}
@@ -178,8 +177,8 @@ func (s *sessionStore) initialized(ctx context.Context, id string, info mcp.Impl
 	}
 }
 
-// record is session id's shared record, nil if there is none.
-func (s *sessionStore) record(id string) *mcpsessions.Record {
+// Record is session id's shared record, nil if there is none.
+func (s *Sessions) Record(id string) *Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.byID[id]; ok {
@@ -188,8 +187,8 @@ func (s *sessionStore) record(id string) *mcpsessions.Record {
 	return nil
 }
 
-// sweep ends idle sessions until ctx ends.
-func (s *sessionStore) sweep(ctx context.Context, ended func(id string)) {
+// Sweep ends idle sessions until ctx ends.
+func (s *Sessions) Sweep(ctx context.Context) {
 	t := time.NewTicker(min(max(s.idle/4, 10*time.Millisecond), 30*time.Second))
 	defer t.Stop()
 	for {
@@ -208,19 +207,19 @@ func (s *sessionStore) sweep(ctx context.Context, ended func(id string)) {
 		}
 		s.mu.Unlock()
 		for _, id := range expired {
-			ended(id)
+			s.ended(id)
 		}
 	}
 }
 
-// create issues a new session for peer.
-func (s *sessionStore) create(peer netip.Addr) string {
+// Create issues a new session for peer.
+func (s *Sessions) Create(peer netip.Addr) string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
 	now := s.now()
 	s.mu.Lock()
-	rec := mcpsessions.Record{Peer: peer.String()}
+	rec := Record{Peer: peer.String()}
 	s.byID[id] = &sessionEntry{peer: peer, lastSeen: now, refreshed: now, record: &rec}
 	s.mu.Unlock()
 	if s.shared != nil {
@@ -231,8 +230,8 @@ func (s *sessionStore) create(peer netip.Addr) string {
 	return id
 }
 
-// terminate ends session id of peer (DELETE): here, and for the other replicas.
-func (s *sessionStore) terminate(id string, peer netip.Addr) {
+// Terminate ends session id of peer (DELETE): here, and for the other replicas.
+func (s *Sessions) Terminate(id string, peer netip.Addr) {
 	s.mu.Lock()
 	e, ok := s.byID[id]
 	mine := ok && e.peer == peer
@@ -240,7 +239,7 @@ func (s *sessionStore) terminate(id string, peer netip.Addr) {
 		delete(s.byID, id)
 	}
 	s.mu.Unlock()
-	if mine && s.ended != nil {
+	if mine {
 		s.ended(id)
 	}
 	if mine && s.shared != nil {
