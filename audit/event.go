@@ -40,7 +40,13 @@ const (
 	// ping), asked of the sandbox session its upstream session or call belongs to.
 	KindServerRequest Kind = "mcp.server_request"
 	KindSessionEnd    Kind = "mcp.session_end"
-	KindOtherMethod   Kind = "mcp.other" // a method Sandgate does not serve; answered by mcp-go's method-not-found
+	KindOtherMethod   Kind = "mcp.other" // a method Sandgate does not serve: answered method-not-found
+	// An MCP POST whose message could not be read (too large, cut, not JSON-RPC): the kind its
+	// call has until the message is read, and keeps when it is not.
+	KindMCPRequest Kind = "mcp.request"
+	KindDiscover   Kind = "mcp.discover"             // server/discover (2026-07-28)
+	KindListen     Kind = "mcp.subscriptions_listen" // subscriptions/listen (2026-07-28): a stream of list changes and resource updates
+	KindTasks      Kind = "mcp.tasks"                // tasks/get, tasks/result, tasks/list, tasks/cancel, tasks/update
 )
 
 // Kinds of requests refused before they could be read as a call (protocol-level rejections).

@@ -3,6 +3,9 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -206,4 +209,12 @@ func assertAudited(t *testing.T, dir string, served map[string]bool) int {
 	}
 	assert.Zero(t, missing, "answered calls without their event, of %d", len(served))
 	return refused
+}
+
+// argsHash is the SHA-256 of a tool call's arguments as the sandbox sends them (the event's
+// target.args_sha256): mcp-go's client writes a map as json.Marshal does.
+func argsHash(args map[string]any) string {
+	b, _ := json.Marshal(args)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

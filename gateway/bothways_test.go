@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/config"
+	"github.com/sandgate/sandgate/internal/mcpsessions"
 	"github.com/sandgate/sandgate/internal/sse"
 )
 
@@ -45,11 +46,11 @@ func TestToolAddedUpstreamReachesTheSandboxes(t *testing.T) {
 	assert.False(t, callRes.IsError, "the new tool answers: %s", resultText(callRes))
 
 	// The sandboxes are told in the catalog's rebuild: once it is over, what a sandbox would be
-	// sent is recorded (events.go), and the narrow one, which cannot see the tool, has nothing.
+	// sent is recorded (mcpsessions.Events), and the narrow one, which cannot see the tool, has nothing.
 	h.gw.rebuildMu.Lock()
 	//lint:ignore SA2001 locking waits for the rebuild in progress
 	h.gw.rebuildMu.Unlock()
-	assert.False(t, h.gw.events.holds(narrow.GetSessionId(), string(mcp.MethodNotificationToolsListChanged)),
+	assert.False(t, holds(h.gw.events, narrow.GetSessionId(), string(mcp.MethodNotificationToolsListChanged)),
 		"a hidden tool's appearance is no news to a sandbox that cannot see it")
 	assert.Empty(t, narrow.received(string(mcp.MethodNotificationToolsListChanged)))
 	assert.NotContains(t, narrow.toolNames(t), transientTool)
@@ -85,7 +86,7 @@ func TestSubscribedSandboxGetsResourceUpdates(t *testing.T) {
 			}
 			got := subscriber.await(t, mcp.MethodNotificationResourceUpdated)
 			assert.Equal(t, uri, got[0].Params.AdditionalFields["uri"])
-			assert.False(t, h.gw.events.holds(other.GetSessionId(), mcp.MethodNotificationResourceUpdated),
+			assert.False(t, holds(h.gw.events, other.GetSessionId(), mcp.MethodNotificationResourceUpdated),
 				"a sandbox that did not subscribe gets no update")
 			assert.Empty(t, other.received(mcp.MethodNotificationResourceUpdated))
 		})
@@ -307,14 +308,12 @@ var _ = strings.Contains
 
 // holds reports whether the store recorded, for session sid, an event carrying method: what
 // the gateway sends a sandbox on any stream is recorded before it is written.
-func (s *eventStore) holds(sid, method string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, e := range s.sessions[sid] {
+func holds(s *mcpsessions.Events, sid, method string) bool {
+	for _, e := range s.Recorded(sid) {
 		var m struct {
 			Method string `json:"method"`
 		}
-		if json.Unmarshal(e.msg, &m) == nil && m.Method == method {
+		if json.Unmarshal(e.Message, &m) == nil && m.Method == method {
 			return true
 		}
 	}

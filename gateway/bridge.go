@@ -2,19 +2,18 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // inflight tracks the calls forwarded to each upstream, so that what the upstream sends back
-// about a call (progress, log messages, requests to the client) reaches the sandbox session
-// that made it (route.go).
+// about a call (progress, log messages, requests to the client) reaches the request that made
+// it (route.go).
 //
 // Progress tokens are rewritten: the upstream sees a token Sandgate made ("sg-N"), unique
 // across sandboxes sharing the upstream session, and the sandbox sees its own token again.
@@ -26,12 +25,28 @@ type inflight struct {
 
 // inflightCall is one forwarded call.
 type inflightCall struct {
-	ctx   context.Context   // the sandbox's request (its mcp-go session: the call's stream)
-	sid   string            // the sandbox session ("" on 2026-07-28, which has none)
-	token mcp.ProgressToken // the sandbox's own token, nil if it asked for no progress
-	key   string
-	seq   uint64
+	ctx context.Context
+	// dest is the sandbox's request the call answers now (nil for Sandgate's own requests): the
+	// one that made it, or the retry that resumed it (2026-07-28's multi round-trip, mrtr.go).
+	dest atomic.Pointer[exchange]
+	sid  string // the sandbox session ("" on 2026-07-28, which has none)
+	key  string
+	seq  uint64
+	// alias is its key under the sandbox's own progress token, on the sandbox's own upstream
+	// session (alias), "" when none.
+	alias string
 	cli   *client.Client // the upstream connection it was sent on, once sent
+}
+
+// exchange is the request the call answers now, nil for one of Sandgate's own.
+func (c *inflightCall) exchange() *exchange { return c.dest.Load() }
+
+// progressToken is the sandbox's own progress token, nil if it asked for no progress.
+func (c *inflightCall) progressToken() json.RawMessage {
+	if x := c.exchange(); x != nil {
+		return x.meta.progressToken
+	}
+	return nil
 }
 
 type inflightKey struct{}
@@ -44,24 +59,18 @@ func callOf(ctx context.Context) *inflightCall {
 
 func newInflight() *inflight { return &inflight{calls: map[*upstream]map[string]*inflightCall{}} }
 
-// begin registers a call and returns a context carrying it and the _meta to send upstream (nil
-// when there is none: a progress token goes upstream only when the sandbox asked for
+// begin registers a call of request x (nil: one of Sandgate's own) to u and returns a context
+// carrying it and the progress token to send upstream ("" when the sandbox asked for no
 // progress). The caller ends the call with end.
-func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) (context.Context, *inflightCall, *mcp.Meta) {
+func (f *inflight) begin(ctx context.Context, x *exchange, u *upstream) (context.Context, *inflightCall, string) {
 	n := f.next.Add(1)
 	c := &inflightCall{ctx: ctx, key: "sg-" + strconv.FormatUint(n, 10), seq: n}
-	if s := server.ClientSessionFromContext(ctx); s != nil {
-		c.sid = s.SessionID()
-	}
-	var out *mcp.Meta
-	if meta != nil {
-		c.token = meta.ProgressToken
-		out = &mcp.Meta{AdditionalFields: upstreamMeta(meta.AdditionalFields)}
-		if c.token != nil {
-			out.ProgressToken = c.key
-		}
-		if out.ProgressToken == nil && out.AdditionalFields == nil {
-			out = nil
+	token := ""
+	if x != nil {
+		c.dest.Store(x)
+		c.sid = x.sid
+		if x.meta.progressToken != nil {
+			token = c.key
 		}
 	}
 	f.mu.Lock()
@@ -70,7 +79,7 @@ func (f *inflight) begin(ctx context.Context, u *upstream, meta *mcp.Meta) (cont
 	}
 	f.calls[u][c.key] = c
 	f.mu.Unlock()
-	return context.WithValue(ctx, inflightKey{}, c), c, out
+	return context.WithValue(ctx, inflightKey{}, c), c, token
 }
 
 // bind records the connection call c is sent on.
@@ -80,34 +89,38 @@ func (f *inflight) bind(c *inflightCall, cli *client.Client) {
 	f.mu.Unlock()
 }
 
-// upstreamMeta is the sandbox's _meta as forwarded upstream: without the protocol's own
-// "io.modelcontextprotocol/" keys (protocol version, client info and capabilities, log level),
-// which describe the sandbox's hop to Sandgate; the upstream hop has its own, negotiated by
-// Sandgate. Forwarding a sandbox's 2026-07-28 protocol version to an upstream session on an
-// older revision makes the upstream refuse the call (header mismatch).
-func upstreamMeta(fields map[string]any) map[string]any {
-	out := make(map[string]any, len(fields))
-	for k, v := range fields {
-		if !strings.HasPrefix(k, protocolMetaPrefix) {
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
 const protocolMetaPrefix = "io.modelcontextprotocol/"
 
 func (f *inflight) end(u *upstream, c *inflightCall) {
 	f.mu.Lock()
 	delete(f.calls[u], c.key)
+	if c.alias != "" {
+		delete(f.calls[u], c.alias)
+	}
 	f.mu.Unlock()
 }
 
-func (f *inflight) byToken(u *upstream, token any) (*inflightCall, bool) {
-	key, ok := token.(string)
+// alias registers call c under the sandbox's own progress token on its own upstream session
+// (sid), where the upstream's progress names that token.
+func (f *inflight) alias(u *upstream, c *inflightCall, sid string, token json.RawMessage) {
+	key := sid + "\x00" + string(token)
+	f.mu.Lock()
+	if c.alias != "" {
+		delete(f.calls[u], c.alias)
+	}
+	c.alias = key
+	f.calls[u][key] = c
+	f.mu.Unlock()
+}
+
+// byToken is the call of u's whose progress token (raw, as the upstream wrote it) is token on
+// upstream session sid: Sandgate's own on the shared session (""), the sandbox's own on its
+// own session. A sandbox choosing a token like Sandgate's names no other sandbox's call.
+func (f *inflight) byToken(u *upstream, sid string, token json.RawMessage) (*inflightCall, bool) {
+	key, ok := jsonscan.PlainString(token)
+	if sid != "" {
+		key, ok = sid+"\x00"+string(token), true
+	}
 	if !ok {
 		return nil, false
 	}

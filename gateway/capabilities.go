@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // An upstream may list some tools only to a client that declares a capability they need: the
@@ -27,6 +29,7 @@ import (
 // A 2026-07-28 upstream has no sessions to declare capabilities in: each request carries
 // Sandgate's, and its tools are not filtered by capability. Nor is a sandbox whose capabilities
 // this replica does not know (a session adopted from another replica with no record of them).
+// A 2026-07-28 sandbox declares its capabilities in each request: those of the request decide.
 
 // capabilityClass is which of the capabilities a tool may need a client declared.
 type capabilityClass uint8
@@ -89,17 +92,52 @@ func (c *classLists) reset() {
 // A sandbox session's own upstream session lists tools declaring the sandbox's capabilities;
 // what it lists is kept with the session (sandboxConn.tools) until it says its list changed.
 
-// toolsFor is the names of the tools u lists to the sandbox of ctx, of class k: those its own
-// upstream session lists, where it has one, else those a client of class k is listed. ok is
-// false when they cannot be told (the upstream is down, or of a revision without sessions),
-// and then no tool is held back for want of a capability.
-func (u *upstream) toolsFor(ctx context.Context, k capabilityClass) (map[string]bool, bool) {
+// caller is who a list or a target is decided for: its identity, its legacy session ("" none),
+// and on 2026-07-28 the client capabilities its request declares.
+type caller struct {
+	id     identity.Identity
+	sid    string
+	modern bool
+	caps   *mcp.ClientCapabilities
+}
+
+// caller is the caller of x.
+func (x *exchange) caller() caller {
+	return caller{id: x.id, sid: x.sid, modern: x.modern, caps: x.meta.caps}
+}
+
+// sessionKey is the key of the caller's own upstream sessions: its legacy session, or on
+// 2026-07-28 (which has none) its sandbox and the capabilities it declares, so that one sandbox
+// has one upstream session per combination of them on a stateful upstream ("" for none).
+func (c caller) sessionKey() string {
+	if !c.modern {
+		return c.sid
+	}
+	return modernKeyPrefix + strconv.Itoa(int(c.class())) + "/" + c.id.Key()
+}
+
+// modernKeyPrefix starts the session key of a 2026-07-28 sandbox's upstream sessions.
+const modernKeyPrefix = "sandbox/"
+
+// class is the caller's capability class on 2026-07-28 (none declared: 0).
+func (c caller) class() capabilityClass {
+	if c.caps == nil {
+		return 0
+	}
+	return classOf(*c.caps)
+}
+
+// toolsFor is the names of the tools u lists to who, of class k: those its own upstream session
+// lists, where it has one, else those a client of class k is listed. ok is false when they
+// cannot be told (the upstream is down, or of a revision without sessions), and then no tool is
+// held back for want of a capability.
+func (u *upstream) toolsFor(ctx context.Context, who caller, k capabilityClass) (map[string]bool, bool) {
 	cli, _, err := u.client()
 	if err != nil || mcp.IsModernProtocol(cli.ProtocolVersion()) || cli.GetServerCapabilities().Tools == nil {
 		return nil, false
 	}
-	if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" && u.perSandbox(cli) {
-		conn, err := u.sandboxConn(ctx, s.SessionID(), cli.ProtocolVersion())
+	if key := who.sessionKey(); key != "" && u.perSandbox(cli) {
+		conn, err := u.sandboxConn(ctx, key, cli.ProtocolVersion())
 		if err == nil {
 			defer u.release(conn)
 			return u.listOnce(&conn.tools, func() (map[string]bool, bool) { return u.listNames(ctx, conn.cli) })
@@ -145,7 +183,7 @@ func (u *upstream) listOnce(slot **classList, list func() (map[string]bool, bool
 func (u *upstream) listNames(ctx context.Context, cli *client.Client) (map[string]bool, bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.cfg.CallTimeout.D())
 	defer cancel()
-	entries, _, err := listAll(ctx, cli, listTools)
+	entries, _, _, err := listAll(ctx, cli, listTools)
 	if err != nil {
 		u.log.Info("tools of a sandbox's upstream session not listed; none held back", "err", err)
 		return nil, false
@@ -190,19 +228,13 @@ var probeHooks = connHooks{
 	attribute: func(*client.Client) *inflightCall { return nil },
 }
 
-// sandboxClass is the class of the sandbox whose request ctx is; ok false when it is not known.
-func (g *Gateway) sandboxClass(ctx context.Context) (capabilityClass, bool) {
-	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		if info.ClientCapabilities == nil {
-			return 0, true
-		}
-		return classOf(*info.ClientCapabilities), true
+// sandboxClass is the capability class of who; ok false when it is not known (a session adopted
+// from another replica with no record of them).
+func (g *Gateway) sandboxClass(who caller) (capabilityClass, bool) {
+	if who.modern {
+		return who.class(), true
 	}
-	s := server.ClientSessionFromContext(ctx)
-	if s == nil {
-		return 0, false
-	}
-	ss := g.sandboxes.get(s.SessionID())
+	ss := g.sandboxes.get(who.sid)
 	if ss == nil {
 		return 0, false
 	}
@@ -216,6 +248,7 @@ func (g *Gateway) sandboxClass(ctx context.Context) (capabilityClass, bool) {
 type capability struct {
 	g     *Gateway
 	ctx   context.Context
+	who   caller
 	class capabilityClass
 	known bool
 	// lists are the upstreams' lists, as asked: few, so a slice over buf (a map was ~260 B of
@@ -230,10 +263,10 @@ type capabilityList struct {
 	ok    bool
 }
 
-// capabilityOf is the capability check of the sandbox whose request ctx is.
-func (g *Gateway) capabilityOf(ctx context.Context) *capability {
-	class, known := g.sandboxClass(ctx)
-	c := &capability{g: g, ctx: ctx, class: class, known: known}
+// capabilityOf is the capability check of who.
+func (g *Gateway) capabilityOf(ctx context.Context, who caller) *capability {
+	class, known := g.sandboxClass(who)
+	c := &capability{g: g, ctx: ctx, who: who, class: class, known: known}
 	c.lists = c.buf[:0]
 	return c
 }
@@ -249,7 +282,7 @@ func (c *capability) allows(u *upstream, name string) bool {
 		}
 	}
 	l := capabilityList{u: u}
-	l.tools, l.ok = u.toolsFor(c.ctx, c.class)
+	l.tools, l.ok = u.toolsFor(c.ctx, c.who, c.class)
 	c.lists = append(c.lists, l)
 	return !l.ok || l.tools[name]
 }

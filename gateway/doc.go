@@ -1,29 +1,18 @@
 // Package gateway is Sandgate's MCP side: one Streamable HTTP endpoint, /mcp, for every
-// sandbox, in front of every configured upstream MCP server (Streamable HTTP or stdio).
+// sandbox, in front of every configured upstream MCP server (Streamable HTTP or stdio), on
+// both protocol generations (before 2026-07-28, with sessions; from it, without).
 //
-// Every request follows the one request path of internal/call, which the egress proxy shares:
-// the guard (guard.go) resolves identity from the TCP peer address, refuses what it must
-// (Host/Origin allow-list, unknown callers, content type, body limit, batches, session checks:
-// one mcp.rejected event each) and begins the request's call; the handler of its method fills
-// in target and decision (authorize.go: call.Authorize with admission, then forward with the
-// upstream's credential); the guard ends the call when mcp-go has answered: exactly one audit
-// event per HTTP request, whatever its method.
+// The guard (guard.go) refuses a foreign Host or Origin and an unknown caller (one
+// rate-limited mcp.rejected event each); every other request is one call.Run (relay.go): its
+// message is read once (message.go), its method's entry in the table (methods.go) asks policy
+// what the request asks (tool, prompt or resource, with its arguments) and, once allowed,
+// acts: the gateway answers what is its own (initialize, server/discover, the merged lists
+// filtered per caller), and relays the rest (forward.go) on the sandbox's upstream session,
+// the sandbox's params sent on as written but for the hop's own fields, the upstream's
+// answer, notifications and requests back as written, through the response guard.
 //
-// What a sandbox sees: the merged tools, prompts, resources and resource templates of the
-// upstreams that are connected, filtered per caller by policy (mcp.tools_list,
-// mcp.prompts_get, mcp.resources_read). A tool, prompt or resource the caller may not see
-// answers exactly like one that does not exist. A visible tool whose call policy denies
-// (mcp.tools_call, decided with the arguments) returns a tool error result carrying the
-// policy's reason.
-//
-// What never reaches an upstream: any header of the sandbox's request, Authorization included.
-// Upstream requests are built by Sandgate and carry only the configured credential. What never
-// reaches a sandbox: credential values. Everything an upstream declares (tools with their
-// schemas, annotations, _meta and icons; prompts, resources, templates) and returns (content,
-// structuredContent) reaches the sandbox verbatim, renamed only where a prefix applies
-// (verbatim.go); notifications about a call precede its result; progress comes back under the
-// sandbox's own token; a cancelled call is cancelled upstream.
-//
-// Upstream sessions: each sandbox session gets its own session on a stateful HTTP upstream
-// (upstream_sessions.go), or all share one (sessions: shared); see docs/mcp-gateway.md.
+// A tool, prompt or resource the caller may not see answers exactly like one that does not
+// exist; a visible tool whose call policy denies returns a tool error with the policy's
+// reason. No header of a sandbox's request reaches an upstream; no credential value reaches a
+// sandbox. See docs/mcp-gateway.md.
 package gateway

@@ -232,8 +232,11 @@ func TestUpstreamEchoingItsCredentialHandsTheSandboxNone(t *testing.T) {
 				assert.NotContains(t, joined.String(), upstreamSecret[3:], "a sandbox joining the pieces learns at most the first bytes")
 			})
 			t.Run("in an error", func(t *testing.T) {
-				res, _ := read(t, "leak-error")
-				assert.NotEmpty(t, res)
+				// The upstream's JSON-RPC error is relayed as it wrote it, but for the credential.
+				_, rpcErr, _ := s.exchange("tools/call", map[string]any{"name": "leak-error", "arguments": map[string]any{}})
+				require.NotNil(t, rpcErr)
+				assert.False(t, respguard.Build([]string{upstreamSecret}, nil).Betrays(rpcErr), "%s", rpcErr)
+				assert.Contains(t, string(rpcErr), respguard.Marker[:8])
 			})
 			evs := h.auditEvents(t)
 			echoed := 0

@@ -7,13 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -66,42 +67,35 @@ type Options struct {
 type Gateway struct {
 	opts      Options
 	log       *slog.Logger
-	mcp       *server.MCPServer
-	http      *server.StreamableHTTPServer
 	handler   http.Handler
-	sessions  *sessionStore
+	sessions  *mcpsessions.Sessions
 	upstreams []*upstream
 	core      *call.Core
 	inflight  *inflight
 	sandboxes *sandboxRegistry
 	asks      *pendingAsks
 	subs      *subscriptions
-	events    *eventStore
+	listens   *listeners
+	parked    *parkedCalls
+	sealer    *stateSealer
+	tasks     *taskOwners
+	events    *mcpsessions.Events
 	guard     *respguard.Source // the credentials no byte to a sandbox may hold
 	dropped   metric.Int64Counter
 
-	mu        sync.RWMutex
-	tools     map[string]named // exposed name → upstream tool
-	prompts   map[string]named
-	resources map[string]*upstream // URI → upstream
-	templates []templateEntry
-	raw       map[mcp.MCPMethod]*verbatimList // list → verbatim entries
+	// view is the catalog every list is filtered from (catalog.go); rebuild replaces it whole.
+	view      atomic.Pointer[view]
 	rebuildMu sync.Mutex
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// streams ends the sandboxes' standalone GET streams when the listener starts draining:
-	// they are no call waiting for an answer, and would hold the drain to its bound.
+	// streams ends the sandboxes' standalone GET and listen streams when the listener starts
+	// draining: they are no call waiting for an answer, and would hold the drain to its bound.
 	streams    context.Context
 	endStreams context.CancelFunc
 	// unseen counts the upstreams of which no catalog is known yet (lastknown.go).
 	unseen atomic.Int64
-}
-
-type templateEntry struct {
-	tmpl     mcp.ResourceTemplate
-	upstream *upstream
 }
 
 // New builds the gateway. Upstreams are not contacted until Start.
@@ -115,7 +109,7 @@ func New(opts Options) (*Gateway, error) {
 	setDefaults(&opts)
 	if opts.Core == nil {
 		core, err := call.New(call.Options{Policy: opts.Policy, Audit: opts.Audit, Admission: opts.Admission,
-			Meters: opts.Meters, Tracer: opts.Tracer, Log: opts.Log})
+			Credentials: opts.Credentials, Meters: opts.Meters, Tracer: opts.Tracer, Log: opts.Log})
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +117,8 @@ func New(opts Options) (*Gateway, error) {
 	}
 	events, _ := opts.Sessions.(mcpsessions.EventLog) // Redis keeps both
 	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
-		asks: newPendingAsks(), tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
+		asks: newPendingAsks(), listens: newListeners(), parked: newParkedCalls(), sealer: newStateSealer(), tasks: newTaskOwners()}
+	g.view.Store(&view{})
 	g.sandboxes = newSandboxRegistry(g)
 	g.streams, g.endStreams = context.WithCancel(context.Background())
 	hc := &http.Client{Transport: replyTransport{tracingTransport{opts.Transport}}}
@@ -134,17 +129,16 @@ func New(opts Options) (*Gateway, error) {
 	// Every credential of the store counts as injected: an upstream's own (credential_env)
 	// as much as the ones Sandgate sends.
 	g.guard = respguard.NewSource(opts.Credentials, refs...)
-	g.events = newEventStore(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
+	g.events = mcpsessions.NewEvents(events, opts.Config.SessionIdleTimeout.D(), opts.Log)
 	hooks := upstreamHooks{catalogChanged: g.rebuild, conn: g.connHooks, capabilities: g.upstreamCapabilities, listed: g.catalogListed}
 	for _, uc := range opts.Config.Upstreams {
 		uhc := &http.Client{Transport: newBoundedTransport(hc.Transport, uc)}
 		u := newUpstream(uc, opts.Credentials, uhc, hooks, opts.Config.SessionIdleTimeout.D(), opts.Log)
 		u.guard, u.inflight = g.guard, g.inflight
-		u.subscribed = func() []string { return g.subs.uris(u) }
+		u.subscribed = func() []string { return g.subscribedURIs(u) }
 		g.upstreams = append(g.upstreams, u)
 	}
-	g.sessions = newSessionStore(opts.Config.SessionIdleTimeout.D(), opts.Sessions, opts.Log, opts.now)
-	g.sessions.ended = g.endSession
+	g.sessions = mcpsessions.NewSessions(opts.Config.SessionIdleTimeout.D(), opts.Sessions, g.endSession, opts.Log, opts.now)
 	meter := opts.Meters.Meter("github.com/sandgate/sandgate/gateway")
 	if err := g.registerBreakerMetric(meter); err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
@@ -157,26 +151,11 @@ func New(opts Options) (*Gateway, error) {
 	if _, err := meter.Int64ObservableGauge("sandgate.gateway.sessions",
 		metric.WithDescription("Sandbox MCP sessions this replica holds"),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			o.Observe(int64(g.sessions.count()))
+			o.Observe(int64(g.sessions.Count()))
 			return nil
 		})); err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
 	}
-	g.mcp = g.newMCPServer()
-	g.http = server.NewStreamableHTTPServer(g.mcp,
-		server.WithEndpointPath("/mcp"),
-		server.WithStateful(true),
-		server.WithSessionIdManagerResolver(g.sessions),
-		server.WithDisableLocalhostProtection(true), // replaced by guard's Host/Origin allow-list
-		server.WithHTTPContextFunc(g.requestContext),
-		server.WithStreamableHTTPLogger(opts.Log),
-		server.WithSessionIdleTTL(opts.Config.SessionIdleTimeout.D()),
-		// With an event store, mcp-go writes every notification a call sends before the call's
-		// result ahead of it (without one, a notification can be lost to a race at the end of
-		// the response), gives each SSE event an ID and lets a sandbox resume a broken stream
-		// with Last-Event-ID on this replica.
-		server.WithEventStore(g.events),
-	)
 	g.handler = newGuard(g)
 	g.fromLastKnown()
 	return g, nil
@@ -277,9 +256,9 @@ func (g *Gateway) Start(ctx context.Context) {
 	for _, u := range g.upstreams {
 		g.wg.Go(func() { u.run(ctx) })
 	}
-	g.wg.Go(func() { g.sessions.sweep(ctx, g.endSession) })
-	g.wg.Go(func() { g.events.run(ctx) })
-	g.wg.Go(func() { g.sandboxes.discard(ctx) })
+	g.wg.Go(func() { g.sessions.Sweep(ctx) })
+	g.wg.Go(func() { g.events.Run(ctx) })
+	g.wg.Go(func() { g.parked.sweep(ctx) })
 }
 
 // Close stops the upstreams (stdio servers are terminated) and ends every session.
@@ -288,9 +267,7 @@ func (g *Gateway) Close() {
 		g.cancel()
 	}
 	g.wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = g.http.Shutdown(ctx)
+	g.endStreams()
 }
 
 // Handler serves /mcp.
@@ -336,6 +313,11 @@ func (g *Gateway) connHooks(u *upstream, sid string) connHooks {
 // upstreamCapabilities are the client capabilities the upstream session of sandbox session sid
 // declares: the sandbox's own (those of every client Sandgate serves, while unknown).
 func (g *Gateway) upstreamCapabilities(sid string) mcp.ClientCapabilities {
+	if rest, ok := strings.CutPrefix(sid, modernKeyPrefix); ok { // a 2026-07-28 sandbox's: its class
+		class, _, _ := strings.Cut(rest, "/")
+		k, _ := strconv.Atoi(class)
+		return capabilityClass(k).capabilities()
+	}
 	if s := g.sandboxes.get(sid); s != nil {
 		if caps, ok := s.capabilities(); ok {
 			return caps
@@ -357,121 +339,7 @@ func (g *Gateway) endSession(id string) {
 	g.sandboxes.close(id)
 	g.endUpstreamSessions(id)
 	g.subs.drop(id)
-	_ = g.events.PurgeSession(context.Background(), id)
-	g.mcp.UnregisterSession(context.Background(), id)
-}
-
-// rebuild recomputes the aggregated catalog from every connected upstream and installs it, then
-// tells each sandbox whose visible lists changed (listchanged.go).
-func (g *Gateway) rebuild() {
-	g.rebuildMu.Lock()
-	defer g.rebuildMu.Unlock()
-	var toolC, promptC []candidate
-	toolDefs := map[*upstream]map[string]entry[mcp.Tool]{}
-	promptDefs := map[*upstream]map[string]entry[mcp.Prompt]{}
-	resources := map[string]*upstream{}
-	raw := map[mcp.MCPMethod]*verbatimList{}
-	for _, k := range listKinds {
-		raw[k.method] = newVerbatimList()
-	}
-	var resList []server.ServerResource
-	var templates []templateEntry
-	var tmplList []server.ServerResourceTemplate
-	from := map[*upstream]int{} // each upstream's index in the lists' metas
-	for i, u := range g.upstreams {
-		from[u] = i
-		// A down upstream keeps the catalog it last listed (empty if it never was): its tools stay
-		// visible to whom policy shows them and answer upstream_unavailable meanwhile.
-		cat := u.catalog()
-		for _, k := range listKinds {
-			raw[k.method].upstream(cat.meta[k.method])
-		}
-		toolDefs[u], promptDefs[u] = map[string]entry[mcp.Tool]{}, map[string]entry[mcp.Prompt]{}
-		for _, t := range cat.tools {
-			toolC = append(toolC, candidate{u, t.def.Name})
-			toolDefs[u][t.def.Name] = t
-		}
-		for _, p := range cat.prompts {
-			promptC = append(promptC, candidate{u, p.def.Name})
-			promptDefs[u][p.def.Name] = p
-		}
-		for _, r := range cat.resources {
-			if _, dup := resources[r.def.URI]; dup {
-				g.log.Warn("resource offered by two upstreams; the earlier one serves it", "uri", r.def.URI, "upstream", u.cfg.Name)
-				continue
-			}
-			resources[r.def.URI] = u
-			raw[listResources.method].add(r.id, r.raw, i)
-			resList = append(resList, server.ServerResource{Resource: r.def, Handler: g.readResource})
-		}
-		for _, t := range cat.templates {
-			templates = append(templates, templateEntry{t.def, u})
-			raw[listTemplates.method].add(t.id, t.raw, i)
-			tmplList = append(tmplList, server.ServerResourceTemplate{Template: t.def, Handler: g.readResource})
-		}
-	}
-	tools := map[string]named{}
-	var serverTools []server.ServerTool
-	for _, n := range assignNames(toolC, g.log, "tool") {
-		e := toolDefs[n.upstream][n.name]
-		e.def.Name = n.exposed
-		tools[n.exposed] = n
-		raw[listTools.method].add(n.exposed, renamed(e.raw, "name", n.exposed), from[n.upstream])
-		serverTools = append(serverTools, server.ServerTool{Tool: e.def, Handler: g.callTool})
-	}
-	prompts := map[string]named{}
-	var serverPrompts []server.ServerPrompt
-	for _, n := range assignNames(promptC, g.log, "prompt") {
-		e := promptDefs[n.upstream][n.name]
-		e.def.Name = n.exposed
-		prompts[n.exposed] = n
-		raw[listPrompts.method].add(n.exposed, renamed(e.raw, "name", n.exposed), from[n.upstream])
-		serverPrompts = append(serverPrompts, server.ServerPrompt{Prompt: e.def, Handler: g.getPrompt})
-	}
-	g.mu.Lock()
-	g.tools, g.prompts, g.resources, g.templates, g.raw = tools, prompts, resources, templates, raw
-	g.mu.Unlock()
-	g.mcp.SetTools(serverTools...)
-	g.mcp.SetPrompts(serverPrompts...)
-	g.mcp.SetResources(resList...)
-	g.mcp.SetResourceTemplates(tmplList...)
-	g.tellListChanges()
-}
-
-func (g *Gateway) tool(name string) (named, bool) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	n, ok := g.tools[name]
-	return n, ok
-}
-
-func (g *Gateway) prompt(name string) (named, bool) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	n, ok := g.prompts[name]
-	return n, ok
-}
-
-// resourceUpstream finds the upstream serving uri: an exact resource, else the first upstream
-// with a template that matches.
-func (g *Gateway) resourceUpstream(uri string) (*upstream, bool) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if u, ok := g.resources[uri]; ok {
-		return u, true
-	}
-	for _, t := range g.templates {
-		if t.tmpl.URITemplate != nil && t.tmpl.URITemplate.Regexp().MatchString(uri) {
-			return t.upstream, true
-		}
-	}
-	return nil, false
-}
-
-func (g *Gateway) counts() (tools, prompts int) {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return len(g.tools), len(g.prompts)
+	g.events.Purge(id)
 }
 
 func (g *Gateway) String() string { return fmt.Sprintf("gateway(%d upstreams)", len(g.upstreams)) }

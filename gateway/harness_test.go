@@ -119,6 +119,11 @@ func testIdentities() []identity.StaticEntry {
 		{Addresses: []string{"127.0.0.1"}, Namespace: "test", Sandbox: "full-1", Template: "full"},
 		{Addresses: []string{"127.0.0.2"}, Namespace: "test", Sandbox: "full-2", Template: "full"},
 		{Addresses: []string{"127.0.0.3"}, Namespace: "test", Sandbox: "narrow-3", Template: "narrow"},
+		// Sandboxes of their own for tests that run several clients side by side.
+		{Addresses: []string{"127.0.0.10"}, Namespace: "test", Sandbox: "full-10", Template: "full"},
+		{Addresses: []string{"127.0.0.11"}, Namespace: "test", Sandbox: "full-11", Template: "full"},
+		{Addresses: []string{"127.0.0.12"}, Namespace: "test", Sandbox: "full-12", Template: "full"},
+		{Addresses: []string{"127.0.0.13"}, Namespace: "test", Sandbox: "full-13", Template: "full"},
 	}
 }
 

@@ -235,9 +235,9 @@ func TestUpstreamInputThatCannotBeAnswered(t *testing.T) {
 		message   string
 	}{
 		{"unsupported input request method", "unsupported", &inputSandbox{}, 1, 0, call.CodeUpstreamInputUnsupported,
-			`input request "q" asks for "tasks/get"`},
+			"asks for a method Sandgate cannot ask a sandbox for"},
 		{"the sandbox's client errs", "elicitation", &inputSandbox{err: errors.New("user closed the dialog")}, 1, 1,
-			call.CodeUpstreamInputUnanswered, "user closed the dialog"},
+			call.CodeUpstreamInputUnanswered, "asked for input the sandbox's client did not give"},
 		{"the upstream keeps asking", "forever", &inputSandbox{elicited: elicited}, maxInputRoundTrips, maxInputRoundTrips - 1,
 			call.CodeUpstreamInputExhausted, fmt.Sprintf("still asks for input after %d round trips", maxInputRoundTrips)},
 	} {
@@ -269,7 +269,8 @@ func TestUpstreamInputThatCannotBeAnswered(t *testing.T) {
 }
 
 // TestUnsupportedInputOnPromptsGet: the same failure of a prompts/get reaches the sandbox as a
-// JSON-RPC error naming the method asked for, with one audit event saying why.
+// JSON-RPC error in Sandgate's own words (never the method name the upstream chose), with one
+// audit event saying why.
 func TestUnsupportedInputOnPromptsGet(t *testing.T) {
 	up := startInputUpstream(t)
 	h := startGateway(t, "testdata/policy", config.Upstream{Name: "rich", URL: up.URL(), Prefix: config.PrefixNever})
@@ -280,7 +281,8 @@ func TestUnsupportedInputOnPromptsGet(t *testing.T) {
 	req.Params.Arguments = map[string]string{"ask": "unsupported"}
 	_, err := c.GetPrompt(t.Context(), req)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `input request "q" asks for "tasks/get"`)
+	assert.Contains(t, err.Error(), "asks for a method Sandgate cannot ask a sandbox for")
+	assert.NotContains(t, err.Error(), "tasks/get", "no upstream bytes in Sandgate's words")
 	require.Len(t, up.asked(), 1)
 
 	evs := eventsOf(t, h, audit.KindPromptsGet, 1)

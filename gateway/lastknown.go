@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/sandgate/sandgate/internal/call"
 )
 
 // A gateway starts ready, not early, and keeps an upstream's tools through its outages
@@ -45,8 +42,9 @@ type savedCatalog struct {
 	Resources []savedEntry `json:"resources,omitempty"`
 	Templates []savedEntry `json:"templates,omitempty"`
 	Prompts   []savedEntry `json:"prompts,omitempty"`
-	// Meta is each list result's own _meta, by list method.
+	// Meta is each list result's own _meta, by list method; TTL its ttlMs (2026-07-28).
 	Meta map[mcp.MCPMethod]json.RawMessage `json:"meta,omitempty"`
+	TTL  map[mcp.MCPMethod]int64           `json:"ttl_ms,omitempty"`
 }
 
 type savedEntry struct {
@@ -62,7 +60,7 @@ func (u *upstream) source() string {
 	return "url:" + u.cfg.URL
 }
 
-func saveEntries[T any](es []entry[T]) []savedEntry {
+func saveEntries(es []rawEntry) []savedEntry {
 	out := make([]savedEntry, len(es))
 	for i, e := range es {
 		out[i] = savedEntry{ID: e.id, Raw: e.raw}
@@ -70,22 +68,17 @@ func saveEntries[T any](es []entry[T]) []savedEntry {
 	return out
 }
 
-func loadEntries[T any](es []savedEntry, typed func(rawEntry) (T, error)) ([]entry[T], error) {
-	out := make([]entry[T], 0, len(es))
-	for _, e := range es {
-		re := rawEntry{id: e.ID, raw: e.Raw}
-		def, err := typed(re)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, entry[T]{re, def})
+func loadEntries(es []savedEntry) []rawEntry {
+	out := make([]rawEntry, len(es))
+	for i, e := range es {
+		out[i] = rawEntry{id: e.ID, raw: e.Raw}
 	}
-	return out, nil
+	return out
 }
 
 func encodeCatalog(u *upstream, c catalog) ([]byte, error) {
 	return json.Marshal(savedCatalog{Source: u.source(), Saved: time.Now().UTC(), Tools: saveEntries(c.tools),
-		Resources: saveEntries(c.resources), Templates: saveEntries(c.templates), Prompts: saveEntries(c.prompts), Meta: c.meta})
+		Resources: saveEntries(c.resources), Templates: saveEntries(c.templates), Prompts: saveEntries(c.prompts), Meta: c.meta, TTL: c.ttl})
 }
 
 func decodeCatalog(u *upstream, b []byte) (catalog, error) {
@@ -96,16 +89,8 @@ func decodeCatalog(u *upstream, b []byte) (catalog, error) {
 	if s.Source != u.source() {
 		return catalog{}, fmt.Errorf("saved from %s, not %s", s.Source, u.source())
 	}
-	c := catalog{meta: s.Meta}
-	var err error
-	if c.tools, err = loadEntries(s.Tools, typedTool); err == nil {
-		if c.resources, err = loadEntries(s.Resources, typedJSON[mcp.Resource]); err == nil {
-			if c.templates, err = loadEntries(s.Templates, typedJSON[mcp.ResourceTemplate]); err == nil {
-				c.prompts, err = loadEntries(s.Prompts, typedJSON[mcp.Prompt])
-			}
-		}
-	}
-	return c, err
+	return catalog{meta: s.Meta, ttl: s.TTL, tools: loadEntries(s.Tools), resources: loadEntries(s.Resources),
+		templates: loadEntries(s.Templates), prompts: loadEntries(s.Prompts)}, nil
 }
 
 // loadCatalogs gives each upstream the catalog saved for it, when there is one of its server.
@@ -220,73 +205,24 @@ func (g *Gateway) unseenFor(name string) *upstream {
 
 var errNeverSeen = errors.New("never connected since start, and no catalog of it was saved")
 
-// answerUnseen answers a tools/call of a tool that is in no catalog, whose name belongs to an
-// upstream never seen (unseenFor), once that upstream's first connection attempt ended without
-// the tool: policy decides the call as a call to that upstream, and an allowed one answers
-// upstream_unavailable (a tool error result; 503 in its event). It reports whether it answered.
-func (g *Gateway) answerUnseen(ctx context.Context, cl *callState) bool {
-	name := toolName(cl.body)
-	if name == "" {
-		return false
-	}
-	if _, ok := g.tool(name); ok {
-		return false
-	}
+// unseenTool is the upstream and upstream name of a tools/call's tool that is in no catalog,
+// whose name belongs to an upstream never seen (unseenFor), once that upstream's first
+// connection attempt ended without the tool: policy decides the call as a call to that
+// upstream, and an allowed one answers upstream_unavailable (forward.go). ok is false when the
+// name is no such tool.
+func (g *Gateway) unseenTool(ctx context.Context, name string) (*upstream, string, bool) {
 	u := g.unseenFor(name)
 	if u == nil {
-		return false
+		return nil, "", false
 	}
 	if u.awaitFirstTry(ctx) == nil {
 		if _, ok := g.tool(name); ok {
-			return false // it connected meanwhile and has the tool: mcp-go serves the call
+			return nil, "", false // it connected meanwhile and has the tool
 		}
 	}
 	tool := name
 	if u.cfg.Prefix == "always" || strings.HasPrefix(name, u.cfg.Name+"_") {
 		tool = strings.TrimPrefix(name, u.cfg.Name+"_")
 	}
-	c := cl.call
-	a := action{kind: c.Kind(), upstream: u, name: tool}
-	if rf := g.authorize(ctx, c, a); rf != nil {
-		c.Refuse(rf)
-		writeToolResult(cl.w, cl.id, mcp.NewToolResultError("denied by Sandgate policy: "+rf.Reason))
-		return true
-	}
-	err := fmt.Errorf("upstream %s is unavailable (%s): %w", u.cfg.Name, call.CodeUpstreamUnavailable, errNeverSeen)
-	c.Fail(call.Refuse(call.CodeUpstreamUnavailable, "upstream %s is unavailable: %v", u.cfg.Name, errNeverSeen))
-	writeToolResult(cl.w, cl.id, mcp.NewToolResultError(err.Error()))
-	return true
-}
-
-// callState is what answerUnseen needs of the guard's request.
-type callState struct {
-	call *call.Call
-	w    http.ResponseWriter
-	id   json.RawMessage
-	body []byte
-}
-
-// toolName reads params.name of a tools/call body ("" when it has none).
-func toolName(body []byte) string {
-	var m struct {
-		Params struct {
-			Name string `json:"name"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(body, &m) != nil {
-		return ""
-	}
-	return m.Params.Name
-}
-
-// writeToolResult answers a tools/call with res.
-func writeToolResult(w http.ResponseWriter, id json.RawMessage, res *mcp.CallToolResult) {
-	b, _ := json.Marshal(struct {
-		JSONRPC string              `json:"jsonrpc"`
-		ID      json.RawMessage     `json:"id"`
-		Result  *mcp.CallToolResult `json:"result"`
-	}{"2.0", id, res})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
+	return u, tool, true
 }

@@ -5,8 +5,6 @@ import (
 	"maps"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/sandgate/sandgate/audit"
 )
 
 // A sandbox is told that a list changed (notifications/tools/list_changed and its kin, on its
@@ -27,9 +25,8 @@ var listChanges = []struct {
 	{mcp.MethodResourcesTemplatesList, mcp.MethodNotificationResourcesListChanged},
 }
 
-// listed records what a sandbox session was shown of a list.
-func (g *Gateway) listed(ctx context.Context, method mcp.MCPMethod, names []string) {
-	s := g.sessionOf(ctx)
+// listed records what a sandbox session (nil: none) was shown of a list.
+func (g *Gateway) listed(s *sandboxSession, method mcp.MCPMethod, names []string) {
 	if s == nil {
 		return
 	}
@@ -45,11 +42,14 @@ func (g *Gateway) listed(ctx context.Context, method mcp.MCPMethod, names []stri
 	s.mu.Unlock()
 }
 
-// tellListChanges tells each sandbox session whose visible lists changed since it listed them.
-// The catalog's rebuild runs it, before the rebuild is over.
+// tellListChanges tells each sandbox session, and each listen stream, whose visible lists
+// changed since it listed them. The catalog's rebuild runs it, before the rebuild is over.
 func (g *Gateway) tellListChanges() {
 	for _, s := range g.sandboxes.all() {
 		g.tellListChangesTo(s)
+	}
+	for _, l := range g.listens.all() {
+		g.tellListener(l)
 	}
 }
 
@@ -59,14 +59,14 @@ func (g *Gateway) tellListChangesTo(s *sandboxSession) {
 	s.mu.Lock()
 	shown := maps.Clone(s.shown)
 	s.mu.Unlock()
-	ctx := g.mcp.WithContext(context.WithValue(s.ctx, identityKey{}, s.identity()), s)
+	who := caller{id: s.identity(), sid: s.id}
 	told := map[string]bool{}
 	for _, lc := range listChanges {
 		before, ok := shown[lc.method]
 		if !ok {
 			continue
 		}
-		now := g.visibleNames(ctx, lc.method)
+		now := g.visibleNames(s.ctx, who, lc.method)
 		if maps.Equal(before, now) {
 			continue
 		}
@@ -80,39 +80,20 @@ func (g *Gateway) tellListChangesTo(s *sandboxSession) {
 	}
 }
 
-// visibleNames is what the sandbox of ctx would be shown of a list now.
-func (g *Gateway) visibleNames(ctx context.Context, method mcp.MCPMethod) map[string]bool {
+// visibleNames is what who would be shown of a list now.
+func (g *Gateway) visibleNames(ctx context.Context, who caller, method mcp.MCPMethod) map[string]bool {
 	out := map[string]bool{}
-	g.mu.RLock()
-	tools, prompts := maps.Clone(g.tools), maps.Clone(g.prompts)
-	resources := maps.Clone(g.resources)
-	templates := append([]templateEntry(nil), g.templates...)
-	g.mu.RUnlock()
-	switch method {
-	case mcp.MethodToolsList:
-		capable := g.capabilityOf(ctx)
-		for name, n := range tools {
-			if g.visible(ctx, audit.KindToolsList, n.upstream.cfg.Name, n.name) && capable.allows(n.upstream, n.name) {
-				out[name] = true
-			}
+	var k listKind
+	for _, lk := range listKinds {
+		if lk.method == method {
+			k = lk
 		}
-	case mcp.MethodPromptsList:
-		for name, n := range prompts {
-			if g.visible(ctx, audit.KindPromptsGet, n.upstream.cfg.Name, n.name) {
-				out[name] = true
-			}
-		}
-	case mcp.MethodResourcesList:
-		for uri, u := range resources {
-			if g.visible(ctx, audit.KindResourcesRead, u.cfg.Name, uri) {
-				out[uri] = true
-			}
-		}
-	case mcp.MethodResourcesTemplatesList:
-		for _, t := range templates {
-			if t.tmpl.URITemplate != nil && g.visible(ctx, audit.KindResourcesRead, t.upstream.cfg.Name, t.tmpl.URITemplate.Raw()) {
-				out[t.tmpl.URITemplate.Raw()] = true
-			}
+	}
+	capable := g.capabilityOf(ctx, who)
+	kind := listKindOf[method]
+	for _, e := range g.view.Load().list(k).entries {
+		if g.visible(ctx, who, kind, e.up.cfg.Name, e.name) && (k != listTools || capable.allows(e.up, e.name)) {
+			out[e.id] = true
 		}
 	}
 	return out

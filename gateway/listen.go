@@ -1,83 +1,209 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net"
+	"encoding/json"
+	"maps"
 	"net/http"
-	"time"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
-	"github.com/sandgate/sandgate/internal/httpconn"
-	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/jsonenc"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
-// Limits of the MCP listener's connections (net/http's server had the same ones here).
-const (
-	maxHeaderBytes = 64 << 10
-	headerTimeout  = 10 * time.Second
-	idleTimeout    = 2 * time.Minute
-)
+// On 2026-07-28 a sandbox hears of list changes and resource updates on a subscriptions/listen
+// stream, which the gateway serves itself, whatever its upstreams speak: the stream's first
+// message acknowledges what is honored (the resources the caller may read, each a subscription
+// of the upstream's: resources/subscribe on a legacy upstream's shared session, the filter of
+// a 2026-07-28 upstream's own listen stream), and every message on it carries the listen
+// request's ID as its _meta subscriptionId. A list change is told when what the caller would be
+// shown now differs from what it was shown when the stream opened or was last told (as on the
+// GET stream of the legacy revisions, listchanged.go); progress and log messages never go here.
+// The stream is one call, audited when it ends: closed by the sandbox, or by Sandgate's
+// shutdown, which sends the listen's result first.
 
-// Serve serves the sandboxes' MCP on ln (/mcp) until ctx ends, then stops accepting and lets
-// the requests in flight finish for up to grace. Connections are served by internal/httpconn,
-// the proxy's own loop: a head it refuses (malformed, smuggling-prone, too large, cut short,
-// too slow) is answered with a JSON-RPC error and audited once as mcp.rejected, like every
-// other refusal of this listener; a path other than /mcp is refused the same way (404
-// not_found). An idle connection holds no read or write buffer.
-//
-// A sandbox's standalone GET stream is no call waiting for its answer: it ends as soon as the
-// listener stops accepting (the sandbox reconnects, to another replica if there is one), so that
-// only calls hold the drain. A call still running after grace is cut, with its event.
-func (g *Gateway) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	stop := context.AfterFunc(ctx, g.endStreams)
-	defer stop()
-	srv := &httpconn.Server{Handler: http.HandlerFunc(g.serveListener), Flagged: g.flagged, Reject: g.rejectConn,
-		Refusal: rpcRefusal, MaxHeaderBytes: maxHeaderBytes, HeaderTimeout: headerTimeout, IdleTimeout: idleTimeout}
-	err := srv.Serve(ctx, ln, grace)
-	switch {
-	case ctx.Err() == nil:
-		return fmt.Errorf("serve mcp: %w", err)
-	case errors.Is(err, httpconn.ErrGraceOver):
-		g.log.Info("mcp listener stopped", "closed", err.Error())
+// listener is one subscriptions/listen stream.
+type listener struct {
+	key    string          // its subscriber key (listenPrefix + N)
+	id     json.RawMessage // the listen request's ID: every message's subscriptionId
+	who    caller
+	filter mcp.SubscriptionFilter
+	events chan []byte // its messages, as they come
+	gone   chan struct{}
+	once   sync.Once
+
+	mu    sync.Mutex
+	shown map[mcp.MCPMethod]map[string]bool // what each list it listens to showed, last told
+}
+
+// listenPrefix starts a listener's subscriber key.
+const listenPrefix = "listen/"
+
+// listeners are this replica's listen streams, by key.
+type listeners struct {
+	mu    sync.Mutex
+	byKey map[string]*listener
+	next  atomic.Uint64
+}
+
+func newListeners() *listeners { return &listeners{byKey: map[string]*listener{}} }
+
+func (ls *listeners) get(key string) *listener {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.byKey[key]
+}
+
+func (ls *listeners) all() []*listener {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	out := make([]*listener, 0, len(ls.byKey))
+	for _, l := range ls.byKey {
+		out = append(out, l)
 	}
-	return nil
+	return out
 }
 
-// serveListener serves /mcp and refuses every other path.
-func (g *Gateway) serveListener(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/mcp" {
-		g.flagged(w, r, call.Refuse(call.CodeNotFound, "no MCP endpoint at %q; the endpoint is /mcp", truncate(r.URL.Path, 100)))
-		return
+// listenBuffer bounds the messages waiting to be written to one listen stream: a sandbox that
+// reads slower loses the stream (and opens it again), not Sandgate's memory.
+const listenBuffer = 64
+
+// listen serves subscriptions/listen until the sandbox closes the stream or Sandgate shuts down.
+func (x *exchange) listen(ctx context.Context, _ call.Grant) (response, call.End) {
+	g := x.g
+	var p struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
 	}
-	g.handler.ServeHTTP(w, r)
-}
-
-// flagged refuses a request before the guard reads it: one mcp.rejected event.
-func (g *Gateway) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
-	id := identity.FromRemoteAddr(g.opts.Identity, r.RemoteAddr)
-	status := g.core.Reject(r.Context(), audit.KindMCPRejected, id, audit.Target{Method: r.Method}, rf)
-	if rf.Close {
-		w.Header().Set("Connection", "close")
+	_ = json.Unmarshal(orNull(x.msg.Params), &p)
+	l := &listener{key: listenPrefix + strconv.FormatUint(g.listens.next.Add(1), 10), id: x.msg.ID, who: x.caller(),
+		filter: p.Notifications, events: make(chan []byte, listenBuffer), gone: make(chan struct{}), shown: map[mcp.MCPMethod]map[string]bool{}}
+	for _, lc := range listChanges {
+		if l.wants(lc.notification) {
+			l.shown[lc.method] = g.visibleNames(ctx, l.who, lc.method)
+		}
 	}
-	writeRPCError(w, status, nil, codeInvalidRequest, rf)
+	honored := l.filter
+	honored.ResourceSubscriptions = nil
+	for _, uri := range l.filter.ResourceSubscriptions {
+		if u, ok := g.resourceUpstream(uri); ok && g.visible(ctx, l.who, audit.KindResourcesRead, u.cfg.Name, uri) {
+			g.subscribeUpstream(ctx, u, uri, l.key, l.who.sessionKey(), true)
+			defer g.subscribeUpstream(context.WithoutCancel(ctx), u, uri, l.key, l.who.sessionKey(), false)
+			honored.ResourceSubscriptions = append(honored.ResourceSubscriptions, uri)
+		}
+	}
+	g.listens.mu.Lock()
+	g.listens.byKey[l.key] = l
+	g.listens.mu.Unlock()
+	defer func() {
+		g.listens.mu.Lock()
+		delete(g.listens.byKey, l.key)
+		g.listens.mu.Unlock()
+	}()
+	x.out.mu.Lock()
+	x.out.startSSE()
+	x.out.mu.Unlock()
+	ack, _ := json.Marshal(map[string]any{"notifications": honored})
+	if err := x.w.writeEvent("", notificationBytes(mcp.MethodNotificationSubscriptionsAcknowledged, l.withID(ack)), sseWriteTimeout); err != nil {
+		return response{}, call.Answered(http.StatusOK)
+	}
+	return l.serve(ctx, x)
 }
 
-// rejectConn audits a head refused before any request exists.
-func (g *Gateway) rejectConn(c net.Conn, rf *call.Refusal) {
-	g.core.Reject(context.Background(), audit.KindMCPRejected, identity.FromRemoteAddr(g.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
+// serve writes the stream's messages until it ends.
+func (l *listener) serve(ctx context.Context, x *exchange) (response, call.End) {
+	for {
+		select {
+		case msg := <-l.events:
+			if err := x.w.writeEvent("", msg, sseWriteTimeout); err != nil {
+				return response{}, call.Answered(http.StatusOK)
+			}
+		case <-l.gone:
+			x.cl.Note("stream_too_slow")
+			return response{}, call.Answered(http.StatusOK)
+		case <-ctx.Done():
+			return response{}, call.Answered(http.StatusOK)
+		case <-x.g.streams.Done():
+			// Sandgate shuts down: the listen's result ends the stream gracefully.
+			res := l.withID([]byte(`{"resultType":"complete"}`))
+			_ = x.w.writeEvent("", x.result(res), sseWriteTimeout)
+			return response{}, call.Answered(http.StatusOK)
+		}
+	}
 }
 
-// rpcRefusal is the answer to a head refused before any request exists.
-func rpcRefusal(rf *call.Refusal) *http.Response {
-	b := rpcErrorBody(nil, rpcError{Code: codeInvalidRequest, Message: rf.Reason, Data: refusalData{Code: rf.Code}})
-	status := rf.Status()
-	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)),
-		ProtoMajor: 1, ProtoMinor: 1, Close: true, ContentLength: int64(len(b)),
-		Header: http.Header{"Content-Type": {"application/json"}, "X-Content-Type-Options": {"nosniff"}},
-		Body:   io.NopCloser(bytes.NewReader(b))}
+// wants reports whether the stream listens to notification.
+func (l *listener) wants(notification string) bool {
+	switch notification {
+	case mcp.MethodNotificationToolsListChanged:
+		return l.filter.ToolsListChanged
+	case mcp.MethodNotificationPromptsListChanged:
+		return l.filter.PromptsListChanged
+	case mcp.MethodNotificationResourcesListChanged:
+		return l.filter.ResourcesListChanged
+	}
+	return false
+}
+
+// withID is params, an object, with the stream's subscriptionId in its _meta (any _meta of the
+// protocol's from an upstream's hop replaced).
+func (l *listener) withID(params []byte) []byte {
+	meta := []byte(`{}`)
+	_ = jsonscan.Named(params, []string{"_meta"}, func(_ int, v []byte) error {
+		if m, err := withoutProtocolMeta(v); err == nil && m != nil && len(v) > 0 && v[0] == '{' {
+			meta = m
+		}
+		return nil
+	})
+	meta, err := jsonenc.WithMember(meta, mcp.MetaKeySubscriptionID, l.id)
+	if err != nil {
+		return params
+	}
+	out, err := jsonenc.WithMember(params, "_meta", meta)
+	if err != nil {
+		return params
+	}
+	return out
+}
+
+// deliver sends a notification (method, params) on the stream; one that reads too slowly ends.
+func (l *listener) deliver(method string, params []byte) {
+	if len(params) == 0 {
+		params = []byte(`{}`)
+	}
+	select {
+	case l.events <- notificationBytes(method, l.withID(params)):
+	default:
+		l.once.Do(func() { close(l.gone) })
+	}
+}
+
+// tellListener tells l which of its lists changed since it was last told.
+func (g *Gateway) tellListener(l *listener) {
+	l.mu.Lock()
+	shown := maps.Clone(l.shown)
+	l.mu.Unlock()
+	told := map[string]bool{}
+	for _, lc := range listChanges {
+		before, ok := shown[lc.method]
+		if !ok {
+			continue
+		}
+		now := g.visibleNames(context.Background(), l.who, lc.method)
+		if maps.Equal(before, now) {
+			continue
+		}
+		l.mu.Lock()
+		l.shown[lc.method] = now
+		l.mu.Unlock()
+		if !told[lc.notification] {
+			told[lc.notification] = true
+			l.deliver(lc.notification, nil)
+		}
+	}
 }

@@ -8,14 +8,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
 
-// A forwarded tools/call is the hot path of the MCP half: on 2026-07-28 its params are written
-// here directly, the sandbox's arguments as it sent them and the connection's protocol fields
-// as one fragment encoded once per upstream connection, instead of through json.Marshal of
-// mcp-go's Meta (a map built and sorted per call, the capabilities struct encoded by
-// reflection each time). BenchmarkToolCallParams: 0.37 µs and 2 allocations, against 9 µs and
-// 23 through json.Marshal.
+// A forwarded request to a 2026-07-28 upstream carries the upstream hop's protocol fields in its
+// _meta: they are one fragment, encoded once per upstream connection (relayparams.go adds it to
+// the sandbox's params as they are), instead of through json.Marshal of mcp-go's Meta (a map
+// built and sorted per call, the capabilities struct encoded by reflection each time).
 
 // fragmentKey names the protocol fragment of one upstream connection and revision. The
 // connection is held weakly: a closed one's fragment is dropped when it is collected.
@@ -50,7 +49,7 @@ func protocolFragment(cli *client.Client, version string) ([]byte, error) {
 		if i > 0 {
 			f = append(f, ',')
 		}
-		f = append(appendJSONString(f, kv.key), ':')
+		f = append(jsonenc.AppendString(f, kv.key), ':')
 		f = append(f, v...)
 	}
 	if _, loaded := protocolFragments.LoadOrStore(k, f); !loaded {
@@ -59,69 +58,28 @@ func protocolFragment(cli *client.Client, version string) ([]byte, error) {
 	return f, nil
 }
 
-// toolCallParams encodes p with the protocol fields added to its _meta, as json.Marshal of p
-// with protocolMeta would (member order aside); ok is false for params it leaves to
-// json.Marshal: a task, round-trip fields, or arguments without their raw form.
-func toolCallParams(cli *client.Client, version string, p mcp.CallToolParams) (b []byte, ok bool, err error) {
-	if p.Task != nil || len(p.InputResponses) > 0 || p.RequestState != "" || p.Arguments != nil && len(p.RawArguments) == 0 {
-		return nil, false, nil
+// requestFragment is the upstream hop's protocol fields of one request: the connection's
+// (protocolFragment), unless own is set: then the client capabilities are caps (what the sandbox
+// the request is forwarded for can answer) and the log level level ("": none, and a 2026-07-28
+// upstream then sends no log message).
+func requestFragment(cli *client.Client, version string, caps json.RawMessage, level mcp.LoggingLevel, own bool) ([]byte, error) {
+	if !own {
+		return protocolFragment(cli, version)
 	}
-	frag, err := protocolFragment(cli, version)
-	if err != nil {
-		return nil, false, err
+	if caps == nil {
+		caps = json.RawMessage(`{}`)
 	}
-	b = make([]byte, 0, 64+len(p.Name)+len(p.RawArguments)+len(frag))
-	b = append(appendJSONString(append(b, `{"name":`...), p.Name), ',')
-	if len(p.RawArguments) > 0 {
-		b = append(append(b, `"arguments":`...), p.RawArguments...)
-		b = append(b, ',')
-	}
-	b = append(b, `"_meta":{`...)
-	if m := p.Meta; m != nil {
-		if m.ProgressToken != nil {
-			if b, err = appendMember(b, "progressToken", m.ProgressToken); err != nil {
-				return nil, false, err
-			}
-		}
-		for k, v := range m.AdditionalFields {
-			if isProtocolMetaKey(k) || k == "progressToken" {
-				continue // the connection's own, as protocolMeta overrides them
-			}
-			if b, err = appendMember(b, k, v); err != nil {
-				return nil, false, err
-			}
-		}
-	}
-	return append(append(b, frag...), "}}"...), true, nil
-}
-
-// appendMember appends `"key":value,`.
-func appendMember(b []byte, key string, val any) ([]byte, error) {
-	v, err := json.Marshal(val)
+	info, err := json.Marshal(clientInfo)
 	if err != nil {
 		return nil, err
 	}
-	b = append(appendJSONString(b, key), ':')
-	return append(append(b, v...), ','), nil
-}
-
-func isProtocolMetaKey(k string) bool {
-	switch k {
-	case mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientCapabilities, mcp.MetaKeyClientInfo, mcp.MetaKeyLogLevel:
-		return true
+	f := append(jsonenc.AppendString(nil, mcp.MetaKeyProtocolVersion), ':')
+	f = append(jsonenc.AppendString(f, version), ',')
+	f = append(append(jsonenc.AppendString(f, mcp.MetaKeyClientCapabilities), ':'), caps...)
+	f = append(append(jsonenc.AppendString(append(f, ','), mcp.MetaKeyClientInfo), ':'), info...)
+	if level != "" {
+		f = append(jsonenc.AppendString(append(f, ','), mcp.MetaKeyLogLevel), ':')
+		f = jsonenc.AppendString(f, string(level))
 	}
-	return false
-}
-
-// appendJSONString appends s as a JSON string, as json.Marshal writes it.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	return f, nil
 }

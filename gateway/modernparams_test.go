@@ -21,48 +21,35 @@ func unstartedClient(t testing.TB) *client.Client {
 	return client.NewClient(tr, client.WithClientCapabilities(caps))
 }
 
-// TestToolCallParamsEncodeAsJSONMarshalDoes: the direct encoding of a forwarded tools/call's
-// params decodes to what json.Marshal of the params with protocolMeta does.
-func TestToolCallParamsEncodeAsJSONMarshalDoes(t *testing.T) {
+// TestRelayedParamsAreTheSandboxsWithTheHopsFields: what a 2026-07-28 upstream gets is the
+// sandbox's params as written (arguments byte for byte, the name the upstream's own), its _meta
+// without the sandbox's protocol keys and with Sandgate's progress token and the upstream hop's
+// protocol fields, and the standard headers of what is sent.
+func TestRelayedParamsAreTheSandboxsWithTheHopsFields(t *testing.T) {
 	cli := unstartedClient(t)
-	withArgs := func(raw string) mcp.CallToolParams {
-		var p mcp.CallToolParams
-		require.NoError(t, json.Unmarshal([]byte(`{"name":"echo","arguments":`+raw+`}`), &p))
-		return p
+	x := &exchange{name: "echo", modern: true}
+	var err error
+	x.msg, err = readMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"up_echo",` +
+		`"arguments":{"n":9007199254740993,"b":"\u00e9"},"_meta":{"progressToken":"p","io.modelcontextprotocol/protocolVersion":"2026-07-28","trace":"t"}}}`))
+	require.NoError(t, err)
+	p := x.relayParams()
+	p.token = "sg-9"
+	raw, h, err := p.modern(cli, mcp.ProtocolVersion20260728, "tools/call")
+	require.NoError(t, err)
+	require.True(t, json.Valid(raw), "%s", raw)
+	assert.Contains(t, string(raw), `"arguments":{"n":9007199254740993,"b":"\u00e9"}`, "the arguments as written")
+	var got struct {
+		Name string         `json:"name"`
+		Meta map[string]any `json:"_meta"`
 	}
-	for name, p := range map[string]mcp.CallToolParams{
-		"arguments":       withArgs(`{"m":"hi","n":[1,2.5,{"x":null}]}`),
-		"no arguments":    {Name: "echo"},
-		"odd name":        {Name: "a\"b\\c<d>&é\u2028\x01"},
-		"progress token":  {Name: "t", RawArguments: json.RawMessage(`{}`), Arguments: map[string]any{}, Meta: &mcp.Meta{ProgressToken: "sg-1"}},
-		"numeric token":   {Name: "t", Meta: &mcp.Meta{ProgressToken: 7}},
-		"sandbox meta":    {Name: "t", Meta: &mcp.Meta{AdditionalFields: map[string]any{"trace\"id": "x", "n": 1.5, "o": map[string]any{"a": []any{true}}}}},
-		"protocol keys":   {Name: "t", Meta: &mcp.Meta{AdditionalFields: map[string]any{mcp.MetaKeyProtocolVersion: "1999-01-01", mcp.MetaKeyLogLevel: "error"}}},
-		"token in fields": {Name: "t", Meta: &mcp.Meta{AdditionalFields: map[string]any{"progressToken": "x"}}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, fast, err := toolCallParams(cli, mcp.ProtocolVersion20260728, p)
-			require.NoError(t, err)
-			require.True(t, fast)
-			require.True(t, json.Valid(got), "%s", got)
-			p.Meta = protocolMeta(cli, mcp.ProtocolVersion20260728, p.Meta)
-			want, err := json.Marshal(p)
-			require.NoError(t, err)
-			if name == "token in fields" { // Meta.MarshalJSON lets a field named progressToken win; the token is nil here
-				return
-			}
-			assert.JSONEq(t, string(want), string(got))
-		})
-	}
-	for name, p := range map[string]mcp.CallToolParams{
-		"task":             {Name: "t", Task: &mcp.TaskParams{}},
-		"round trip":       {Name: "t", MultiRoundTripParams: mcp.MultiRoundTripParams{RequestState: "s"}},
-		"no raw arguments": {Name: "t", Arguments: map[string]any{"a": 1}},
-	} {
-		_, fast, err := toolCallParams(cli, mcp.ProtocolVersion20260728, p)
-		require.NoError(t, err)
-		assert.False(t, fast, name)
-	}
+	require.NoError(t, json.Unmarshal(raw, &got))
+	assert.Equal(t, "echo", got.Name)
+	assert.Equal(t, "sg-9", got.Meta["progressToken"])
+	assert.Equal(t, "t", got.Meta["trace"])
+	assert.Equal(t, "2026-07-28", got.Meta[mcp.MetaKeyProtocolVersion])
+	assert.Equal(t, "sandgate", got.Meta[mcp.MetaKeyClientInfo].(map[string]any)["name"])
+	assert.Equal(t, "tools/call", h.Get(mcp.HeaderMethod))
+	assert.Equal(t, "echo", h.Get(mcp.HeaderName))
 }
 
 // TestProtocolFragmentIsDroppedWithItsClient: the fragment cache does not keep a closed
@@ -86,24 +73,16 @@ func TestProtocolFragmentIsDroppedWithItsClient(t *testing.T) {
 	t.Fatal("the fragment of a collected client is still cached")
 }
 
-// BenchmarkToolCallParams is the params of a forwarded tools/call with a progress token,
-// written directly (what forwarding does) and through json.Marshal (what it did before).
-func BenchmarkToolCallParams(b *testing.B) {
+// BenchmarkRelayParams is the params of a forwarded tools/call with a progress token, for a
+// 2026-07-28 upstream: the sandbox's bytes with the hop's fields.
+func BenchmarkRelayParams(b *testing.B) {
 	cli := unstartedClient(b)
-	p := mcp.CallToolParams{Name: "echo", RawArguments: json.RawMessage(`{"message":"hello 42"}`),
-		Arguments: map[string]any{"message": "hello 42"}, Meta: &mcp.Meta{ProgressToken: "sg-1"}}
-	b.Run("direct", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_, _, _ = toolCallParams(cli, mcp.ProtocolVersion20260728, p)
-		}
-	})
-	b.Run("marshal", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			q := p
-			q.Meta = protocolMeta(cli, mcp.ProtocolVersion20260728, p.Meta)
-			_, _ = json.Marshal(q)
-		}
-	})
+	x := &exchange{name: "echo", modern: true}
+	x.msg, _ = readMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello 42"},"_meta":{"progressToken":7}}}`))
+	b.ReportAllocs()
+	for b.Loop() {
+		p := x.relayParams()
+		p.token = "sg-1"
+		_, _, _ = p.modern(cli, mcp.ProtocolVersion20260728, "tools/call")
+	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"log/slog"
 
 	"github.com/sandgate/sandgate/internal/config"
@@ -16,7 +17,8 @@ const maxNameLen = 64
 type named struct {
 	exposed  string
 	upstream *upstream
-	name     string // the upstream's own name
+	name     string          // the upstream's own name
+	raw      json.RawMessage // its definition as sandboxes see it (view.go)
 }
 
 // candidate is an item before naming.

@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -11,48 +9,12 @@ import (
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
-
-// A message for a call's stream (a notification, a request to the sandbox) goes through the
-// session mcp-go serves that call's POST with (sandboxes.go), the one way into that stream in
-// order with the call's result. mcp-go's channel carries notifications only, so each message
-// travels wrapped in a relay notification whose one parameter is the message as written,
-// base64-encoded (mcp-go's encoding/json would respell the message; base64 keeps its bytes).
-// The event store records the message unwrapped and the guard's writer writes it unwrapped:
-// no sandbox ever reads a relay notification.
-
-const relayMethod = "sandgate/relay"
-
-var relayPrefix = []byte(`{"jsonrpc":"2.0","method":"` + relayMethod + `"`)
-
-// relayToCall sends msg, one JSON-RPC message, on call c's stream.
-func (g *Gateway) relayToCall(c *inflightCall, msg []byte) {
-	err := g.mcp.SendNotificationToClient(c.ctx, relayMethod, map[string]any{"message": base64.StdEncoding.EncodeToString(msg)})
-	if err != nil {
-		g.log.Debug("message for a call's stream not delivered", "err", err)
-	}
-}
-
-// unrelayed is msg, when it is a relay notification, as the message it carries.
-func unrelayed(msg []byte) ([]byte, bool) {
-	if !bytes.HasPrefix(msg, relayPrefix) {
-		return nil, false
-	}
-	var n struct {
-		Params struct {
-			Message []byte `json:"message"` // base64, as encoding/json reads []byte
-		} `json:"params"`
-	}
-	if json.Unmarshal(msg, &n) != nil || len(n.Params.Message) == 0 {
-		return nil, false
-	}
-	return n.Params.Message, true
-}
 
 // askTarget is the sandbox an upstream's request is asked of: on a call's stream, or on the
 // GET stream of a session.
@@ -109,33 +71,42 @@ func (p *pendingAsks) answer(sid string, id json.RawMessage, r clientReply) bool
 func (g *Gateway) ask(ctx context.Context, to askTarget, u *upstream, in inbound) clientReply {
 	var who identity.Identity
 	switch {
-	case to.call != nil:
-		who = identityFrom(to.call.ctx)
+	case to.call != nil && to.call.exchange() != nil:
+		who = to.call.exchange().id
 	case to.session != nil:
 		who = to.session.identity()
 	}
-	return call.Run(ctx, g.core, call.Spec{Kind: audit.KindServerRequest, Identity: who}, func(ctx context.Context, cl *call.Call) (clientReply, *call.Refusal) {
-		return g.askSandbox(ctx, cl, to, u, in)
-	}, func(rf *call.Refusal) clientReply {
-		if rf.Code == call.CodeAuditUnavailable {
-			return errorReply(codeInternalError, rf.Reason)
-		}
-		return errorReply(mcp.METHOD_NOT_FOUND, rf.Reason)
-	})
+	return call.Run(ctx, g.core, call.Spec{Kind: audit.KindServerRequest, Identity: who, Target: audit.Target{Upstream: u.cfg.Name, Method: in.method}},
+		call.Steps[clientReply]{
+			Ask: func(context.Context, *call.Call) (call.Question, *call.Refusal) { return call.Question{}, nil },
+			Act: func(ctx context.Context, cl *call.Call, _ call.Grant) (clientReply, call.End) {
+				return g.askSandbox(ctx, cl, to, u, in)
+			},
+			Refused: func(rf *call.Refusal) clientReply {
+				if rf.Code == call.CodeAuditUnavailable {
+					return errorReply(codeInternalError, rf.Reason)
+				}
+				return errorReply(mcp.METHOD_NOT_FOUND, rf.Reason)
+			},
+		})
 }
 
 // askSandbox is ask's act: it relays the request and waits for the sandbox's answer.
-func (g *Gateway) askSandbox(ctx context.Context, cl *call.Call, to askTarget, u *upstream, in inbound) (clientReply, *call.Refusal) {
-	cl.Describe(audit.Target{Upstream: u.cfg.Name, Method: in.method})
+func (g *Gateway) askSandbox(ctx context.Context, cl *call.Call, to askTarget, u *upstream, in inbound) (clientReply, call.End) {
 	cl.BytesOut.Store(int64(len(in.raw)))
-	if to.session == nil {
-		return clientReply{}, call.Refuse(call.CodeUpstreamInputUnanswered, "%s", in.method+": the sandbox's session (2026-07-28) takes no requests from the server")
-	}
-	if !to.session.hasCapability(in.method) {
-		return clientReply{}, call.Refuse(call.CodeUpstreamInputUnsupported, "%s", in.method+": the sandbox's client does not declare that capability")
-	}
 	if _, echoed := g.guard.Current().ScrubString(string(in.raw)); echoed {
 		cl.CredentialEchoed() // what reaches the sandbox is scrubbed on its stream
+	}
+	if to.call != nil {
+		if x := to.call.exchange(); x != nil && x.modern {
+			return g.askModern(ctx, cl, to.call, x, u, in)
+		}
+	}
+	if to.session == nil {
+		return clientReply{}, call.Refused(call.Refuse(call.CodeUpstreamInputUnanswered, "%s", in.method+": no sandbox session can be asked"))
+	}
+	if !to.session.hasCapability(in.method) {
+		return clientReply{}, call.Refused(call.Refuse(call.CodeUpstreamInputUnsupported, "%s", in.method+": the sandbox's client does not declare that capability"))
 	}
 	id, answered := g.asks.add(to.session.id)
 	defer g.asks.remove(to.session.id, id)
@@ -155,23 +126,59 @@ func (g *Gateway) askSandbox(ctx context.Context, cl *call.Call, to askTarget, u
 	case r := <-answered:
 		cl.BytesIn.Store(int64(len(r.result) + len(r.err)))
 		if r.err != nil {
-			cl.Fail(call.Refuse(call.CodeUpstreamInputUnanswered, "the sandbox answered an error"))
-		} else {
-			cl.Answered(http.StatusOK)
+			return r, call.Failed(call.Refuse(call.CodeUpstreamInputUnanswered, "the sandbox answered an error"))
 		}
-		return r, nil
+		return r, call.Answered(http.StatusOK)
 	case <-ctx.Done():
 	case <-callDone:
 	case <-to.session.ctx.Done():
 	}
-	cl.Fail(call.Refuse(call.CodeUpstreamInputUnanswered, "the sandbox did not answer in time"))
-	return errorReply(mcp.REQUEST_INTERRUPTED, in.method+": the sandbox did not answer"), nil
+	return errorReply(mcp.REQUEST_INTERRUPTED, in.method+": the sandbox did not answer"),
+		call.Failed(call.Refuse(call.CodeUpstreamInputUnanswered, "the sandbox did not answer in time"))
+}
+
+// askModern asks a 2026-07-28 sandbox, through its parked call's input_required (mrtr.go).
+func (g *Gateway) askModern(ctx context.Context, cl *call.Call, c *inflightCall, x *exchange, u *upstream, in inbound) (clientReply, call.End) {
+	if !declares(x.meta.caps, in.method) {
+		return clientReply{}, call.Refused(call.Refuse(call.CodeUpstreamInputUnsupported, "%s", in.method+": the sandbox's request does not declare that capability"))
+	}
+	p, _ := c.ctx.Value(parkedKey{}).(*parkedCall)
+	if p == nil {
+		return clientReply{}, call.Refused(call.Refuse(call.CodeUpstreamInputUnanswered, "%s", in.method+": the request cannot be asked for input"))
+	}
+	r, ok := p.askParked(ctx, in, u.cfg.CallTimeout.D())
+	if !ok {
+		return errorReply(mcp.REQUEST_INTERRUPTED, in.method+": the sandbox did not answer"),
+			call.Failed(call.Refuse(call.CodeUpstreamInputUnanswered, "the sandbox did not answer in time"))
+	}
+	cl.BytesIn.Store(int64(len(r.result) + len(r.err)))
+	if in.method == string(mcp.MethodListRoots) {
+		r.result = withRoots(r.result)
+	}
+	return r, call.Answered(http.StatusOK)
+}
+
+// declares reports whether caps, a 2026-07-28 request's client capabilities, has what a request
+// of method needs.
+func declares(caps *mcp.ClientCapabilities, method string) bool {
+	if caps == nil {
+		return false
+	}
+	switch mcp.MCPMethod(method) {
+	case mcp.MethodSamplingCreateMessage:
+		return caps.Sampling != nil
+	case mcp.MethodElicitationCreate:
+		return caps.Elicitation != nil
+	case mcp.MethodListRoots:
+		return caps.Roots != nil
+	}
+	return false
 }
 
 // requestBytes is a request with id, method and params (as written).
 func requestBytes(id json.RawMessage, method string, params json.RawMessage) []byte {
 	b := append([]byte(`{"jsonrpc":"2.0","id":`), id...)
-	b = appendJSONString(append(b, `,"method":`...), method)
+	b = jsonenc.AppendString(append(b, `,"method":`...), method)
 	if len(params) > 0 {
 		b = append(append(b, `,"params":`...), params...)
 	}
@@ -179,12 +186,8 @@ func requestBytes(id json.RawMessage, method string, params json.RawMessage) []b
 }
 
 // sandboxAnswered takes a sandbox's POST of a response (msg) to a request the gateway asked of
-// it; false when it answers none the gateway awaits (mcp-go then answers it).
-//
-// ownsStream reports whether a GET of session sid with Last-Event-ID last (none: a new stream)
-// is for the session's GET stream, which the gateway serves; a GET resuming a call's stream is
-// mcp-go's.
-func (g *Gateway) sandboxAnswered(sid string, msg rpcMessage) bool {
+// it; false when it answers none the gateway awaits.
+func (g *Gateway) sandboxAnswered(sid string, msg sandboxMessage) bool {
 	if sid == "" || len(msg.ID) == 0 {
 		return false
 	}
@@ -198,21 +201,4 @@ func (g *Gateway) sandboxAnswered(sid string, msg rpcMessage) bool {
 		r.result = json.RawMessage(`{}`)
 	}
 	return g.asks.answer(sid, msg.ID, r)
-}
-
-func (g *Gateway) ownsStream(ctx context.Context, sid, last string) bool {
-	if last == "" {
-		return true
-	}
-	stream, ok := g.events.streamOf(ctx, sid, last)
-	return ok && stream == listenStream
-}
-
-// requestLogLevel is the log level a 2026-07-28 request asked for; "" for none (or a legacy
-// request).
-func requestLogLevel(ctx context.Context) mcp.LoggingLevel {
-	if info := server.RequestProtocolInfoFromContext(ctx); info != nil && info.Modern {
-		return info.LogLevel
-	}
-	return ""
 }

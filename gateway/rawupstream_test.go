@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/internal/jsonenc"
 	"github.com/sandgate/sandgate/internal/sse"
 )
 
@@ -39,6 +40,7 @@ type rpcEnvelope struct {
 	Method  string          `json:"method,omitempty"`
 	Params  json.RawMessage `json:"params,omitempty"`
 	Session string          `json:"-"` // the Mcp-Session-Id it came with
+	Header  http.Header     `json:"-"` // the HTTP headers it came with
 }
 
 func startRawUpstream(t testing.TB, fixture string) *rawUpstream {
@@ -98,7 +100,7 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	m.Session = r.Header.Get("Mcp-Session-Id")
+	m.Session, m.Header = r.Header.Get("Mcp-Session-Id"), r.Header.Clone()
 	u.mu.Lock()
 	u.got = append(u.got, m)
 	modern := u.modern
@@ -156,7 +158,10 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	case "prompts/get":
 		result = json.RawMessage(richPrompt)
 	default:
-		if c, ok := u.catalog[m.Method]; ok {
+		if c, ok := u.catalog[m.Method]; ok && modern { // a 2026-07-28 list says how long it may be cached
+			result, _ = jsonenc.WithMember(c, "ttlMs", []byte("60000"))
+			result, _ = jsonenc.WithMember(result.(json.RawMessage), "cacheScope", []byte(`"public"`))
+		} else if ok {
 			result = c
 		} else if m.Method == "ping" || m.Method == "logging/setLevel" {
 			result = map[string]any{}
@@ -167,15 +172,50 @@ func (u *rawUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if tok := progressTokenOf(m.Params); tok != nil {
 		// A request with a progress token gets a progress notification, then its result, on
-		// an SSE stream.
+		// an SSE stream; tool "bare" a log message before it.
 		n, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress",
 			"params": map[string]any{"progressToken": tok, "progress": 1, "total": 2}})
 		res, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
 		w.Header().Set("Content-Type", "text/event-stream")
+		if strings.Contains(string(m.Params), `"name":"bare"`) { // "bare": a log message first
+			_, _ = fmt.Fprintf(w, "data: %s\n\n", `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"first"}}`)
+			w.(http.Flusher).Flush()
+		}
 		_, _ = fmt.Fprintf(w, "data: %s\n\ndata: %s\n\n", n, res)
 		return
 	}
 	writeJSON(w, map[string]any{"jsonrpc": "2.0", "id": m.ID, "result": result})
+}
+
+// enveloped is msg, a request or notification, with 2026-07-28's per-request fields in its
+// params' _meta.
+func (s *rawSession) enveloped(msg any) any {
+	m, ok := msg.(map[string]any)
+	if !ok || m["method"] == nil {
+		return msg
+	}
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	p := map[string]any{}
+	if given, ok := m["params"].(map[string]any); ok {
+		for k, v := range given {
+			p[k] = v
+		}
+	}
+	meta := map[string]any{}
+	if given, ok := p["_meta"].(map[string]any); ok {
+		for k, v := range given {
+			meta[k] = v
+		}
+	}
+	meta["io.modelcontextprotocol/protocolVersion"] = "2026-07-28"
+	meta["io.modelcontextprotocol/clientCapabilities"] = s.caps
+	meta["io.modelcontextprotocol/clientInfo"] = map[string]any{"name": "raw", "version": "1"}
+	p["_meta"] = meta
+	out["params"] = p
+	return out
 }
 
 func progressTokenOf(params json.RawMessage) any {
@@ -234,6 +274,18 @@ type rawSession struct {
 	hc  *http.Client
 	sid string
 	id  int
+	// modern is a sandbox of 2026-07-28: no session, the protocol's fields in each request's
+	// _meta (caps its client capabilities) and the standard headers.
+	modern bool
+	caps   map[string]any
+}
+
+// openModernSession is a raw sandbox of 2026-07-28, whose client declares caps.
+func openModernSession(t testing.TB, url, src string, caps map[string]any) *rawSession {
+	if caps == nil {
+		caps = map[string]any{}
+	}
+	return &rawSession{t: t, url: url, hc: sandboxHTTPClient(src, nil), modern: true, caps: caps}
 }
 
 func openRawSession(t testing.TB, url, src string) *rawSession {
@@ -254,6 +306,15 @@ func (s *rawSession) call(method string, params any) json.RawMessage {
 
 // callStream is call that also returns every message of the response before the result.
 func (s *rawSession) callStream(method string, params any) (json.RawMessage, []rpcNotification) {
+	s.t.Helper()
+	res, rpcErr, notes := s.exchange(method, params)
+	require.Nil(s.t, rpcErr, "%s answered an error: %s", method, rpcErr)
+	return res, notes
+}
+
+// exchange sends one request and returns its result or its JSON-RPC error, and the
+// notifications before it.
+func (s *rawSession) exchange(method string, params any) (json.RawMessage, json.RawMessage, []rpcNotification) {
 	s.t.Helper()
 	s.id++
 	resp := s.post(map[string]any{"jsonrpc": "2.0", "id": s.id, "method": method, "params": params})
@@ -285,15 +346,14 @@ func (s *rawSession) callStream(method string, params any) (json.RawMessage, []r
 			rpcNotification
 		}
 		if json.Unmarshal(b, &m) == nil && m.ID == s.id {
-			require.Nil(s.t, m.Error, "%s answered an error: %s", method, m.Error)
-			return m.Result, before
+			return m.Result, m.Error, before
 		}
 		if m.Method != "" {
 			before = append(before, m.rpcNotification)
 		}
 	}
 	s.t.Fatalf("%s: no response in %q", method, msgs)
-	return nil, nil
+	return nil, nil, nil
 }
 
 type rpcNotification struct {
@@ -303,12 +363,38 @@ type rpcNotification struct {
 
 func (s *rawSession) post(msg any) *http.Response {
 	s.t.Helper()
+	return s.postWith(msg, nil)
+}
+
+// postWith posts msg with the headers of its revision, then those of h.
+func (s *rawSession) postWith(msg any, h http.Header) *http.Response {
+	s.t.Helper()
+	if s.modern {
+		msg = s.enveloped(msg)
+	}
 	b, _ := json.Marshal(msg)
 	req, err := http.NewRequestWithContext(s.t.Context(), http.MethodPost, s.url, bytes.NewReader(b))
 	require.NoError(s.t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	if s.modern {
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		if m, ok := msg.(map[string]any); ok {
+			if method, _ := m["method"].(string); method != "" && m["id"] != nil {
+				req.Header.Set("Mcp-Method", method)
+				p, _ := m["params"].(map[string]any)
+				for _, k := range []string{"name", "uri"} {
+					if v, ok := p[k].(string); ok && method != "completion/complete" {
+						req.Header.Set("Mcp-Name", v)
+					}
+				}
+			}
+		}
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
 	if s.sid != "" {
 		req.Header.Set("Mcp-Session-Id", s.sid)
 	}

@@ -2,11 +2,9 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -240,40 +238,4 @@ func TestResultOnAResumedStreamIsTheRecordedOne(t *testing.T) {
 	replayed := newEventReader(again).untilResult()
 	require.Len(t, replayed, 1)
 	assert.Equal(t, got[0].raw, replayed[0].raw, "the replay sends the same bytes")
-}
-
-// TestResponseWriterWritesEventsAsRecorded: an event mcp-go hands a sandbox's stream is written
-// with the data the store recorded for its ID (the response with its extra fields); an event
-// without an ID (a keepalive ping) or one the store does not have passes unchanged.
-func TestResponseWriterWritesEventsAsRecorded(t *testing.T) {
-	store := newEventStore(nil, time.Minute, slog.New(slog.DiscardHandler))
-	ctx, _ := withExtras(context.Background(), "tools/call", json.RawMessage(`7`))
-	raw := json.RawMessage(richResult)
-	_, err := toolResultFor(ctx)(&raw)
-	require.NoError(t, err)
-	typed := `{"jsonrpc":"2.0","id":7,"result":{"content":[]}}`
-	id, err := store.StoreEvent(ctx, "s-1", "stream-1", json.RawMessage(typed))
-	require.NoError(t, err)
-	recorded, ok := store.recorded("s-1", id)
-	require.True(t, ok)
-	require.JSONEq(t, `{"jsonrpc":"2.0","id":7,"result":`+richResult+`}`, string(recorded),
-		"the store records the response with the upstream's result")
-
-	rec := httptest.NewRecorder()
-	rec.Header().Set("Content-Type", "text/event-stream")
-	w := newResponseWriter(rec, store, "s-1", nil)
-	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
-	for _, p := range []string{
-		"event: message\ndata: " + ping + "\n\n",
-		"id: " + id + "\n", "event: message\ndata: " + typed + "\n\n",
-		"id: other-9\n", "event: message\ndata: " + typed + "\n\n",
-	} {
-		n, err := io.WriteString(w, p)
-		require.NoError(t, err)
-		require.Equal(t, len(p), n)
-	}
-	w.end()
-	assert.Equal(t, "event: message\ndata: "+ping+"\n\n"+
-		"id: "+id+"\nevent: message\ndata: "+string(recorded)+"\n\n"+
-		"id: other-9\nevent: message\ndata: "+typed+"\n\n", rec.Body.String())
 }

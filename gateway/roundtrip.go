@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonenc"
 )
 
 // On 2026-07-28 and later an upstream that needs something of the client mid-request
@@ -69,11 +70,12 @@ func roundTrip(ctx context.Context, cli *client.Client, method string, params an
 			shed = 0
 		}
 		if attempt >= maxInputRoundTrips || shed >= maxLoadSheddingRuns {
-			return nil, inputFailed(call.CodeUpstreamInputExhausted, "%s: the upstream still asks for input after %d round trips", method, attempt)
+			words := fmt.Sprintf("still asks for input after %d round trips", attempt)
+			return nil, inputFailed(call.CodeUpstreamInputExhausted, words, "%s: the upstream %s", method, words)
 		}
 		answers, err := answerInput(ctx, ir)
 		if err != nil {
-			return nil, inputFailed(call.CodeUpstreamInputUnanswered, "%s: %w", method, err)
+			return nil, inputFailed(call.CodeUpstreamInputUnanswered, "asked for input the sandbox's client did not give", "%s: %w", method, err)
 		}
 		if sent, err = withInputResponses(params, answers, ir.RequestState); err != nil {
 			return nil, fmt.Errorf("%s: %w", method, err)
@@ -118,14 +120,25 @@ func withRoots(res json.RawMessage) json.RawMessage {
 	if json.Unmarshal(res, &f) == nil && len(f.Roots) > 0 && string(f.Roots) != "null" {
 		return res
 	}
-	if out, err := withMember(res, "roots", []byte("[]")); err == nil {
+	if out, err := jsonenc.WithMember(res, "roots", []byte("[]")); err == nil {
 		return out
 	}
 	return json.RawMessage(`{"roots":[]}`)
 }
 
 // withInputResponses is params with the answers and the upstream's request state added.
-func withInputResponses(params any, answers map[string]json.RawMessage, state string) (map[string]json.RawMessage, error) {
+func withInputResponses(params any, answers map[string]json.RawMessage, state string) (any, error) {
+	if p, ok := params.(relayed); ok {
+		b, err := json.Marshal(answers)
+		if err != nil {
+			return nil, fmt.Errorf("encode input responses: %w", err)
+		}
+		p = p.with("inputResponses", b)
+		if state != "" {
+			p = p.with("requestState", jsonenc.AppendString(nil, state))
+		}
+		return p, nil
+	}
 	fields := map[string]json.RawMessage{}
 	if params != nil {
 		b, err := json.Marshal(params)
@@ -145,4 +158,44 @@ func withInputResponses(params any, answers map[string]json.RawMessage, state st
 		fields["requestState"], _ = json.Marshal(state)
 	}
 	return fields, nil
+}
+
+// inputMethods are the methods an input request may ask for.
+var inputMethods = map[mcp.MCPMethod]bool{mcp.MethodElicitationCreate: true, mcp.MethodSamplingCreateMessage: true,
+	mcp.MethodListRoots: true}
+
+// decodeInputRequired reads the part of raw, a result of method, that may ask for input. An
+// input request of a method no sandbox can be asked for is an inputError naming it.
+func decodeInputRequired(method string, raw json.RawMessage) (inputRequired, error) {
+	var head struct {
+		ResultType    mcp.ResultType             `json:"resultType"`
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  string                     `json:"requestState"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return inputRequired{}, fmt.Errorf("%s: decode result: %w", method, err)
+	}
+	ir := inputRequired{ResultType: head.ResultType, RequestState: head.RequestState}
+	if ir.ResultType != mcp.ResultTypeInputRequired {
+		return ir, nil
+	}
+	ir.InputRequests = make(mcp.InputRequests, len(head.InputRequests))
+	ir.raw = head.InputRequests
+	for id, r := range head.InputRequests {
+		var m struct {
+			Method mcp.MCPMethod `json:"method"`
+		}
+		if err := json.Unmarshal(r, &m); err == nil && !inputMethods[m.Method] {
+			return ir, inputFailed(call.CodeUpstreamInputUnsupported, "an input request asks for a method Sandgate cannot ask a sandbox for "+
+				"(only elicitation/create, sampling/createMessage and roots/list can be asked)",
+				"%s: the upstream asks for input Sandgate cannot ask a sandbox for: input request %q asks for %q "+
+					"(only elicitation/create, sampling/createMessage and roots/list can be asked)", method, id, m.Method)
+		}
+		var req mcp.InputRequest
+		if err := json.Unmarshal(r, &req); err != nil {
+			return ir, fmt.Errorf("%s: decode input request %q: %w", method, id, err)
+		}
+		ir.InputRequests[id] = req
+	}
+	return ir, nil
 }

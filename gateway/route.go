@@ -6,6 +6,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandgate/sandgate/internal/jsonenc"
 	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
@@ -42,7 +43,7 @@ type inbound struct {
 func parseInbound(raw []byte) (inbound, bool) {
 	in := inbound{raw: raw}
 	err := jsonscan.Members(raw, func(key []byte, escaped bool, val []byte) error {
-		name, err := keyName(key, escaped)
+		name, err := jsonscan.KeyName(key, escaped)
 		if err != nil {
 			return err
 		}
@@ -98,7 +99,7 @@ func (g *Gateway) upstreamMessage(u *upstream, sid string, in inbound) {
 		}
 		g.relayOther(u, sid, in)
 	case string(mcp.MethodNotificationProgress):
-		g.relayProgress(u, in)
+		g.relayProgress(u, sid, in)
 	case string(mcp.MethodNotificationMessage):
 		g.relayLog(u, sid, in)
 	case mcp.MethodNotificationResourceUpdated:
@@ -109,22 +110,20 @@ func (g *Gateway) upstreamMessage(u *upstream, sid string, in inbound) {
 }
 
 // relayProgress sends progress to the call that asked for it, under the sandbox's own token.
-func (g *Gateway) relayProgress(u *upstream, in inbound) {
-	var p struct {
-		Token any `json:"progressToken"`
-	}
-	if json.Unmarshal(in.params, &p) != nil {
+func (g *Gateway) relayProgress(u *upstream, sid string, in inbound) {
+	var token json.RawMessage
+	_ = jsonscan.Named(in.params, []string{"progressToken"}, func(_ int, v []byte) error {
+		token = v
+		return nil
+	})
+	if token == nil {
 		return
 	}
-	c, ok := g.inflight.byToken(u, p.Token)
-	if !ok || c.token == nil {
+	c, ok := g.inflight.byToken(u, sid, token)
+	if !ok || c.progressToken() == nil {
 		return
 	}
-	token, err := json.Marshal(c.token)
-	if err != nil {
-		return
-	}
-	params, err := withMember(in.params, "progressToken", token)
+	params, err := jsonenc.WithMember(in.params, "progressToken", c.progressToken())
 	if err != nil {
 		return
 	}
@@ -153,19 +152,17 @@ func (g *Gateway) relayLog(u *upstream, sid string, in inbound) {
 	g.log.Debug("upstream log message outside a call on a shared session dropped: no sandbox to attribute it to", "upstream", u.cfg.Name)
 }
 
-// relayResourceUpdate sends a resource update to the sandbox whose upstream session it is, or,
-// on the shared session, to every sandbox subscribed to that URI.
+// relayResourceUpdate sends a resource update of upstream session sid ("" the shared one) to
+// that session's subscribers of the URI: sandbox sessions' GET streams, listen streams.
 func (g *Gateway) relayResourceUpdate(u *upstream, sid string, in inbound) {
-	if sid != "" {
-		g.relayOther(u, sid, in)
-		return
-	}
 	var p struct {
 		URI string `json:"uri"`
 	}
 	_ = json.Unmarshal(in.params, &p)
-	for _, id := range g.subs.sessions(u, p.URI) {
-		if s := g.sandboxes.get(id); s != nil {
+	for _, key := range g.subs.subscribers(u, sid, p.URI) {
+		if l := g.listens.get(key); l != nil {
+			l.deliver(in.method, in.params)
+		} else if s := g.sandboxes.get(key); s != nil {
 			s.stream.deliver(in.raw)
 		}
 	}
@@ -188,15 +185,22 @@ func (g *Gateway) relayOther(u *upstream, sid string, in inbound) {
 }
 
 // callWantsLog reports whether the sandbox of call c asked for log messages of level: on
-// 2026-07-28 the level its request carried, before that its session's level.
+// 2026-07-28 the level its request carried (none: no log message), before that its session's.
 func (g *Gateway) callWantsLog(c *inflightCall, level mcp.LoggingLevel) bool {
 	if s := g.sandboxes.get(c.sid); s != nil && c.sid != "" {
 		return s.wantsLog(level)
 	}
-	if min := requestLogLevel(c.ctx); min != "" {
-		return level.ShouldSendTo(min)
+	if x := c.exchange(); x != nil && x.meta.level != "" {
+		return level.ShouldSendTo(x.meta.level)
 	}
 	return false
+}
+
+// relayToCall sends msg, one JSON-RPC message, on call c's stream, in the order it came.
+func (g *Gateway) relayToCall(c *inflightCall, msg []byte) {
+	if x := c.exchange(); x != nil {
+		x.out.event(msg)
+	}
 }
 
 // upstreamRequest answers one request upstream connection sid made of its client: the sandbox
@@ -221,44 +225,9 @@ func (g *Gateway) upstreamRequest(ctx context.Context, u *upstream, sid string, 
 
 // notificationBytes is a notification of method with params.
 func notificationBytes(method string, params json.RawMessage) []byte {
-	b := append([]byte(`{"jsonrpc":"2.0","method":`), appendJSONString(nil, method)...)
+	b := append([]byte(`{"jsonrpc":"2.0","method":`), jsonenc.AppendString(nil, method)...)
 	if len(params) > 0 {
 		b = append(append(b, `,"params":`...), params...)
 	}
 	return append(b, '}')
-}
-
-// withMember is obj, a JSON object, with member key set to val, the other members as written
-// and in their order.
-func withMember(obj json.RawMessage, key string, val []byte) (json.RawMessage, error) {
-	out := make([]byte, 0, len(obj)+len(val)+len(key)+4)
-	out = append(out, '{')
-	n, set := 0, false
-	err := jsonscan.Members(obj, func(k []byte, escaped bool, v []byte) error {
-		name, err := keyName(k, escaped)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			out = append(out, ',')
-		}
-		n++
-		out = append(append(out, k...), ':')
-		if name == key {
-			set = true
-			v = val
-		}
-		out = append(out, v...)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !set {
-		if n > 0 {
-			out = append(out, ',')
-		}
-		out = append(append(appendJSONString(out, key), ':'), val...)
-	}
-	return append(out, '}'), nil
 }

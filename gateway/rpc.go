@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -45,6 +44,8 @@ func rpc(ctx context.Context, cli *client.Client, method string, params any) (js
 		if req.Params, req.Header, err = modernParams(cli, v, method, params); err != nil {
 			return nil, err
 		}
+	} else if p, ok := params.(relayed); ok {
+		req.Params = p.encode(nil)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, transport.NewError(err)
@@ -57,7 +58,7 @@ func rpc(ctx context.Context, cli *client.Client, method string, params any) (js
 		return nil, transport.NewError(err)
 	}
 	if res.Error != nil {
-		return nil, res.Error.AsError()
+		return nil, newReplyError(res.Error)
 	}
 	if res.Result == nil {
 		return nil, transport.NewError(errors.New("upstream response has no result"))
@@ -65,90 +66,26 @@ func rpc(ctx context.Context, cli *client.Client, method string, params any) (js
 	return res.Result, nil
 }
 
-// request forwards one sandbox request and decodes its result with parse, which keeps what
-// the sandbox must see verbatim. Sandgate sends it itself (rpc), so that cancelling it reaches
-// the upstream; on 2026-07-28 and later roundTrip also runs the multi round-trip exchange of
-// that revision (input_required).
-func request[R any](ctx context.Context, cli *client.Client, method mcp.MCPMethod, params any,
-	parse func(*json.RawMessage) (R, error)) (R, error) {
-	send := rpc
-	if mcp.IsModernProtocol(cli.ProtocolVersion()) {
-		send = roundTrip
-	}
-	raw, err := send(ctx, cli, string(method), params)
-	if err != nil {
-		var zero R
-		return zero, err
-	}
-	keepExtras(ctx, string(method), raw)
-	return parse(&raw)
-}
-
-// parseJSON is a parse function for request that decodes into R.
-func parseJSON[R any](raw *json.RawMessage) (*R, error) {
-	var r R
-	if err := json.Unmarshal(*raw, &r); err != nil {
-		return nil, fmt.Errorf("decode result: %w", err)
-	}
-	return &r, nil
-}
-
-// rpcInto is rpc decoding the result into out.
-func rpcInto(ctx context.Context, cli *client.Client, method string, params, out any) error {
-	raw, err := rpc(ctx, cli, method, params)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("%s: decode result: %w", method, err)
-	}
-	return nil
-}
-
 // modernParams adds the 2026-07-28 per-request metadata to params and returns the standard
-// headers of the request. The forwarded calls' typed params get it in one encoding (the
-// params as the upstream will read them, which the transport embeds as they are); anything
-// else goes through a generic object merge.
+// headers of the request: params are forwarded ones (relayed), or Sandgate's own (of any shape
+// that encodes as an object), made a relayed first.
 func modernParams(cli *client.Client, version, method string, params any) (any, http.Header, error) {
-	var name string
-	var encoded []byte
-	var err error
-	switch p := params.(type) {
-	case mcp.CallToolParams:
-		var fast bool
-		if encoded, fast, err = toolCallParams(cli, version, p); !fast && err == nil {
-			p.Meta = protocolMeta(cli, version, p.Meta)
-			encoded, err = json.Marshal(p)
+	p, ok := params.(relayed)
+	if !ok {
+		var b []byte
+		if params != nil {
+			var err error
+			if b, err = json.Marshal(params); err != nil {
+				return nil, nil, fmt.Errorf("%s: encode params: %w", method, err)
+			}
 		}
-		name = p.Name
-	case mcp.GetPromptParams:
-		p.Meta, name = protocolMeta(cli, version, p.Meta), p.Name
-		encoded, err = json.Marshal(p)
-	case mcp.ReadResourceParams:
-		p.Meta, name = protocolMeta(cli, version, p.Meta), p.URI
-		encoded, err = json.Marshal(p)
-	default:
-		return genericModernParams(cli, version, method, params)
+		if len(b) > 0 && b[0] != '{' {
+			return nil, nil, fmt.Errorf("%s: params are not an object", method)
+		}
+		p.members, p.meta = splitMeta(b)
+		p.name, p.named = mcp.ExtractHeaderName(mcp.MCPMethod(method), b)
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: encode params: %w", method, err)
-	}
-	return json.RawMessage(encoded), standardHeaders(version, method, name, true), nil
-}
-
-// protocolMeta is meta (not changed) with the 2026-07-28 per-request fields added.
-func protocolMeta(cli *client.Client, version string, meta *mcp.Meta) *mcp.Meta {
-	out := &mcp.Meta{AdditionalFields: make(map[string]any, 4)}
-	if meta != nil {
-		out.ProgressToken = meta.ProgressToken
-		maps.Copy(out.AdditionalFields, meta.AdditionalFields)
-	}
-	out.AdditionalFields[mcp.MetaKeyProtocolVersion] = version
-	out.AdditionalFields[mcp.MetaKeyClientCapabilities] = cli.GetClientCapabilities()
-	out.AdditionalFields[mcp.MetaKeyClientInfo] = clientInfo
-	// Every log message: each sandbox session's own level filters them.
-	out.AdditionalFields[mcp.MetaKeyLogLevel] = mcp.LoggingLevelDebug
-	return out
+	return p.modern(cli, version, method)
 }
 
 // standardHeaders are the headers a 2026-07-28 request repeats its method and target in
@@ -165,38 +102,6 @@ func standardHeaders(version, method, name string, named bool) http.Header {
 		}
 	}
 	return h
-}
-
-// genericModernParams is modernParams for params of any other shape: merged as a JSON object.
-func genericModernParams(cli *client.Client, version, method string, params any) (any, http.Header, error) {
-	fields := map[string]json.RawMessage{}
-	if params != nil {
-		b, err := json.Marshal(params)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: encode params: %w", method, err)
-		}
-		if err := json.Unmarshal(b, &fields); err != nil {
-			return nil, nil, fmt.Errorf("%s: params are not an object: %w", method, err)
-		}
-	}
-	meta := map[string]any{}
-	if raw, ok := fields["_meta"]; ok {
-		_ = json.Unmarshal(raw, &meta)
-	}
-	for k, v := range protocolMeta(cli, version, nil).AdditionalFields {
-		meta[k] = v
-	}
-	b, err := json.Marshal(meta)
-	if err != nil {
-		return nil, nil, err
-	}
-	fields["_meta"] = b
-	encoded, err := json.Marshal(fields)
-	if err != nil {
-		return nil, nil, err
-	}
-	name, named := mcp.ExtractHeaderName(mcp.MCPMethod(method), encoded)
-	return fields, standardHeaders(version, method, name, named), nil
 }
 
 // clientInfo is how Sandgate introduces itself to upstreams.

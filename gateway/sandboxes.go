@@ -5,71 +5,41 @@ import (
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/internal/identity"
 )
 
 // sandboxSession is what the gateway keeps of one sandbox session (a session of the legacy
-// revisions, which have them): its GET stream, the capabilities and log level its client
-// declared, what its lists last showed, and a context that ends with the session.
-//
-// It is also the session mcp-go knows by that ID (registered at initialize). mcp-go serves a
-// POST of a session it knows as a session of its own type from its shared message channel,
-// which every concurrent POST and the GET stream of the session read from: a call's
-// notifications could land on another call's stream or on the GET stream, in any order. With
-// this one registered instead, mcp-go serves each POST with a session of its own, whose channel
-// only that POST's stream reads: what is sent to a call reaches that call, in order, before its
-// result. What mcp-go itself broadcasts to registered sessions (its list_changed, sent on every
-// catalog update) is dropped: the gateway tells each sandbox what changed in its own lists
-// (listchanged.go), on the GET stream it serves itself (sandboxstream.go).
+// revisions, which have them): its GET stream and the streams of its calls still running, the
+// capabilities and log level its client declared, what its lists last showed, and a context that
+// ends with the session.
 type sandboxSession struct {
 	id     string
 	ctx    context.Context // ends with the session: its calls are cancelled
 	cancel context.CancelFunc
 	stream *sandboxStream
-	drop   chan mcp.JSONRPCNotification // mcp-go's broadcasts, drained and dropped
 
 	mu      sync.Mutex
 	info    mcp.Implementation
 	caps    mcp.ClientCapabilities
 	version string
 	known   bool              // initialize told info, caps and version
-	level   mcp.LoggingLevel  // logging/setLevel; mcp-go's default (error) until set
+	level   mcp.LoggingLevel  // logging/setLevel; error until set
 	who     identity.Identity // the caller, as of the session's last request
 	shown   map[mcp.MCPMethod]map[string]bool
+	calls   map[string]*answer            // the streams of the session's calls still running, by stream ID
+	cancels map[string]context.CancelFunc // the calls running, by the sandbox's request ID
 }
-
-var _ server.ClientSession = (*sandboxSession)(nil)
-
-func (s *sandboxSession) SessionID() string { return s.id }
-func (s *sandboxSession) Initialize()       {}
-func (s *sandboxSession) Initialized() bool { return true }
-
-func (s *sandboxSession) NotificationChannel() chan<- mcp.JSONRPCNotification { return s.drop }
 
 // sandboxRegistry is the sandbox sessions this replica serves, by ID.
 type sandboxRegistry struct {
 	g    *Gateway
 	mu   sync.Mutex
 	byID map[string]*sandboxSession
-	// dropped receives what mcp-go broadcasts to the sessions; one goroutine discards it.
-	dropped chan mcp.JSONRPCNotification
 }
 
 func newSandboxRegistry(g *Gateway) *sandboxRegistry {
-	return &sandboxRegistry{g: g, byID: map[string]*sandboxSession{}, dropped: make(chan mcp.JSONRPCNotification, 256)}
-}
-
-// discard drains mcp-go's broadcasts until ctx ends.
-func (ss *sandboxRegistry) discard(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ss.dropped:
-		}
-	}
+	return &sandboxRegistry{g: g, byID: map[string]*sandboxSession{}}
 }
 
 // get is session id, nil when this replica does not serve it.
@@ -79,31 +49,19 @@ func (ss *sandboxRegistry) get(id string) *sandboxSession {
 	return ss.byID[id]
 }
 
-// open returns session id, made and registered with mcp-go on first use: at initialize, or at
-// the first request of a session adopted from another replica.
-func (ss *sandboxRegistry) open(ctx context.Context, id string) *sandboxSession {
+// open returns session id, made on first use: at initialize, or at the first request of a
+// session adopted from another replica.
+func (ss *sandboxRegistry) open(id string) *sandboxSession {
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	s, ok := ss.byID[id]
 	if !ok {
-		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		s = &sandboxSession{id: id, ctx: sctx, cancel: cancel, drop: ss.dropped}
+		sctx, cancel := context.WithCancel(context.Background())
+		s = &sandboxSession{id: id, ctx: sctx, cancel: cancel, calls: map[string]*answer{}, cancels: map[string]context.CancelFunc{}}
 		s.stream = newSandboxStream(ss.g.events, id, ss.g.log)
 		ss.byID[id] = s
 	}
-	ss.mu.Unlock()
-	if !ok {
-		// Registered before mcp-go registers its own (initialize) or ever sees the ID (adopted).
-		_ = ss.g.mcp.RegisterSession(ctx, s)
-	}
 	return s
-}
-
-// sessionOf is the sandbox session of the request of ctx, nil if none.
-func (g *Gateway) sessionOf(ctx context.Context) *sandboxSession {
-	if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" {
-		return g.sandboxes.get(s.SessionID())
-	}
-	return nil
 }
 
 // close ends session id: its calls are cancelled, its GET stream closed.
@@ -129,6 +87,50 @@ func (ss *sandboxRegistry) all() []*sandboxSession {
 	return out
 }
 
+// running registers a call's stream while it runs (a GET may resume it: answer.attach); the
+// returned function removes it.
+func (s *sandboxSession) running(a *answer) func() {
+	s.mu.Lock()
+	s.calls[a.stream] = a
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.calls, a.stream)
+		s.mu.Unlock()
+	}
+}
+
+// cancellable registers cancel as what notifications/cancelled of request id cancels; the
+// returned function removes it.
+func (s *sandboxSession) cancellable(id []byte, cancel context.CancelFunc) func() {
+	key := string(id)
+	s.mu.Lock()
+	s.cancels[key] = cancel
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.cancels, key)
+		s.mu.Unlock()
+	}
+}
+
+// cancelRequest cancels the call of request id, if it runs.
+func (s *sandboxSession) cancelRequest(id []byte) {
+	s.mu.Lock()
+	cancel := s.cancels[string(id)]
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// call is the running call whose stream is stream, nil when none is.
+func (s *sandboxSession) call(stream string) *answer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[stream]
+}
+
 // initialized records what the client declared in initialize.
 func (s *sandboxSession) initialized(info mcp.Implementation, caps mcp.ClientCapabilities, version string) {
 	s.mu.Lock()
@@ -150,8 +152,8 @@ func (s *sandboxSession) setLevel(l mcp.LoggingLevel) {
 	s.mu.Unlock()
 }
 
-// wantsLog reports whether a log message of level passes the level the sandbox set (mcp-go's
-// default, error, until it sets one).
+// wantsLog reports whether a log message of level passes the level the sandbox set (error
+// until it sets one, as mcp-go's servers have it).
 func (s *sandboxSession) wantsLog(level mcp.LoggingLevel) bool {
 	s.mu.Lock()
 	min := s.level
@@ -173,28 +175,6 @@ func (s *sandboxSession) identity() identity.Identity {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.who
-}
-
-// restore gives the session object mcp-go made for one request what initialize declared:
-// mcp-go makes one per request (see sandboxSession), and hooks and handlers read the client's
-// info, capabilities and protocol version from it.
-func (s *sandboxSession) restore(sess server.ClientSession) {
-	s.mu.Lock()
-	info, caps, version, known := s.info, s.caps, s.version, s.known
-	s.mu.Unlock()
-	if !known {
-		return
-	}
-	if ci, ok := sess.(server.SessionWithClientInfo); ok && ci.GetClientInfo().Name == "" {
-		ci.SetClientInfo(info)
-		ci.SetClientCapabilities(caps)
-	}
-	if v, ok := sess.(interface {
-		ProtocolVersion() string
-		SetProtocolVersion(string)
-	}); ok && v.ProtocolVersion() == "" && version != "" {
-		v.SetProtocolVersion(version)
-	}
 }
 
 // hasCapability reports whether the sandbox's client declared what a server request of method

@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/mcpsessions"
 )
 
 // listenStream is the stream ID, in the event store, of every sandbox session's GET stream.
@@ -24,7 +27,7 @@ const streamBuffer = 64
 // as in mcp-go. Recording and attaching are serialized (mu), so an event reaches a connection
 // either in its replay or live, never both and never neither.
 type sandboxStream struct {
-	store *eventStore
+	store *mcpsessions.Events
 	sid   string
 	log   *slog.Logger
 
@@ -42,7 +45,7 @@ type streamConn struct {
 
 func (c *streamConn) end() { c.once.Do(func() { close(c.gone) }) }
 
-func newSandboxStream(store *eventStore, sid string, log *slog.Logger) *sandboxStream {
+func newSandboxStream(store *mcpsessions.Events, sid string, log *slog.Logger) *sandboxStream {
 	return &sandboxStream{store: store, sid: sid, log: log}
 }
 
@@ -53,10 +56,7 @@ func (st *sandboxStream) deliver(msg []byte) {
 	if st.closed {
 		return
 	}
-	id, err := st.store.StoreEvent(context.Background(), st.sid, listenStream, msg)
-	if err != nil {
-		st.log.Debug("sandbox stream event not recorded", "err", err)
-	}
+	id := st.store.Store(st.sid, listenStream, msg)
 	if st.conn == nil {
 		return
 	}
@@ -71,14 +71,13 @@ func (st *sandboxStream) deliver(msg []byte) {
 
 // attach makes a new connection the stream's, superseding the one before; with lastID, what
 // was recorded after that event is its first events.
-func (st *sandboxStream) attach(ctx context.Context, lastID string) *streamConn {
+func (st *sandboxStream) attach(lastID string) *streamConn {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	var replay [][]byte
 	if lastID != "" {
-		_, _ = st.store.ReplayEventsAfter(ctx, st.sid, lastID, func(id string, msg json.RawMessage) error {
+		st.store.Replay(st.sid, lastID, func(id string, msg []byte) {
 			replay = append(replay, sseEvent(id, msg))
-			return nil
 		})
 	}
 	c := &streamConn{events: make(chan []byte, len(replay)+streamBuffer), gone: make(chan struct{})}
@@ -118,7 +117,7 @@ func (st *sandboxStream) close() {
 // serve writes the stream to w until the sandbox goes away, another GET takes the stream over
 // or the session ends.
 func (st *sandboxStream) serve(w http.ResponseWriter, r *http.Request, lastID string) {
-	c := st.attach(r.Context(), lastID)
+	c := st.attach(lastID)
 	defer st.detach(c)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -143,4 +142,59 @@ func flush(w http.ResponseWriter) {
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// A GET to /mcp (revisions before 2026-07-28) is the session's stream: its standalone stream
+// (sandboxstream.go), where what an upstream sends outside a call goes, or, with a
+// Last-Event-ID of a call's stream, that stream resumed (answer.go): what followed that event,
+// and then the rest of the call as it comes, its result included. 2026-07-28 has no GET stream
+// (405); its list changes and resource updates go to subscriptions/listen (listen.go).
+
+// askStream checks a GET: a session of the caller's, on a revision that has one.
+func (x *exchange) askStream() (call.Question, *call.Refusal) {
+	if modernRequest(x.r) {
+		return call.Question{}, call.Refuse(call.CodeMalformedRequest, "GET has no stream on protocol %s; use subscriptions/listen",
+			mcp.ProtocolVersion20260728)
+	}
+	return call.Question{}, x.session0(true)
+}
+
+// serveStream serves the session's stream until the sandbox goes away, another GET takes it
+// over, the session ends or, for the standalone stream, the listener drains.
+func (x *exchange) serveStream(ctx context.Context) (response, call.End) {
+	last := x.r.Header.Get("Last-Event-ID")
+	if last == "" {
+		return x.serveStandalone(ctx, "")
+	}
+	stream, ok := x.g.events.StreamOf(ctx, x.sid, last)
+	switch {
+	case !ok:
+		rf := call.Refuse(call.CodeBadParams, "unknown Last-Event-ID; send the request again")
+		return x.refuseHTTP(rf, nil), call.Denied(rf)
+	case stream == listenStream:
+		return x.serveStandalone(ctx, last)
+	}
+	if a := x.session.call(stream); a != nil && a.attach(x.w, last) {
+		select { // the call's stream is this GET's until it ends
+		case <-a.done:
+		case <-ctx.Done():
+		case <-x.session.ctx.Done():
+		}
+		return response{}, call.Answered(http.StatusOK)
+	}
+	x.out.mu.Lock()
+	x.out.startSSE()
+	x.out.mu.Unlock()
+	x.g.events.Replay(x.sid, last, func(id string, msg []byte) { _ = x.w.writeEvent(id, msg, sseWriteTimeout) })
+	return response{}, call.Answered(http.StatusOK)
+}
+
+// serveStandalone serves the session's standalone stream: it ends when the listener starts
+// draining (it is no call waiting for an answer).
+func (x *exchange) serveStandalone(ctx context.Context, last string) (response, call.End) {
+	ctx, end := context.WithCancel(ctx)
+	defer end()
+	defer context.AfterFunc(x.g.streams, end)()
+	x.session.stream.serve(x.w, x.r.WithContext(ctx), last)
+	return response{}, call.Answered(http.StatusOK)
 }

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // Each case is read by the scans and by encoding/json, the reading they stand for.
@@ -46,53 +49,12 @@ func FuzzResultScans(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) { checkResultScans(t, raw) })
 }
 
-// checkResultScans: asksForInput may say yes where encoding/json says no, never the reverse;
-// extraFields is the decoded map less the known and hop fields.
+// checkResultScans: asksForInput may say yes where encoding/json says no, never the reverse.
 func checkResultScans(t *testing.T, raw []byte) {
 	var ir inputRequired
 	if json.Unmarshal(raw, &ir) == nil && ir.ResultType == mcp.ResultTypeInputRequired {
 		assert.True(t, asksForInput(raw), "asks for input")
 	}
-	known := typedFields[string(mcp.MethodToolsCall)]
-	var want map[string]json.RawMessage
-	wantErr := json.Unmarshal(raw, &want)
-	got, err := extraFields(raw, known)
-	if wantErr != nil {
-		require.Error(t, err)
-		return
-	}
-	require.NoError(t, err)
-	for _, k := range append(append([]string(nil), known...), hopFields...) {
-		delete(want, k)
-	}
-	if len(want) == 0 {
-		assert.Empty(t, got)
-		return
-	}
-	assert.Equal(t, want, got)
-}
-
-// BenchmarkResultTopLevel is the two reads of a tools/call result's top level: by scan (what
-// forwarding does) and by decoding (what it did before).
-func BenchmarkResultTopLevel(b *testing.B) {
-	raw := []byte(`{"content":[{"type":"text","text":"hello 12345 \u003cb\u003e with some text of a typical tool answer"}],"isError":false,"_meta":{"trace":"abc"}}`)
-	known := typedFields[string(mcp.MethodToolsCall)]
-	b.Run("scan", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = asksForInput(raw)
-			_, _ = extraFields(raw, known)
-		}
-	})
-	b.Run("decode", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			var ir inputRequired
-			_ = json.Unmarshal(raw, &ir)
-			var fields map[string]json.RawMessage
-			_ = json.Unmarshal(raw, &fields)
-		}
-	})
 }
 
 var sandboxMessages = []string{
@@ -132,39 +94,74 @@ func FuzzMessageScan(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) { checkScanAgainstJSON(t, raw, scanMessage) })
 }
 
-var toolResults = []string{
-	`{"content":[{"type":"text","text":"hi"}]}`,
-	`{"content":[],"isError":true,"_meta":{"progressToken":1,"k":"v"},"structuredContent":{"a":[1,2]},"other":1}`,
-	`{"content":[{"type":"image","data":"x","mimeType":"image/png"}, {"type":"later","x":{}}],"isError":false}`,
-	`{"Content":[{"type":"text","text":"hidden"}],"content":[]}`,
-	`{"content":[],"content":[{"type":"text","text":"second"}]}`,
-	`{"content":null}`,
-	`{"content":{}}`,
-	`{"content":[],"isError":"yes"}`,
-	`{"content":[],"isError":null,"structuredContent":null,"_meta":null}`,
-	`{"content":[],"_meta":[]}`,
-	"{\"content\":[],\"iſError\":true}",
-	`{"c\u006fntent":[]}`,
-	`{"content":[1,2,]}`,
-	`{"content":[]} []`,
-	`{}`,
-}
-
-func TestToolResultScanReadsAsEncodingJSONDoes(t *testing.T) {
-	for _, raw := range toolResults {
-		t.Run(raw, func(t *testing.T) { checkScanAgainstJSON(t, []byte(raw), scanToolResult) })
-	}
-	for _, raw := range toolResults[:3] { // the common shapes are the scan's to read
-		_, ok := scanToolResult([]byte(raw))
-		assert.True(t, ok, raw)
+// TestSandboxMessageReadsAsEncodingJSONDoes: what readMessage reads of a message the guard lets
+// through (jsonscan.Unambiguous) is what encoding/json reads: the envelope and every params
+// member the gateway reads.
+func TestSandboxMessageReadsAsEncodingJSONDoes(t *testing.T) {
+	for _, raw := range sandboxMessages {
+		t.Run(raw, func(t *testing.T) { checkReadMessage(t, []byte(raw)) })
 	}
 }
 
-func FuzzToolResultScan(f *testing.F) {
-	for _, raw := range toolResults {
+func FuzzReadMessage(f *testing.F) {
+	for _, raw := range sandboxMessages {
 		f.Add([]byte(raw))
 	}
-	f.Fuzz(func(t *testing.T, raw []byte) { checkScanAgainstJSON(t, raw, scanToolResult) })
+	f.Add([]byte(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"NAME":"echo","Arguments":{"a":1},"_META":{"progressToken":"t"}}}`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"x","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"requestState":"s","inputResponses":{"k":{}}}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) { checkReadMessage(t, raw) })
+}
+
+// jsonMessage is a message as encoding/json reads the members readMessage reads.
+type jsonMessage struct {
+	Method string          `json:"method"`
+	ID     json.RawMessage `json:"id"`
+	Params *struct {
+		Name           json.RawMessage `json:"name"`
+		URI            json.RawMessage `json:"uri"`
+		Arguments      json.RawMessage `json:"arguments"`
+		Meta           json.RawMessage `json:"_meta"`
+		Cursor         json.RawMessage `json:"cursor"`
+		TaskID         json.RawMessage `json:"taskId"`
+		RequestState   json.RawMessage `json:"requestState"`
+		InputResponses json.RawMessage `json:"inputResponses"`
+	} `json:"params"`
+}
+
+func checkReadMessage(t *testing.T, raw []byte) {
+	if jsonscan.Unambiguous(raw) != nil {
+		return // refused before anything reads it
+	}
+	got, err := readMessage(bytes.TrimSpace(raw))
+	var want jsonMessage
+	if json.Unmarshal(raw, &want) != nil {
+		require.Error(t, err, "readMessage read what encoding/json refuses")
+		return
+	}
+	if err != nil {
+		return // refused as not a JSON-RPC message (a by-position params, an id of another type …)
+	}
+	assert.Equal(t, want.Method, got.Method)
+	if string(want.ID) == "null" {
+		want.ID = nil
+	}
+	assert.Equal(t, string(want.ID), string(got.ID))
+	if want.Params == nil {
+		return
+	}
+	nonNull := func(r json.RawMessage) string {
+		if string(r) == "null" {
+			return ""
+		}
+		return string(r)
+	}
+	p, q := want.Params, got.p
+	for _, pair := range [][2]string{{nonNull(p.Name), string(q.name)}, {nonNull(p.URI), string(q.uri)},
+		{nonNull(p.Arguments), string(q.arguments)}, {nonNull(p.Meta), string(q.meta)}, {nonNull(p.Cursor), string(q.cursor)},
+		{nonNull(p.TaskID), string(q.taskID)}, {nonNull(p.RequestState), string(q.requestState)},
+		{nonNull(p.InputResponses), string(q.inputResponses)}} {
+		assert.Equal(t, pair[0], pair[1])
+	}
 }
 
 // checkScanAgainstJSON: what scan reads from raw (when it does not leave raw to encoding/json)

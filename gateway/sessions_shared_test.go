@@ -55,13 +55,13 @@ func TestSharedSessions(t *testing.T) {
 		{"a redis that lost its data does not end the session", a, "127.0.0.2", func() {
 			srv.Stop()
 			srv.Restart()
-			clock.advance(sharedRefresh) // the next request refreshes the record and shares it again
+			clock.advance(mcpsessions.SharedRefresh) // the next request refreshes the record and shares it again
 			require.Equal(t, http.StatusOK, post(a, "127.0.0.2", sid))
 		}, http.StatusOK},
-		{"after that the other gateway still continues it", b, "127.0.0.2", func() { clock.advance(sharedRefresh) }, http.StatusOK},
+		{"after that the other gateway still continues it", b, "127.0.0.2", func() { clock.advance(mcpsessions.SharedRefresh) }, http.StatusOK},
 		{"a session terminated on one gateway ends on the other within a second", b, "127.0.0.2", func() {
 			require.NoError(t, c.Close()) // DELETE on a
-			clock.advance(sharedRefresh)
+			clock.advance(mcpsessions.SharedRefresh)
 		}, http.StatusNotFound},
 	}
 	for _, tt := range tests {

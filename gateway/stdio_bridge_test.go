@@ -94,13 +94,9 @@ func TestNewestProtocolSandboxReachesOlderUpstream(t *testing.T) {
 	assert.Equal(t, "hello from the newest revision", resultText(res))
 }
 
-func TestUpstreamMetaDropsProtocolKeys(t *testing.T) {
-	got := upstreamMeta(map[string]any{
-		mcp.MetaKeyProtocolVersion:    "2026-07-28",
-		mcp.MetaKeyClientCapabilities: map[string]any{},
-		mcp.MetaKeyClientInfo:         map[string]any{"name": "x"},
-		"com.example/trace":           "abc",
-	})
-	assert.Equal(t, map[string]any{"com.example/trace": "abc"}, got)
-	assert.Nil(t, upstreamMeta(map[string]any{mcp.MetaKeyProtocolVersion: "2026-07-28"}))
+func TestHopMetaDropsProtocolKeysAndTheProgressToken(t *testing.T) {
+	got := hopMeta([]byte(`{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},` +
+		`"io.modelcontextprotocol/clientInfo":{"name":"x"},"com.example/trace":"abc","progressToken":7}`))
+	assert.Equal(t, `"com.example/trace":"abc"`, string(got))
+	assert.Empty(t, hopMeta([]byte(`{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}`)))
 }

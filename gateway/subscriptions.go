@@ -2,59 +2,76 @@ package gateway
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
-// subscriptions remembers which sandbox sessions subscribed to which upstream resource.
+// A sandbox subscribes to a resource with resources/subscribe (revisions before 2026-07-28) or
+// a subscriptions/listen stream (2026-07-28, listen.go): either way the subscription is the
+// upstream's, on the upstream session the sandbox's requests use — its own where the upstream
+// has them (per-sandbox), else the shared one — sent once per URI and session however many
+// subscribers it has there, and ended with the last. A 2026-07-28 upstream has no
+// resources/subscribe: the URIs subscribed to on the shared connection are the filter of its
+// subscriptions/listen stream, opened again when they change (upstream.subscribe). An update the
+// upstream sends on a session goes to that session's subscribers of the URI.
+
+// subscriptions remembers who subscribed to which resource of which upstream session.
 type subscriptions struct {
-	mu   sync.Mutex
-	subs map[*upstream]map[string]map[string]bool // upstream → uri → session IDs
+	mu sync.Mutex
+	// subs: upstream → session key ("" the shared one) → URI → subscriber keys (a sandbox
+	// session's ID, or a listen stream's key).
+	subs map[*upstream]map[string]map[string]map[string]bool
 }
 
 func newSubscriptions() *subscriptions {
-	return &subscriptions{subs: map[*upstream]map[string]map[string]bool{}}
+	return &subscriptions{subs: map[*upstream]map[string]map[string]map[string]bool{}}
 }
 
-// add records the subscription and reports whether it is the first for (u, uri).
-func (s *subscriptions) add(u *upstream, uri, sid string) bool {
+// change adds (on) or removes a subscriber of uri on session key of u, and reports whether it
+// was the first, or the last, one there.
+func (s *subscriptions) change(u *upstream, key, uri, subscriber string, on bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.subs[u] == nil {
-		s.subs[u] = map[string]map[string]bool{}
+		s.subs[u] = map[string]map[string]map[string]bool{}
 	}
-	first := len(s.subs[u][uri]) == 0
-	if s.subs[u][uri] == nil {
-		s.subs[u][uri] = map[string]bool{}
+	byURI := s.subs[u][key]
+	if byURI == nil {
+		byURI = map[string]map[string]bool{}
+		s.subs[u][key] = byURI
 	}
-	s.subs[u][uri][sid] = true
-	return first
-}
-
-// remove drops the subscription and reports whether it was the last for (u, uri).
-func (s *subscriptions) remove(u *upstream, uri, sid string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := s.subs[u][uri]
-	if !m[sid] {
+	set := byURI[uri]
+	if on {
+		if set == nil {
+			set = map[string]bool{}
+			byURI[uri] = set
+		}
+		first := len(set) == 0
+		set[subscriber] = true
+		return first
+	}
+	if !set[subscriber] {
 		return false
 	}
-	delete(m, sid)
-	return len(m) == 0
+	delete(set, subscriber)
+	return len(set) == 0
 }
 
-func (s *subscriptions) sessions(u *upstream, uri string) []string {
+// subscribers are the subscribers of uri on session key of u.
+func (s *subscriptions) subscribers(u *upstream, key, uri string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
-	for sid := range s.subs[u][uri] {
-		out = append(out, sid)
+	for sub := range s.subs[u][key][uri] {
+		out = append(out, sub)
 	}
 	return out
 }
@@ -64,8 +81,8 @@ func (s *subscriptions) uris(u *upstream) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
-	for uri, sids := range s.subs[u] {
-		if len(sids) > 0 {
+	for uri, subs := range s.subs[u][""] {
+		if len(subs) > 0 {
 			out = append(out, uri)
 		}
 	}
@@ -73,74 +90,75 @@ func (s *subscriptions) uris(u *upstream) []string {
 	return out
 }
 
-func (s *subscriptions) drop(sid string) {
+// drop forgets every subscription of subscriber (its session or stream ended).
+func (s *subscriptions) drop(subscriber string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, byURI := range s.subs {
-		for _, m := range byURI {
-			delete(m, sid)
+	for _, byKey := range s.subs {
+		for _, byURI := range byKey {
+			for _, m := range byURI {
+				delete(m, subscriber)
+			}
 		}
 	}
 }
 
-// afterSubscribe forwards resources/subscribe for a readable resource to its upstream: on the
-// sandbox's own upstream session where it has one; on the shared session once per URI, however
-// many sandboxes subscribe. A 2026-07-28 upstream has no resources/subscribe: the URIs
-// subscribed to are the filter of its subscriptions/listen stream, opened again when they
-// change (upstream.subscribe).
-func (g *Gateway) afterSubscribe(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
-	s := server.ClientSessionFromContext(ctx)
-	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || s.SessionID() == "" || !ok || !g.visible(ctx, audit.KindResourcesRead, u.cfg.Name, req.Params.URI) {
-		return
+// subscribe takes resources/subscribe (revisions before 2026-07-28) for a resource the caller
+// may read. A resource the caller may not read is subscribed to nothing, and answered alike.
+func (x *exchange) subscribe(ctx context.Context, _ call.Grant) (response, call.End) {
+	uri := jsonscan.String(x.msg.p.uri)
+	x.cl.Describe(audit.Target{Tool: uri})
+	if u, ok := x.g.resourceUpstream(uri); ok && x.g.visible(ctx, x.caller(), audit.KindResourcesRead, u.cfg.Name, uri) {
+		x.cl.Describe(audit.Target{Upstream: u.cfg.Name})
+		x.g.subscribeUpstream(ctx, u, uri, x.sid, x.sid, true)
 	}
-	l, err := u.lease(ctx)
+	return x.respond(x.result([]byte(`{}`))), call.Answered(http.StatusOK)
+}
+
+// unsubscribe takes resources/unsubscribe (revisions before 2026-07-28).
+func (x *exchange) unsubscribe(ctx context.Context, _ call.Grant) (response, call.End) {
+	uri := jsonscan.String(x.msg.p.uri)
+	x.cl.Describe(audit.Target{Tool: uri})
+	if u, ok := x.g.resourceUpstream(uri); ok {
+		x.cl.Describe(audit.Target{Upstream: u.cfg.Name})
+		x.g.subscribeUpstream(ctx, u, uri, x.sid, x.sid, false)
+	}
+	return x.respond(x.result([]byte(`{}`))), call.Answered(http.StatusOK)
+}
+
+// subscribeUpstream subscribes subscriber to uri of u (or unsubscribes it, on: false), on the
+// upstream session of the caller whose session key is key.
+func (g *Gateway) subscribeUpstream(ctx context.Context, u *upstream, uri, subscriber, key string, on bool) {
+	method, delta := mcp.MethodResourcesSubscribe, 1
+	if !on {
+		method, delta = mcp.MethodResourcesUnsubscribe, -1
+	}
+	l, err := u.lease(ctx, key)
 	if err != nil {
 		return
 	}
-	defer l.done(nil, false)
-	if l.conn != nil {
-		if g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesSubscribe, req.Params.URI) {
-			l.subscribed(1)
-		}
+	defer l.end(outcomeOK, nil)
+	if l.conn == nil {
+		key = ""
+	}
+	if !g.subs.change(u, key, uri, subscriber, on) {
 		return
 	}
-	if !g.subs.add(u, req.Params.URI, s.SessionID()) {
+	if l.conn != nil {
+		if g.forwardSubscription(ctx, u, l.cli, method, uri) {
+			l.subscribed(delta)
+		}
 		return
 	}
 	if mcp.IsModernProtocol(l.cli.ProtocolVersion()) {
 		u.resubscribe()
 		return
 	}
-	g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesSubscribe, req.Params.URI)
+	g.forwardSubscription(ctx, u, l.cli, method, uri)
 }
 
-func (g *Gateway) afterUnsubscribe(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
-	s := server.ClientSessionFromContext(ctx)
-	u, ok := g.resourceUpstream(req.Params.URI)
-	if s == nil || s.SessionID() == "" || !ok {
-		return
-	}
-	l, err := u.lease(ctx)
-	if err != nil {
-		return
-	}
-	defer l.done(nil, false)
-	if l.conn != nil {
-		if g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesUnsubscribe, req.Params.URI) {
-			l.subscribed(-1)
-		}
-		return
-	}
-	if !g.subs.remove(u, req.Params.URI, s.SessionID()) {
-		return
-	}
-	if mcp.IsModernProtocol(l.cli.ProtocolVersion()) {
-		u.resubscribe()
-		return
-	}
-	g.forwardSubscription(ctx, u, l.cli, mcp.MethodResourcesUnsubscribe, req.Params.URI)
-}
+// subscribedURIs are the URIs of u some sandbox subscribed to on the shared connection.
+func (g *Gateway) subscribedURIs(u *upstream) []string { return g.subs.uris(u) }
 
 // forwardSubscription sends resources/subscribe or resources/unsubscribe (legacy revisions).
 func (g *Gateway) forwardSubscription(ctx context.Context, u *upstream, cli *client.Client, method mcp.MCPMethod, uri string) bool {

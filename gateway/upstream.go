@@ -20,6 +20,7 @@ import (
 	"github.com/sandgate/sandgate/internal/breaker"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
+	"github.com/sandgate/sandgate/internal/mcpstdio"
 	"github.com/sandgate/sandgate/internal/respguard"
 )
 
@@ -32,15 +33,6 @@ const (
 
 // errUpstreamDown is returned for calls to an upstream that is not connected.
 var errUpstreamDown = errors.New("upstream is not connected")
-
-// catalog is what one upstream offers.
-type catalog struct {
-	tools     []entry[mcp.Tool]
-	resources []entry[mcp.Resource]
-	templates []entry[mcp.ResourceTemplate]
-	prompts   []entry[mcp.Prompt]
-	meta      map[mcp.MCPMethod]json.RawMessage // each list result's own _meta (listAll)
-}
 
 // upstreamHooks is how an upstream reports to the gateway.
 type upstreamHooks struct {
@@ -137,6 +129,12 @@ func (u *upstream) client() (*client.Client, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %v", errUpstreamDown, u.err)
 	}
 	return u.cli, u.gen, nil
+}
+
+// isShared reports that cli is the shared connection.
+func (u *upstream) isShared(cli *client.Client) bool {
+	shared, _, _ := u.client()
+	return shared == cli
 }
 
 // health is nil while connected with a closed breaker, else why not.
@@ -392,11 +390,11 @@ func (u *upstream) resubscribe() {
 func (u *upstream) dial(ctx context.Context, version string, h connHooks, caps mcp.ClientCapabilities, listen bool) (*client.Client, error) {
 	var tr transport.Interface
 	var uh *upstreamHTTP
-	var stdio *boundedStdio
+	var stdio *mcpstdio.Transport
 	if u.cfg.IsStdio() {
-		s, err := newBoundedStdio(func(ctx context.Context) (*exec.Cmd, error) {
+		s, err := mcpstdio.New(func(ctx context.Context) (*exec.Cmd, error) {
 			return u.command(ctx, u.cfg.Command, nil, u.cfg.Args)
-		}, u.cfg.MaxMessageBytes)
+		}, u.cfg.MaxMessageBytes, readStdioMessage)
 		if err != nil {
 			return nil, err
 		}
@@ -414,14 +412,14 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks, caps m
 	}
 	cli := client.NewClient(tr, client.WithProtocolVersion(version), client.WithClientCapabilities(caps))
 	if stdio != nil {
-		stdio.route(cli, h)
+		routeStdio(stdio, cli, h)
 	}
 	// The transport outlives the caller's timeout: start it with a context that lasts.
 	if err := cli.Start(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("start transport: %w", err)
 	}
 	if stdio != nil {
-		stdio.answer(cli, h) // after Start, which sets mcp-go's own handler
+		answerStdio(stdio, cli, h) // after Start, which sets mcp-go's own handler
 	}
 	// What mcp-go reads itself (the 2026-07-28 subscriptions/listen stream) is not part of a call.
 	cli.OnNotification(func(n mcp.JSONRPCNotification) {
@@ -454,25 +452,24 @@ func (u *upstream) dial(ctx context.Context, version string, h connHooks, caps m
 
 // list fetches every list the upstream declares, verbatim, and publishes the catalog.
 func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) error {
-	cat := catalog{meta: map[mcp.MCPMethod]json.RawMessage{}}
+	cat := catalog{meta: map[mcp.MCPMethod]json.RawMessage{}, ttl: map[mcp.MCPMethod]int64{}}
 	caps := cli.GetServerCapabilities()
-	var err error
-	if caps.Tools != nil {
-		if cat.tools, err = listTyped(ctx, cli, listTools, typedTool, cat.meta); err != nil {
+	declared := map[mcp.MCPMethod]bool{mcp.MethodToolsList: caps.Tools != nil, mcp.MethodPromptsList: caps.Prompts != nil,
+		mcp.MethodResourcesList: caps.Resources != nil, mcp.MethodResourcesTemplatesList: caps.Resources != nil}
+	for _, k := range listKinds {
+		if !declared[k.method] {
+			continue
+		}
+		entries, meta, ttl, err := listAll(ctx, cli, k)
+		if err != nil {
 			return err
 		}
-	}
-	if caps.Resources != nil {
-		if cat.resources, err = listTyped(ctx, cli, listResources, typedJSON[mcp.Resource], cat.meta); err != nil {
-			return err
+		*cat.entries(k) = entries
+		if meta != nil {
+			cat.meta[k.method] = meta
 		}
-		if cat.templates, err = listTyped(ctx, cli, listTemplates, typedJSON[mcp.ResourceTemplate], cat.meta); err != nil {
-			return err
-		}
-	}
-	if caps.Prompts != nil {
-		if cat.prompts, err = listTyped(ctx, cli, listPrompts, typedJSON[mcp.Prompt], cat.meta); err != nil {
-			return err
+		if ttl >= 0 {
+			cat.ttl[k.method] = ttl
 		}
 	}
 	u.mu.Lock()
@@ -495,40 +492,6 @@ func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) err
 	}
 	u.mu.Unlock()
 	return nil
-}
-
-// entry is one catalog entry: its mcp-go form and the upstream's own JSON.
-type entry[T any] struct {
-	rawEntry
-	def T
-}
-
-// listTyped lists k verbatim and decodes each entry with typed; the list result's _meta goes to
-// meta.
-func listTyped[T any](ctx context.Context, cli *client.Client, k listKind, typed func(rawEntry) (T, error),
-	meta map[mcp.MCPMethod]json.RawMessage) ([]entry[T], error) {
-	raw, m, err := listAll(ctx, cli, k)
-	if err != nil {
-		return nil, err
-	}
-	if m != nil {
-		meta[k.method] = m
-	}
-	out := make([]entry[T], 0, len(raw))
-	for _, e := range raw {
-		def, err := typed(e)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k.method, err)
-		}
-		out = append(out, entry[T]{e, def})
-	}
-	return out, nil
-}
-
-func typedJSON[T any](e rawEntry) (T, error) {
-	var v T
-	err := json.Unmarshal(e.raw, &v)
-	return v, err
 }
 
 // headers is the credential header of every request to an HTTP upstream, read at request

@@ -10,7 +10,6 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandgate/sandgate/internal/config"
 )
@@ -60,19 +59,19 @@ func (u *upstream) perSandbox(shared *client.Client) bool {
 	return u.cfg.Sessions != config.SessionsShared && !mcp.IsModernProtocol(shared.ProtocolVersion())
 }
 
-// lease returns the connection for the request in ctx: its sandbox session's own upstream
-// session where the upstream has them, else the shared one.
-func (u *upstream) lease(ctx context.Context) (*lease, error) {
+// lease returns the connection for a request of the caller whose session key is key
+// (caller.sessionKey; "" none): its own upstream session where the upstream has them, else the
+// shared one.
+func (u *upstream) lease(ctx context.Context, key string) (*lease, error) {
 	cli, gen, err := u.client()
 	if err != nil {
 		return nil, err
 	}
 	shared := &lease{u: u, cli: cli, gen: gen}
-	s := server.ClientSessionFromContext(ctx)
-	if s == nil || s.SessionID() == "" || !u.perSandbox(cli) {
+	if key == "" || !u.perSandbox(cli) {
 		return shared, nil
 	}
-	conn, err := u.sandboxConn(ctx, s.SessionID(), cli.ProtocolVersion())
+	conn, err := u.sandboxConn(ctx, key, cli.ProtocolVersion())
 	if errors.Is(err, errSessionsFull) {
 		u.log.Warn("per-sandbox upstream sessions at their limit; using the shared session", "max_sessions", u.cfg.MaxSessions)
 		return shared, nil
@@ -80,7 +79,7 @@ func (u *upstream) lease(ctx context.Context) (*lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the sandbox's upstream session: %w", err)
 	}
-	return &lease{u: u, cli: conn.cli, sid: s.SessionID(), conn: conn}, nil
+	return &lease{u: u, cli: conn.cli, sid: key, conn: conn}, nil
 }
 
 // sandboxConn returns sid's upstream session, dialling it on first use at the shared
@@ -197,9 +196,6 @@ func (u *upstream) endSession(sid string) {
 	}
 }
 
-// done ends a lease whose request did not fail.
-func (l *lease) done(error, bool) { l.end(outcomeOK, nil) }
-
 // end ends the lease. A transport failure (o) drops the connection it happened on (the
 // shared one is reconnected by the supervisor); an error the upstream answered keeps it.
 func (l *lease) end(o outcome, err error) {
@@ -242,11 +238,15 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 	defer func() { u.breakerDone(o) }()
 	c := callOf(ctx)
 	if c == nil && u.inflight != nil {
-		ctx, c, _ = u.inflight.begin(ctx, u, nil)
+		ctx, c, _ = u.inflight.begin(ctx, nil, u)
 		defer u.inflight.end(u, c)
 	}
+	key := ""
+	if c != nil && c.exchange() != nil {
+		key = c.exchange().caller().sessionKey()
+	}
 	for attempt := 0; ; attempt++ {
-		l, err := u.lease(ctx)
+		l, err := u.lease(ctx, key)
 		if err != nil {
 			if !errors.Is(err, errUpstreamDown) && ctx.Err() == nil {
 				o = outcomeTransport // the sandbox's upstream session could not be opened
@@ -282,6 +282,22 @@ func do[T any](ctx context.Context, u *upstream, f func(ctx context.Context, c *
 		l.end(o, err)
 		return zero, err
 	}
+}
+
+// sessionConn is sandbox session sid's own upstream session, nil when it has none (yet).
+func (u *upstream) sessionConn(sid string) *client.Client {
+	u.pool.mu.Lock()
+	defer u.pool.mu.Unlock()
+	if c, ok := u.pool.conns[sid]; ok && c.cli != nil {
+		return c.cli
+	}
+	return nil
+}
+
+// modernConn reports whether u's shared connection speaks 2026-07-28 or later.
+func (u *upstream) modernConn() bool {
+	cli, _, err := u.client()
+	return err == nil && mcp.IsModernProtocol(cli.ProtocolVersion())
 }
 
 // subscribed counts a subscription on the sandbox's session, which then outlives idleness.

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/internal/jsonenc"
+	"github.com/sandgate/sandgate/internal/jsonscan"
 	"github.com/sandgate/sandgate/internal/mediatype"
 	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/internal/sse"
@@ -414,7 +415,7 @@ type wireMessage struct {
 func decodeMessage(data []byte) (message, error) {
 	var raw wireMessage
 	if m, ok := scanMessage(data); ok {
-		raw = wireMessage{Method: m.Method, ID: m.ID, Result: m.Result, Error: m.Error}
+		raw = wireMessage(m)
 	} else if err := json.Unmarshal(data, &raw); err != nil {
 		return message{}, err
 	}
@@ -422,7 +423,7 @@ func decodeMessage(data []byte) (message, error) {
 	if len(raw.ID) == 0 || string(raw.ID) == "null" {
 		return m, nil
 	}
-	if s, ok := plainString(raw.ID); ok {
+	if s, ok := jsonscan.PlainString(raw.ID); ok {
 		m.ID = mcp.NewRequestId(s)
 		return m, nil
 	}

@@ -30,39 +30,46 @@ func (p *Proxy) handleConnect(host string, gctx *goproxy.ProxyCtx) (*goproxy.Con
 	r := gctx.Req
 	x := &exchange{p: p}
 	spec := call.Spec{Kind: audit.KindHTTPConnect, Identity: identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), Target: requestTarget(r)}
-	return call.Run(r.Context(), p.core, spec, func(ctx context.Context, cl *call.Call) (*goproxy.ConnectAction, *call.Refusal) {
-		x.c = cl
-		return p.connect(ctx, x, host)
-	}, func(rf *call.Refusal) *goproxy.ConnectAction {
-		x.status = rf.Status()
-		gctx.Resp = refusalResponse(r, rf)
-		return goproxy.RejectConnect
+	return call.Run(r.Context(), p.core, spec, call.Steps[*goproxy.ConnectAction]{
+		Ask: func(_ context.Context, cl *call.Call) (call.Question, *call.Refusal) {
+			x.c = cl
+			return p.askConnect(x, host)
+		},
+		Act: func(_ context.Context, _ *call.Call, g call.Grant) (*goproxy.ConnectAction, call.End) {
+			return p.connect(x, g)
+		},
+		Refused: func(rf *call.Refusal) *goproxy.ConnectAction {
+			x.status = rf.Status()
+			gctx.Resp = refusalResponse(r, rf)
+			return goproxy.RejectConnect
+		},
 	}), host
 }
 
-// connect is a CONNECT's act: the decision, then the tunnel that carries the call on (its close
-// finishes it).
-func (p *Proxy) connect(ctx context.Context, x *exchange, host string) (*goproxy.ConnectAction, *call.Refusal) {
+// askConnect is a CONNECT's question: its destination.
+func (p *Proxy) askConnect(x *exchange, host string) (call.Question, *call.Refusal) {
 	dest, err := hostport.Parse(host, 443)
 	if err != nil {
-		return nil, call.Refuse(call.CodeBadHost, "%v", err)
+		return call.Question{}, call.Refuse(call.CodeBadHost, "%v", err)
 	}
 	x.dest = dest
 	x.c.Describe(audit.Target{Host: auditHost(dest, "https")})
 	in := &policy.Input{Kind: audit.KindHTTPConnect, Identity: x.c.Identity(),
 		HTTP: &policy.HTTP{Method: http.MethodConnect, Host: dest.Host, Port: dest.Port, MaxTokens: -1}}
-	if _, rf := x.c.Authorize(ctx, in, true); rf != nil {
-		return nil, rf
-	}
-	he := p.hosts[dest.String()]
+	return call.Question{Input: in, Admit: true, Opaque: true}, nil
+}
+
+// connect is an allowed CONNECT's act: the tunnel that carries the call on (its close ends it).
+func (p *Proxy) connect(x *exchange, g call.Grant) (*goproxy.ConnectAction, call.End) {
+	he := p.hosts[x.dest.String()]
 	if he == nil {
-		return nil, call.Refuse(call.CodeHostNotConfigured, "%s is not a configured proxy host (proxy.hosts)", dest)
+		return nil, call.Refused(call.Refuse(call.CodeHostNotConfigured, "%s is not a configured proxy host (proxy.hosts)", x.dest))
 	}
 	key := x.c.Identity().Key()
 	if !p.acquireTunnel(key) {
-		return nil, call.Refuse(call.CodeTooManyTunnels, "sandbox has %d open tunnels, the limit", p.cfg.Limits.TunnelsPerSandbox)
+		return nil, call.Refused(call.Refuse(call.CodeTooManyTunnels, "sandbox has %d open tunnels, the limit", p.cfg.Limits.TunnelsPerSandbox))
 	}
-	x.c.Outlive()
+	end := g.Later()
 	return &goproxy.ConnectAction{Action: goproxy.ConnectHijack, Hijack: func(_ *http.Request, client net.Conn, _ *goproxy.ProxyCtx) {
 		p.m.tunnels.Add(context.Background(), 1)
 		cc := &countConn{Conn: client, in: &x.c.BytesIn, out: &x.c.BytesOut}
@@ -72,7 +79,7 @@ func (p *Proxy) connect(ctx context.Context, x *exchange, host string) (*goproxy
 			if p.closing() {
 				x.c.Note(call.CodeShutdown) // cut by the end of the shutdown drain
 			}
-			x.finish()
+			end(x.end())
 			p.m.tunnels.Add(context.Background(), -1)
 			p.releaseTunnel(key)
 		}
@@ -89,7 +96,7 @@ func (p *Proxy) connect(ctx context.Context, x *exchange, host string) (*goproxy
 		}
 		defer closed()
 		p.tunnel(cc, x, he)
-	}}, nil
+	}}, call.Handed()
 }
 
 func refusalResponse(r *http.Request, rf *call.Refusal) *http.Response {
@@ -255,37 +262,37 @@ type tunnelRequests struct {
 
 // serve runs one request of the tunnel as the proxy serves any (Proxy.serve), its target the
 // CONNECT's destination.
-func (t *tunnelRequests) serve(w http.ResponseWriter, r *http.Request, kind audit.Kind, act func(context.Context, *exchange) *call.Refusal) {
-	t.p.serve(w, r, t.id, kind, func(ctx context.Context, x *exchange) *call.Refusal {
+func (t *tunnelRequests) serve(w http.ResponseWriter, r *http.Request, kind audit.Kind, ask func(context.Context, *exchange) (call.Question, *call.Refusal)) {
+	t.p.serve(w, r, t.id, kind, func(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
 		x.c.Describe(audit.Target{Host: auditHost(t.dest, "https")})
 		x.up = t.he.up
-		return act(ctx, x)
+		return ask(ctx, x)
 	})
 }
 
 // flagged answers a request whose head the guard refused: a protocol-level rejection.
 func (t *tunnelRequests) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
-	t.serve(w, r, audit.KindHTTPRejected, func(context.Context, *exchange) *call.Refusal { return rf })
+	t.serve(w, r, audit.KindHTTPRejected, refusing(rf))
 }
 
 func (t *tunnelRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.p.tunnelsDrain.inflight.Add(1)
 	defer t.p.tunnelsDrain.inflight.Add(-1)
-	t.serve(w, r, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) *call.Refusal {
+	t.serve(w, r, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
 		if r.URL.IsAbs() || !strings.HasPrefix(r.RequestURI, "/") {
 			rf := call.Refuse(call.CodeAbsoluteURIInTunnel, "an absolute URI inside a CONNECT tunnel is refused; send origin-form requests")
 			rf.Close = true
-			return rf
+			return call.Question{}, rf
 		}
 		if !t.dest.Is(r.Host, 443) {
 			if h, err := hostport.Parse(r.Host, 443); err != nil || h != t.dest {
 				rf := call.Refuse(call.CodeHostMismatch, "request Host %q differs from the CONNECT target %s", truncateString(r.Host, 100), t.dest)
 				rf.Close = true
-				return rf
+				return call.Question{}, rf
 			}
 		}
 		x.dest = t.dest
-		return t.p.decideAndForward(ctx, w, r, x, r.URL.EscapedPath())
+		return t.p.askForward(w, r, x, r.URL.EscapedPath())
 	})
 }
 

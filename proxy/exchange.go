@@ -36,12 +36,18 @@ type exchange struct {
 	up      *upstream
 	dest    hostport.Addr
 	cred    string // credential value, never logged or audited
+	read    []byte // the request body askForward read (a model request), nil when not read
 	rawPath string // escaped upstream path below the base path
 	body    *call.BoundedBody
 	usage   *UsageParser
 	charged int64  // tokens of usage already charged to the caller's budget
 	spent   string // the limit code that ends a streamed response after its current event
 	status  int
+	// ended is how the forward ended when not as the response says (an error the proxy's error
+	// handler answered); aborted is the panic that abandoned the response (re-raised once the
+	// call has ended, for the connection server to cut it).
+	ended   *call.End
+	aborted any
 	// echoed is set when a credential was removed from the response; truncated when the
 	// upstream's response ended before it was complete; tooLarge when its decoding went over
 	// its bound (set from the transport's goroutines too: 1xx responses arrive on them).
@@ -55,19 +61,33 @@ func exchangeFrom(ctx context.Context) *exchange {
 	return x
 }
 
-// serve is the proxy's shape of call.Run: act works on the request's exchange (its call begun
-// with what the request names) and returns a refusal, which is answered in the shape of the
-// exchange's API once the call's event is written; an act that forwards ends the call itself.
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, id identity.Identity, kind audit.Kind, act func(context.Context, *exchange) *call.Refusal) {
+// serve is the proxy's shape of call.Run: ask reads the request on its exchange (its call begun
+// with what the request names) and returns the question for policy, or a refusal, which is
+// answered in the shape of the exchange's API once the call's event is written; an allowed
+// request is forwarded (forward).
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, id identity.Identity, kind audit.Kind, ask func(context.Context, *exchange) (call.Question, *call.Refusal)) {
 	x := &exchange{p: p}
-	call.Run(r.Context(), p.core, call.Spec{Kind: kind, Identity: id, Target: requestTarget(r)},
-		func(ctx context.Context, cl *call.Call) (struct{}, *call.Refusal) {
+	call.Run(r.Context(), p.core, call.Spec{Kind: kind, Identity: id, Target: requestTarget(r)}, call.Steps[struct{}]{
+		Ask: func(ctx context.Context, cl *call.Call) (call.Question, *call.Refusal) {
 			x.c = cl
-			return struct{}{}, act(ctx, x)
-		}, func(rf *call.Refusal) struct{} {
+			return ask(ctx, x)
+		},
+		Act: func(ctx context.Context, _ *call.Call, g call.Grant) (struct{}, call.End) {
+			return struct{}{}, p.forward(ctx, w, r, x, g)
+		},
+		Refused: func(rf *call.Refusal) struct{} {
 			x.answerRefusal(w, rf)
 			return struct{}{}
-		})
+		},
+	})
+	if x.aborted != nil {
+		panic(x.aborted) // the response was abandoned (http.ErrAbortHandler): its call has ended
+	}
+}
+
+// refusing is the ask of a request refused whatever it asks.
+func refusing(rf *call.Refusal) func(context.Context, *exchange) (call.Question, *call.Refusal) {
+	return func(context.Context, *exchange) (call.Question, *call.Refusal) { return call.Question{}, rf }
 }
 
 // requestTarget is what a request names before anything of it is checked.
@@ -117,8 +137,8 @@ func writeRefusal(w http.ResponseWriter, rf *call.Refusal, openAI bool) {
 	_, _ = w.Write(b)
 }
 
-// finish ends the exchange's call: the status the sandbox got, tokens from the usage parser.
-func (x *exchange) finish() {
+// end is how the exchange's call ends: the status the sandbox got, tokens from the usage parser.
+func (x *exchange) end() call.End {
 	if x.usage != nil {
 		u := x.usage.Usage()
 		x.c.SetUsage(u.In, u.Out)
@@ -127,16 +147,17 @@ func (x *exchange) finish() {
 	if x.echoed.Load() {
 		x.c.CredentialEchoed()
 	}
-	if x.truncated.Load() {
+	switch {
+	case x.truncated.Load():
 		rf := call.Refuse(call.CodeUpstreamTruncated, "the upstream's response ended before it was complete")
 		if x.tooLarge.Load() {
 			rf = call.Refuse(call.CodeUpstreamTooLarge, "the upstream's response decoded past its bound")
 		}
-		x.c.Fail(rf)
-		return
+		return call.Failed(rf)
+	case x.ended != nil:
+		return *x.ended
 	}
-	x.c.Answered(x.status)
-	x.c.Finish()
+	return call.Answered(x.status)
 }
 
 // credentialEchoed records that a credential was removed from what the sandbox gets: once per
@@ -150,37 +171,37 @@ func (x *exchange) credentialEchoed() {
 
 // serveRoute handles /routes/NAME/rest.
 func (p *Proxy) serveRoute(w http.ResponseWriter, r *http.Request, id identity.Identity) {
-	p.serve(w, r, id, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) *call.Refusal {
+	p.serve(w, r, id, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
 		rest := strings.TrimPrefix(r.URL.EscapedPath(), routePrefix)
 		name, rest, _ := strings.Cut(rest, "/")
 		rest = "/" + rest
 		x.c.Describe(audit.Target{Route: name})
 		up := p.routes[name]
 		if up == nil {
-			return call.Refuse(call.CodeNoRoute, "no route named %q", name)
+			return call.Question{}, call.Refuse(call.CodeNoRoute, "no route named %q", name)
 		}
 		x.up, x.dest = up, up.addr
 		if hasDotSegment(rest) {
-			return call.Refuse(call.CodeBadPath, "path contains dot segments")
+			return call.Question{}, call.Refuse(call.CodeBadPath, "path contains dot segments")
 		}
 		x.c.Describe(audit.Target{Host: auditHost(up.addr, up.scheme)})
-		return p.decideAndForward(ctx, w, r, x, rest)
+		return p.askForward(w, r, x, rest)
 	})
 }
 
 // serveForward handles a plain-HTTP absolute-URI request (GET http://host/path).
 func (p *Proxy) serveForward(w http.ResponseWriter, r *http.Request, id identity.Identity) {
-	p.serve(w, r, id, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) *call.Refusal {
+	p.serve(w, r, id, audit.KindHTTPRequest, func(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
 		if r.URL.Scheme != "http" {
-			return call.Refuse(call.CodeBadScheme, "only http:// absolute URIs are forwarded; use CONNECT for https")
+			return call.Question{}, call.Refuse(call.CodeBadScheme, "only http:// absolute URIs are forwarded; use CONNECT for https")
 		}
 		dest, err := hostport.Parse(r.URL.Host, 80)
 		if err != nil {
-			return call.Refuse(call.CodeBadHost, "%v", err)
+			return call.Question{}, call.Refuse(call.CodeBadHost, "%v", err)
 		}
 		x.up, x.dest = p.plain, dest
 		x.c.Describe(audit.Target{Host: auditHost(dest, "http")})
-		return p.decideAndForward(ctx, w, r, x, r.URL.EscapedPath())
+		return p.askForward(w, r, x, r.URL.EscapedPath())
 	})
 }
 
@@ -202,14 +223,13 @@ func auditHost(a hostport.Addr, scheme string) string {
 	return a.String()
 }
 
-// decideAndForward is the act of a request the proxy forwards: the policy input (with the
-// model request read from the body), call.Authorize, the credential, forward, and the end of
-// the exchange's call; or the refusal serve answers. x.up and x.dest are set; path is the
-// escaped upstream path (before the base path).
-func (p *Proxy) decideAndForward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, path string) *call.Refusal {
+// askForward is the question of a request the proxy forwards: the policy input, with the
+// model request read from the body (kept on x for forward). x.up and x.dest are set; path is
+// the escaped upstream path (before the base path).
+func (p *Proxy) askForward(w http.ResponseWriter, r *http.Request, x *exchange, path string) (call.Question, *call.Refusal) {
 	unescaped, err := url.PathUnescape(path)
 	if err != nil {
-		return call.Refuse(call.CodeBadPath, "path does not unescape")
+		return call.Question{}, call.Refuse(call.CodeBadPath, "path does not unescape")
 	}
 	in := &policy.Input{Kind: audit.KindHTTPRequest, Identity: x.c.Identity(), HTTP: &policy.HTTP{
 		Method: r.Method, Host: x.dest.Host, Port: x.dest.Port, Path: unescaped, Route: x.up.route, MaxTokens: -1}}
@@ -218,36 +238,42 @@ func (p *Proxy) decideAndForward(ctx context.Context, w http.ResponseWriter, r *
 	if !in.Identity.Known {
 		// Identity first, as ServeHTTP does for a new request: a caller that stopped being a
 		// sandbox mid-tunnel (its pod deleted) gets the same answer, its body never read.
-		return call.Refuse(call.CodeUnknownCaller, "caller is not a known sandbox")
+		return call.Question{}, call.Refuse(call.CodeUnknownCaller, "caller is not a known sandbox")
 	}
 	l := p.cfg.Limits
 	x.body = call.BoundBody(w, r, call.BodyTiming{Timeout: l.BodyTimeout.D(), MinRate: l.MinBodyRate})
 	body, rf := p.readModelRequest(r, x, in)
 	if rf != nil {
-		return rf
+		return call.Question{}, rf
 	}
-	d, rf := x.c.Authorize(ctx, in, true)
-	if rf == nil {
-		rf = p.chooseCredential(x, d)
+	x.read = body
+	configured := ""
+	if x.up.cred != nil {
+		configured = x.up.cred.Name
 	}
-	if rf != nil {
-		return rf
-	}
+	return call.Question{Input: in, Admit: true, Credential: configured}, nil
+}
+
+// forward is the act of a request the proxy forwards, allowed: the credential policy's grant
+// names, the request through the reverse proxy, and how its call ends.
+func (p *Proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, g call.Grant) (end call.End) {
+	x.cred = g.Credential
 	r2 := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
-	if body != nil {
-		r2.Body = io.NopCloser(bytes.NewReader(body))
-		r2.ContentLength = int64(len(body))
-		x.c.BytesIn.Store(int64(len(body)))
+	if x.read != nil {
+		r2.Body = io.NopCloser(bytes.NewReader(x.read))
+		r2.ContentLength = int64(len(x.read))
+		x.c.BytesIn.Store(int64(len(x.read)))
 	} else if r.Body != nil && r.Body != http.NoBody {
 		r2.Body = &countingReader{ReadCloser: r.Body, n: &x.c.BytesIn}
 	}
 	sw := &statusWriter{ResponseWriter: w, x: x}
-	defer func() { // also when ReverseProxy aborts the handler mid-body
+	defer func() { // also when ReverseProxy abandons the response mid-body (a panic serve re-raises)
+		x.aborted = recover()
 		x.status = sw.status
-		x.finish()
+		end = x.end()
 	}()
 	p.rp.ServeHTTP(sw, r2)
-	return nil
+	return call.End{}
 }
 
 // readModelRequest reads the body of a request to a model API and puts its model, max_tokens
@@ -280,19 +306,6 @@ func (p *Proxy) readModelRequest(r *http.Request, x *exchange, in *policy.Input)
 		x.c.Describe(audit.Target{Model: mr.Model})
 	}
 	return body, nil
-}
-
-// chooseCredential checks the credential policy chose against the destination's and takes its
-// value: only the destination's configured credential can ever be injected.
-// The step is the gateway's too (call.TakeCredential).
-func (p *Proxy) chooseCredential(x *exchange, d policy.Decision) *call.Refusal {
-	configured := ""
-	if x.up.cred != nil {
-		configured = x.up.cred.Name
-	}
-	var rf *call.Refusal
-	x.cred, rf = x.c.TakeCredential(p.opts.Credentials, configured, d.Credential)
-	return rf
 }
 
 // stripRequestHeaders are removed from every forwarded request (hop-by-hop headers are removed
@@ -394,11 +407,12 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		rf = call.Refuse(call.CodeBodyTimeout, "request body not received in time")
 	}
 	writeRefusal(w, rf, x.openAI())
+	x.status = rf.Status()
+	end := call.Failed(rf)
 	if rf.Class() == call.ClassPolicy {
-		x.status = x.c.Refuse(rf)
-		return
+		end = call.Denied(rf)
 	}
-	x.status = x.c.Fail(rf)
+	x.ended = &end
 }
 
 // upstreamRefusal classifies an upstream error: a dial-guard denial keeps the guard's reason

@@ -180,7 +180,7 @@ func New(o Options) (*Proxy, error) {
 	}
 	if o.Core == nil {
 		if o.Core, err = call.New(call.Options{Policy: o.Policy, Audit: o.Audit, Admission: o.Admission,
-			Meters: o.Meters, Tracer: o.Tracer, Log: o.Log}); err != nil {
+			Credentials: o.Credentials, Meters: o.Meters, Tracer: o.Tracer, Log: o.Log}); err != nil {
 			return nil, err
 		}
 	}
@@ -369,9 +369,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(r.URL.Path, routePrefix):
 		p.serveRoute(w, r, id)
 	default:
-		p.serve(w, r, id, audit.KindHTTPRequest, func(context.Context, *exchange) *call.Refusal {
-			return call.Refuse(call.CodeNoRoute, "not a proxy request and no /routes/NAME/ prefix")
-		})
+		p.serve(w, r, id, audit.KindHTTPRequest, refusing(call.Refuse(call.CodeNoRoute, "not a proxy request and no /routes/NAME/ prefix")))
 	}
 }
 
@@ -382,7 +380,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // chain did not hold.
 func (p *Proxy) refuseUnknown(w http.ResponseWriter, r *http.Request, id identity.Identity) {
 	rf := call.Refuse(call.CodeUnknownCaller, "caller is not a known sandbox")
-	p.core.Reject(r.Context(), audit.KindHTTPRejected, id, audit.Target{Method: r.Method, Host: r.Host}, rf)
+	rf = p.core.Reject(r.Context(), audit.KindHTTPRejected, id, audit.Target{Method: r.Method, Host: r.Host}, rf)
 	writeRefusal(w, rf, p.routeAPI(r) == config.APIOpenAI)
 }
 
@@ -401,8 +399,7 @@ func (p *Proxy) routeAPI(r *http.Request) string {
 
 // flagged answers a request on the listener whose head the guard refused.
 func (p *Proxy) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
-	p.serve(w, r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRejected,
-		func(context.Context, *exchange) *call.Refusal { return rf })
+	p.serve(w, r, identity.FromRemoteAddr(p.opts.Identity, r.RemoteAddr), audit.KindHTTPRejected, refusing(rf))
 }
 
 // refuseConn audits a head refused before any request exists (malformed, cut short, timed out,

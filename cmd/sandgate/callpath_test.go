@@ -271,8 +271,8 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 		{"completion/complete reaches the upstream", sessionRPC(&coder, &sid, `{"jsonrpc":"2.0","id":14,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"get_summary"},"argument":{"name":"topic","value":"x"}}}`), audit.KindComplete, "", 0, true},
 		{"resources/subscribe", sessionRPC(&coder, &sid, `{"jsonrpc":"2.0","id":15,"method":"resources/subscribe","params":{"uri":"get_docs://readme"}}`), audit.KindSubscribe, "", 200, true},
 		{"logging/setLevel", sessionRPC(&coder, &sid, `{"jsonrpc":"2.0","id":16,"method":"logging/setLevel","params":{"level":"info"}}`), audit.KindSetLevel, "", 200, true},
-		{"a batch is refused", sessionRPC(&coder, &sid, `[{"jsonrpc":"2.0","id":17,"method":"ping"}]`), audit.KindMCPRejected, "batch_refused", 400, false},
-		{"a body that is not JSON-RPC is refused", sessionRPC(&coder, &sid, `{"jsonrpc":`), audit.KindMCPRejected, "malformed_request", 400, false},
+		{"a batch is refused", sessionRPC(&coder, &sid, `[{"jsonrpc":"2.0","id":17,"method":"ping"}]`), audit.KindMCPRequest, "batch_refused", 400, false},
+		{"a body that is not JSON-RPC is refused", sessionRPC(&coder, &sid, `{"jsonrpc":`), audit.KindMCPRequest, "malformed_request", 400, false},
 		{"a foreign Origin is refused", sessionRPC(&coder, &sid, `{"jsonrpc":"2.0","id":18,"method":"ping"}`, "Origin", "https://evil.example"), audit.KindMCPRejected, "bad_origin", 403, false},
 		{"a foreign Host is refused", func() {
 			req, _ := http.NewRequest(http.MethodPost, "http://"+cp.mcp+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":19,"method":"ping"}`))
@@ -280,10 +280,10 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 			req.Header.Set("Content-Type", "application/json")
 			send(t, cpCoder, req)
 		}, audit.KindMCPRejected, "bad_host", 403, false},
-		{"a body of another media type is refused", sessionRPC(&coder, &sid, `{}`, "Content-Type", "text/plain"), audit.KindMCPRejected, "unsupported_media_type", 415, false},
-		{"a body over max_body_bytes is refused", sessionRPC(&coder, &sid, `{"x":"`+strings.Repeat("a", 5<<20)+`"}`), audit.KindMCPRejected, "body_too_large", 413, false},
-		{"a request without a session is refused", sessionRPC(&coder, ptr(""), `{"jsonrpc":"2.0","id":20,"method":"ping"}`), audit.KindMCPRejected, "session_required", 400, false},
-		{"a session used from another address is a hijack attempt", sessionRPC(&triage, &sid, `{"jsonrpc":"2.0","id":21,"method":"ping"}`), audit.KindMCPRejected, "session_not_owned", 404, false},
+		{"a body of another media type is refused", sessionRPC(&coder, &sid, `{}`, "Content-Type", "text/plain"), audit.KindMCPRequest, "unsupported_media_type", 415, false},
+		{"a body over max_body_bytes is refused", sessionRPC(&coder, &sid, `{"x":"`+strings.Repeat("a", 5<<20)+`"}`), audit.KindMCPRequest, "body_too_large", 413, false},
+		{"a request without a session is refused", sessionRPC(&coder, ptr(""), `{"jsonrpc":"2.0","id":20,"method":"ping"}`), audit.KindPing, "session_required", 400, false},
+		{"a session used from another address is a hijack attempt", sessionRPC(&triage, &sid, `{"jsonrpc":"2.0","id":21,"method":"ping"}`), audit.KindPing, "session_not_owned", 404, false},
 		{"a triage session", func() { triageSID = cp.initialize(t, cpTriage) }, audit.KindInitialize, "", 200, true},
 		{"triage's first call", sessionRPC(&triage, &triageSID, `{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"get_issue","arguments":{}}}`), audit.KindToolsCall, "", 200, true},
 		{"triage's second call", route(cpTriage, haiku), audit.KindHTTPRequest, "", 200, true},
@@ -309,7 +309,7 @@ func TestEveryRequestIsOneEvent(t *testing.T) {
 		{"an HTTP/0.9 request", raw(cp.proxy, "GET /\r\n\r\n"), audit.KindHTTPRejected, "malformed_request", 400, false},
 		{"a CONNECT with a malformed authority", raw(cp.proxy, "CONNECT /x HTTP/1.1\r\nHost: x\r\n\r\n"), "", "", 0, false},
 		{"a head that never completes is cut at the header timeout", raw(cp.proxy, "GET /routes/anthropic/v1/models HTTP/1.1\r\nHost: x\r\n"), audit.KindHTTPRejected, "header_timeout", 408, false},
-		{"an MCP body trickled slower than the body timeout is cut", raw(cp.mcp, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"), audit.KindMCPRejected, "body_timeout", 408, false},
+		{"an MCP body trickled slower than the body timeout is cut", raw(cp.mcp, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"), audit.KindMCPRequest, "body_timeout", 408, false},
 		{"a route body trickled slower than the body timeout is cut", raw(cp.proxy, "POST /routes/anthropic/v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"), audit.KindHTTPRequest, "body_timeout", 408, false},
 		{"the admin listener refuses a sandbox", func() {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+cp.admin+"/metrics", nil)

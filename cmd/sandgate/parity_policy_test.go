@@ -130,7 +130,7 @@ func TestBothHalvesAnswerAlikeOnPolicy(t *testing.T) {
 		// a sandbox holds open on its half.
 		{name: "session or tunnel cap", gateway: parityPost(t, cp, cpCoder, "", initialize),
 			proxy: func() reply { a := connectFrom(t, cp, cpCoder, hold); return reply{a.status, a.header, a.body} },
-			codes: [2]string{"session_limit", "too_many_tunnels"}, kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPConnect},
+			codes: [2]string{"session_limit", "too_many_tunnels"}, kinds: [2]audit.Kind{audit.KindInitialize, audit.KindHTTPConnect},
 			status: 429, sameHTTPClass: true},
 	})
 }

@@ -117,9 +117,9 @@ func TestBothHalvesAnswerAlike(t *testing.T) {
 		{name: "rate limited", gateway: post(cpTriage, triageSID, toolCall), proxy: route(cpTriage, haiku),
 			code: "rate_limited", kinds: [2]audit.Kind{audit.KindToolsCall, audit.KindHTTPRequest}, status: 429, retryAfter: true, untilRefused: true},
 		{name: "body too large", gateway: post(cpCoder, "", big), proxy: route(cpCoder, `{"x":"`+strings.Repeat("a", 2<<20)+`"}`),
-			// The gateway cannot know the call before it has read the body: a rejection. A route
-			// names its call before the body: a request.
-			code: "body_too_large", kinds: [2]audit.Kind{audit.KindMCPRejected, audit.KindHTTPRequest}, status: 413, sameHTTPClass: true},
+			// A request whose body was not read is a request on both halves (the gateway's, of
+			// a message it could not read: mcp.request), refused the same way by call.Run.
+			code: "body_too_large", kinds: [2]audit.Kind{audit.KindMCPRequest, audit.KindHTTPRequest}, status: 413, sameHTTPClass: true},
 		{name: "upstream down", gateway: post(cpCoder, coderSID, downCall), proxy: route(cpCoder, haiku),
 			code: "upstream_unavailable", kinds: [2]audit.Kind{audit.KindToolsCall, audit.KindHTTPRequest}, status: 503, allowed: true},
 		{name: "bad head", gateway: raw(cp.mcp, badHead("/mcp")), proxy: raw(cp.proxy, badHead("/routes/anthropic/v1/messages")),

@@ -232,7 +232,7 @@ func finishAudit(d *serveDeps, writer *audit.Writer, shared *sharedState, export
 // The returned function closes the decision log; serve calls it once the listeners have
 // drained, when every decision they made is queued.
 func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string, tel *telemetry.Telemetry) (func(), error) {
-	opts := call.Options{Policy: ps.engine, Audit: writer, Admission: d.admission,
+	opts := call.Options{Policy: ps.engine, Audit: writer, Admission: d.admission, Credentials: d.creds,
 		Meters: d.meters, Tracer: d.tracer, Log: d.log.With("component", "call")}
 	decisions, err := openDecisionLog(d.cfg, replica, d.log, tel)
 	if err != nil {

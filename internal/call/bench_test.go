@@ -29,9 +29,8 @@ func processCPU(b *testing.B) time.Duration {
 // lastShadowDone queues one more call and returns when the shadow has evaluated it: the queue
 // is FIFO, so the shadow's backlog is then done and its CPU counted.
 func lastShadowDone(b *testing.B, core *call.Core, id identity.Identity) <-chan struct{} {
-	ctx, cl := core.Begin(context.Background(), audit.KindToolsCall, id)
-	_, _ = cl.Authorize(ctx, &policy.Input{Kind: audit.KindToolsCall, Identity: id, MCP: &policy.MCP{Upstream: "github", Tool: "search_code"}}, false)
-	cl.Finish()
+	cl, _, _ := runCall(context.Background(), core, audit.KindToolsCall, id,
+		call.Question{Input: &policy.Input{Kind: audit.KindToolsCall, Identity: id, MCP: &policy.MCP{Upstream: "github", Tool: "search_code"}}}, nil)
 	if cl.Shadow() == nil {
 		b.Fatal("the last call was not shadowed")
 	}
@@ -95,14 +94,11 @@ func BenchmarkCallDecision(b *testing.B) {
 			for b.Loop() {
 				id := ids[i%len(ids)]
 				i++
-				cctx, cl := core.Begin(context.Background(), audit.KindToolsCall, id)
 				in := &policy.Input{Kind: audit.KindToolsCall, Identity: id,
 					MCP: &policy.MCP{Upstream: "github", Tool: "search_code", Arguments: map[string]any{"q": "func main", "page": i}}}
-				if _, rf := cl.Authorize(cctx, in, false); rf != nil {
+				if _, _, rf := runCall(context.Background(), core, audit.KindToolsCall, id, call.Question{Input: in}, nil); rf != nil {
 					b.Fatalf("refused: %+v", rf)
 				}
-				cl.Answered(200)
-				cl.Finish()
 			}
 			var dropped uint64
 			if dl != nil {

@@ -49,6 +49,8 @@ type Options struct {
 	// Shadow, if set, evaluates each decided call under a shadow policy off the request path;
 	// a divergence ready when the event is written goes into it (*policy.Shadow).
 	Shadow ShadowSubmitter
+	// Credentials are the values a call may inject (*credential.Store); nil holds none.
+	Credentials Credentials
 }
 
 // ShadowSubmitter queues a decided call for a shadow policy without blocking (*policy.Shadow).
@@ -75,6 +77,9 @@ func New(opts Options) (*Core, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Credentials == nil {
+		opts.Credentials = noCredentials{}
 	}
 	if opts.Meters == nil {
 		opts.Meters = noop.NewMeterProvider()
@@ -108,9 +113,9 @@ func (c *Core) Decide(ctx context.Context, in *policy.Input) policy.Decision {
 	return c.opts.Policy.Decide(ctx, in)
 }
 
-// Call is one sandbox-facing request on its way to exactly one audit event. The half that
-// began it notes its target (Describe, and UsesCredential when it injects one) and ends it
-// with Finish, Refuse, Hide or Fail; later ends, and later notes, do nothing.
+// Call is one sandbox-facing request on its way to exactly one audit event. Run begins and
+// ends it (finish, refuse, hide or fail); the half notes what it learns (Describe, Answered,
+// Note …) in between. Later ends, and later notes, do nothing.
 type Call struct {
 	core  *Core
 	start time.Time
@@ -137,8 +142,10 @@ type Call struct {
 	refusal atomic.Pointer[Refusal]
 	// release is the request's answer as its connection server holds it (nil: none).
 	release *Release
-	// outlives says act handed the call's end on (Outlive): Run does not finish it.
+	// outlives says Act handed the call's end on (Grant.Later): Run does not finish it.
 	outlives bool
+	// hidden says the decision's refusal is answered as absence (Question.Hidden).
+	hidden bool
 }
 
 type callKey struct{}
@@ -149,8 +156,8 @@ func From(ctx context.Context) *Call {
 	return c
 }
 
-// Begin starts a call of kind by id and returns a context that carries it (and its span).
-func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity) (context.Context, *Call) {
+// begin starts a call of kind by id and returns a context that carries it (and its span).
+func (c *Core) begin(ctx context.Context, kind audit.Kind, id identity.Identity) (context.Context, *Call) {
 	cl := &Call{core: c, start: time.Now(), release: ReleaseFrom(ctx)}
 	c.inflight.Add(1)
 	if c.blocking && cl.release != nil {
@@ -171,10 +178,10 @@ func (c *Core) Begin(ctx context.Context, kind audit.Kind, id identity.Identity)
 	return ctx, cl
 }
 
-// AuditRefusal is the refusal of a call whose event the audit log has no room for (nil when
+// auditRefusal is the refusal of a call whose event the audit log has no room for (nil when
 // it has): such a call must be refused before anything else is answered. Authorize checks it;
 // a half that answers a call without Authorize checks it itself.
-func (cl *Call) AuditRefusal() *Refusal {
+func (cl *Call) auditRefusal() *Refusal {
 	if cl.noSlot != nil {
 		return Refuse(CodeAuditUnavailable, "audit log unavailable")
 	}
@@ -195,15 +202,15 @@ func (cl *Call) Detached() context.Context { return context.WithoutCancel(cl.ctx
 // Span is the call's span (a no-op span when tracing is off).
 func (cl *Call) Span() trace.Span { return cl.span }
 
-// Authorize is the decision step: the audit log must be able to record the call (fail
+// authorize is the decision step: the audit log must be able to record the call (fail
 // closed), admission counts it when admit is set (and adds usage and grants to in), and
 // policy decides. The decision is recorded on the event and, with its input, in the decision
 // log under the event's ID (refusals before policy decides are not decisions). A nil refusal means the call may go
 // on; otherwise the half answers with the refusal and ends the call with Refuse.
-func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (policy.Decision, *Refusal) {
+func (cl *Call) authorize(ctx context.Context, in *policy.Input, admit bool) (policy.Decision, *Refusal) {
 	core := cl.core
 	cl.decided = true
-	if rf := cl.AuditRefusal(); rf != nil {
+	if rf := cl.auditRefusal(); rf != nil {
 		return policy.Decision{}, rf
 	}
 	if err := core.opts.Audit.Healthy(); err != nil {
@@ -238,43 +245,43 @@ func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (po
 	return d, nil
 }
 
-// Refuse ends the call as refused by r: the event says deny with r's reason and code and the
+// refuse ends the call as refused by r: the event says deny with r's reason and code and the
 // refusal's status. It returns r's status for the half's answer.
-func (cl *Call) Refuse(r *Refusal) int {
+func (cl *Call) refuse(r *Refusal) int {
 	if cl.done.Load() {
 		return r.Status()
 	}
 	cl.refusal.Store(r)
 	cl.refused(r, r.Status())
-	cl.Finish()
+	cl.finish()
 	return r.Status()
 }
 
 // Refusal is the refusal Refuse ended the call with, or nil.
 func (cl *Call) Refusal() *Refusal { return cl.refusal.Load() }
 
-// Hide ends the call as refused by r, answered as if what it asked for did not exist (404): a
+// hide ends the call as refused by r, answered as if what it asked for did not exist (404): a
 // hidden resource answers exactly like a missing one. The event keeps r's reason and code.
-func (cl *Call) Hide(r *Refusal) {
+func (cl *Call) hide(r *Refusal) {
 	if cl.done.Load() {
 		return
 	}
 	cl.refused(r, classes[ClassNotFound].status)
-	cl.Finish()
+	cl.finish()
 }
 
-// Fail ends an allowed call whose action failed (an upstream error): the decision stands, the
+// fail ends an allowed call whose action failed (an upstream error): the decision stands, the
 // outcome says what went wrong.
-func (cl *Call) Fail(r *Refusal) int {
+func (cl *Call) fail(r *Refusal) int {
 	if cl.done.Load() {
 		return r.Status()
 	}
 	cl.failed(r)
-	cl.Finish()
+	cl.finish()
 	return r.Status()
 }
 
-// Finish writes the call's one audit event and its metrics and ends its span. The event gets
+// finish writes the call's one audit event and its metrics and ends its span. The event gets
 // the serving revision when no decision named one, the duration, bytes and tokens; a call cut
 // by the end of the shutdown drain gets CodeShutdown.
 //
@@ -282,7 +289,7 @@ func (cl *Call) Fail(r *Refusal) int {
 // waits for its event. The half calls it before its handler returns, and the connection server
 // sends the answer's final bytes only after that, and never when the write was not confirmed
 // (Release).
-func (cl *Call) Finish() {
+func (cl *Call) finish() {
 	if cl.done.Swap(true) {
 		return
 	}

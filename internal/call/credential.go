@@ -5,14 +5,19 @@ type Credentials interface {
 	Get(name string) (string, bool)
 }
 
-// TakeCredential is the one credential step of both halves, after policy allowed the call:
+// noCredentials holds no value.
+type noCredentials struct{}
+
+func (noCredentials) Get(string) (string, bool) { return "", false }
+
+// takeCredential is the one credential step of both halves, after policy allowed the call:
 // configured is the name of the credential the destination is configured with ("" none) and
 // chosen the one policy's decision named ("" none). Only the configured credential can ever be
 // injected: a policy naming another is refused (credential_not_configured, 403), and a
 // configured credential without a value is refused rather than sent without it
 // (credential_unavailable, 502). The call's event names the credential; the value is returned
 // for the half to inject, and never kept.
-func (cl *Call) TakeCredential(src Credentials, configured, chosen string) (string, *Refusal) {
+func (cl *Call) takeCredential(configured, chosen string) (string, *Refusal) {
 	if configured == "" {
 		if chosen != "" {
 			return "", Refuse(CodeCredentialNotConfigured, "policy chose credential %q but this destination has no credential configured", chosen)
@@ -22,7 +27,7 @@ func (cl *Call) TakeCredential(src Credentials, configured, chosen string) (stri
 	if chosen != "" && chosen != configured {
 		return "", Refuse(CodeCredentialNotConfigured, "policy chose credential %q but this destination is configured with %q", chosen, configured)
 	}
-	v, ok := src.Get(configured)
+	v, ok := cl.core.opts.Credentials.Get(configured)
 	if !ok || v == "" {
 		return "", Refuse(CodeCredentialUnavailable, "credential %q is not available", configured)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/identity"
+	"github.com/sandgate/sandgate/policy"
 )
 
 // The one credential step: only the configured credential is injected, a policy naming another
@@ -31,19 +32,22 @@ func TestTakeCredential(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			core, kept := newKeptCore(t)
-			_, cl := core.Begin(context.Background(), audit.KindHTTPRequest, identity.Identity{Known: true})
-			v, rf := cl.TakeCredential(store, tc.configured, tc.chosen)
-			assert.Equal(t, tc.want, v)
+			kept := &keptEvents{}
+			core, err := call.New(call.Options{Audit: kept, Credentials: store,
+				Policy: fixedDecider{policy.Decision{Allow: true, Revision: "r1", Credential: tc.chosen}}})
+			require.NoError(t, err)
+			id := identity.Identity{Known: true}
+			_, g, rf := runCall(context.Background(), core, audit.KindHTTPRequest, id,
+				call.Question{Input: &policy.Input{Kind: audit.KindHTTPRequest, Identity: id}, Credential: tc.configured}, nil)
+			assert.Equal(t, tc.want, g.Credential)
+			require.Len(t, kept.evs, 1)
 			if tc.code == "" {
 				require.Nil(t, rf)
-				cl.Finish()
 			} else {
 				require.NotNil(t, rf)
 				assert.Equal(t, tc.code, rf.Code)
-				assert.Equal(t, tc.status, cl.Refuse(rf))
+				assert.Equal(t, tc.status, kept.evs[0].Outcome.Status)
 			}
-			require.Len(t, kept.evs, 1)
 			if tc.want != "" {
 				assert.Equal(t, tc.configured, kept.evs[0].Credential)
 			} else {

@@ -36,11 +36,9 @@ func TestDecisionLogLinksToTheAuditEvent(t *testing.T) {
 	require.NoError(t, err)
 
 	id := identity.Identity{Namespace: "team-a", Sandbox: "sb", Known: true}
-	ctx, cl := core.Begin(context.Background(), audit.KindToolsCall, id)
 	in := &policy.Input{Kind: audit.KindToolsCall, Identity: id, MCP: &policy.MCP{Upstream: "gh", Tool: "x", Arguments: map[string]any{"token": "t"}}}
-	_, rf := cl.Authorize(ctx, in, true)
+	_, _, rf := runCall(context.Background(), core, audit.KindToolsCall, id, call.Question{Input: in, Admit: true}, nil)
 	require.NotNil(t, rf)
-	cl.Refuse(rf)
 
 	require.NoError(t, dl.Close())
 	require.NoError(t, writer.Close(context.Background()))

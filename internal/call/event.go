@@ -22,6 +22,15 @@ func (cl *Call) Target() audit.Target { return cl.ev.Target }
 // OutcomeError is the outcome code noted so far ("": none).
 func (cl *Call) OutcomeError() string { return cl.ev.Outcome.Error }
 
+// Classify notes the call's kind once the half has read what the request is (an MCP POST is
+// begun as audit.KindMCPRequest, before its message is read). Kinds are a closed set.
+func (cl *Call) Classify(kind audit.Kind) {
+	if cl.done.Load() || kind == cl.ev.Kind {
+		return
+	}
+	cl.ev.Kind = kind
+}
+
 // Describe notes what the half learned of the call's target: each field t sets (a non-empty
 // string, a non-nil count) replaces the event's.
 func (cl *Call) Describe(t audit.Target) {

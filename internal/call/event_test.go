@@ -29,6 +29,34 @@ func (k *keptEvents) Record(ev *audit.Event) error {
 }
 func (k *keptEvents) Healthy() error { return nil }
 
+// runCall runs one call of kind by id through Run: Ask asks q, and Act (once allowed) notes what
+// act does and ends the call as it says (nil: answered 200). It returns the call, the grant Act
+// got and the refusal Run answered (nil when none).
+func runCall(ctx context.Context, core *call.Core, kind audit.Kind, id identity.Identity, q call.Question,
+	act func(*call.Call, call.Grant) call.End) (*call.Call, call.Grant, *call.Refusal) {
+	var c *call.Call
+	var g call.Grant
+	var refused *call.Refusal
+	call.Run(ctx, core, call.Spec{Kind: kind, Identity: id}, call.Steps[struct{}]{
+		Ask: func(_ context.Context, cl *call.Call) (call.Question, *call.Refusal) {
+			c = cl
+			return q, nil
+		},
+		Act: func(_ context.Context, cl *call.Call, gr call.Grant) (struct{}, call.End) {
+			g = gr
+			if act == nil {
+				return struct{}{}, call.Answered(200)
+			}
+			return struct{}{}, act(cl, gr)
+		},
+		Refused: func(rf *call.Refusal) struct{} {
+			refused = rf
+			return struct{}{}
+		},
+	})
+	return c, g, refused
+}
+
 func newKeptCore(t *testing.T) (*call.Core, *keptEvents) {
 	kept := &keptEvents{}
 	core, err := call.New(call.Options{Audit: kept, Policy: fixedDecider{policy.Decision{Allow: true, Revision: "r1"}}})
@@ -40,7 +68,6 @@ func newKeptCore(t *testing.T) (*call.Core, *keptEvents) {
 // field added to audit.Target that Describe forgets fails here.
 func TestDescribeCarriesEveryTargetField(t *testing.T) {
 	core, kept := newKeptCore(t)
-	_, cl := core.Begin(context.Background(), audit.KindHTTPRequest, identity.Identity{Known: true})
 	var full audit.Target
 	v := reflect.ValueOf(&full).Elem()
 	for i := range v.NumField() {
@@ -53,11 +80,14 @@ func TestDescribeCarriesEveryTargetField(t *testing.T) {
 			t.Fatalf("audit.Target.%s is a %s: teach Describe (event.go) and this test about it", v.Type().Field(i).Name, f.Kind())
 		}
 	}
-	cl.Describe(audit.Target{Host: "first"})
-	cl.Describe(full)
-	cl.Describe(audit.Target{})
-	assert.Equal(t, full, cl.Target())
-	cl.Finish()
+	runCall(context.Background(), core, audit.KindHTTPRequest, identity.Identity{Known: true}, call.Question{},
+		func(cl *call.Call, _ call.Grant) call.End {
+			cl.Describe(audit.Target{Host: "first"})
+			cl.Describe(full)
+			cl.Describe(audit.Target{})
+			assert.Equal(t, full, cl.Target())
+			return call.Answered(200)
+		})
 	require.Len(t, kept.evs, 1)
 	assert.Equal(t, full, kept.evs[0].Target)
 }
@@ -66,19 +96,25 @@ func TestDescribeCarriesEveryTargetField(t *testing.T) {
 // answer's status or echo noted by a deferred step after a refusal had ended the call).
 func TestNotesAfterTheEndChangeNothing(t *testing.T) {
 	core, kept := newKeptCore(t)
-	_, cl := core.Begin(context.Background(), audit.KindHTTPRequest, identity.Identity{Known: true})
-	cl.Describe(audit.Target{Host: "api.example"})
-	cl.Note("first")
-	cl.Note("second") // the first code noted stands
-	assert.Equal(t, "first", cl.OutcomeError())
-	cl.Refuse(call.Refuse(call.CodeBodyTooLarge, "too large"))
+	var end func(call.End)
+	cl, _, _ := runCall(context.Background(), core, audit.KindHTTPRequest, identity.Identity{Known: true},
+		call.Question{Input: &policy.Input{Kind: audit.KindHTTPRequest}}, func(cl *call.Call, g call.Grant) call.End {
+			cl.Describe(audit.Target{Host: "api.example"})
+			cl.Note("first")
+			cl.Note("second") // the first code noted stands
+			assert.Equal(t, "first", cl.OutcomeError())
+			end = g.Later()
+			return call.Handed()
+		})
+	assert.Empty(t, kept.evs, "handed on: not ended yet")
+	end(call.Refused(call.Refuse(call.CodeBodyTooLarge, "too large")))
 	cl.Describe(audit.Target{Host: "other"})
 	cl.Answered(200)
 	cl.CredentialEchoed()
 	cl.UsesCredential("anthropic")
 	cl.SetUsage(1, 2)
-	cl.Fail(call.Refuse(call.CodeUpstreamError, "late"))
-	cl.Hide(call.Refuse(call.CodeNotFound, "late"))
+	end(call.Failed(call.Refuse(call.CodeUpstreamError, "late")))
+	end(call.Hidden(call.Refuse(call.CodeNotFound, "late")))
 	require.Len(t, kept.evs, 1)
 	ev := kept.evs[0]
 	assert.Equal(t, "api.example", ev.Target.Host)
@@ -93,17 +129,19 @@ func TestNotesAfterTheEndChangeNothing(t *testing.T) {
 // and Fail set without ending the call.
 func TestNotedOutcomesStand(t *testing.T) {
 	core, kept := newKeptCore(t)
-	_, refused := core.Begin(context.Background(), audit.KindToolsCall, identity.Identity{Known: true})
-	refused.NoteRefusal(call.Refuse(call.CodeNotFound, "not found or not visible to the caller"))
-	refused.Answered(200)
-	refused.Finish()
-	ctx, failed := core.Begin(context.Background(), audit.KindHTTPConnect, identity.Identity{Known: true})
-	_, rf := failed.Authorize(ctx, &policy.Input{Kind: audit.KindHTTPConnect, Identity: identity.Identity{Known: true}}, false)
+	runCall(context.Background(), core, audit.KindToolsCall, identity.Identity{Known: true}, call.Question{},
+		func(cl *call.Call, _ call.Grant) call.End {
+			cl.NoteRefusal(call.Refuse(call.CodeNotFound, "not found or not visible to the caller"))
+			return call.Answered(200)
+		})
+	_, _, rf := runCall(context.Background(), core, audit.KindHTTPConnect, identity.Identity{Known: true},
+		call.Question{Input: &policy.Input{Kind: audit.KindHTTPConnect, Identity: identity.Identity{Known: true}}},
+		func(cl *call.Call, _ call.Grant) call.End {
+			cl.NoteFailure(call.Refuse(call.CodeResolveFailed, "no such host"))
+			cl.SetUsage(3, 4)
+			return call.Answered(200)
+		})
 	require.Nil(t, rf)
-	failed.NoteFailure(call.Refuse(call.CodeResolveFailed, "no such host"))
-	failed.Answered(200)
-	failed.SetUsage(3, 4)
-	failed.Finish()
 	require.Len(t, kept.evs, 2)
 	r, f := kept.evs[0], kept.evs[1]
 	assert.Equal(t, audit.Decision{Allow: false, Reason: "not found or not visible to the caller", PolicyRevision: "r1"}, r.Decision)

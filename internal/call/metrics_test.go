@@ -51,15 +51,13 @@ func TestCallCodeLabelsAreAClosedSet(t *testing.T) {
 	require.NoError(t, err)
 	id := identity.Identity{Namespace: "ns", Sandbox: "sb", Known: true}
 
-	ctx, cl := core.Begin(context.Background(), audit.KindHTTPRequest, id)
-	_, rf := cl.Authorize(ctx, &policy.Input{Kind: audit.KindHTTPRequest, Identity: id}, false)
-	cl.Refuse(rf)
-	_, cl = core.Begin(context.Background(), audit.KindMCPRejected, id)
-	cl.Refuse(call.Refuse(call.CodeSessionNotOwned, "hijack"))
+	runCall(context.Background(), core, audit.KindHTTPRequest, id, call.Question{Input: &policy.Input{Kind: audit.KindHTTPRequest, Identity: id}}, nil)
+	core.Reject(context.Background(), audit.KindMCPRejected, id, audit.Target{}, call.Refuse(call.CodeSessionNotOwned, "hijack"))
 	for i := range 10000 {
-		_, cl := core.Begin(context.Background(), audit.KindSetLevel, id)
-		cl.Note(fmt.Sprintf("logging/setLevel: invalid logging level 'minted-%d'", i))
-		cl.Finish()
+		runCall(context.Background(), core, audit.KindSetLevel, id, call.Question{}, func(cl *call.Call, _ call.Grant) call.End {
+			cl.Note(fmt.Sprintf("logging/setLevel: invalid logging level 'minted-%d'", i))
+			return call.Answered(200)
+		})
 	}
 	assert.ElementsMatch(t, []string{"model_not_allowed", call.CodeSessionNotOwned, "other"}, codesOf(t, reader))
 }

@@ -42,6 +42,8 @@ const (
 	ClassUpstream
 	// ClassUpstreamTimeout is an upstream that did not answer in time.
 	ClassUpstreamTimeout
+	// ClassCancelled is a request its client cancelled or went away from before its answer.
+	ClassCancelled
 )
 
 // classInfo is one row of the refusal table.
@@ -67,7 +69,12 @@ var classes = map[Class]classInfo{
 	ClassTimeout:         {http.StatusRequestTimeout, "invalid_request_error", "invalid_request_error"},
 	ClassUpstream:        {http.StatusBadGateway, "api_error", "server_error"},
 	ClassUpstreamTimeout: {http.StatusGatewayTimeout, "api_error", "server_error"},
+	// 499: no standard status says "the client closed the request"; nginx's is the one logs know.
+	ClassCancelled: {statusClientClosed, "api_error", "server_error"},
 }
+
+// statusClientClosed is the status of a call its client cancelled (nginx's 499).
+const statusClientClosed = 499
 
 // Codes Sandgate itself refuses with. A policy's own codes (the decision's `code`) are
 // ClassPolicy; limit codes come from package limits.
@@ -124,6 +131,15 @@ const (
 	CodeUpstreamInputExhausted   = "upstream_input_exhausted"
 	CodeResolveFailed            = "resolve_failed"
 	CodeNoAddress                = "no_address"
+	// CodeCancelled is a call its client cancelled (notifications/cancelled, a closed stream or
+	// connection) before it was answered: an outcome, never a decision.
+	CodeCancelled = "cancelled"
+	// CodeHeaderMismatch is an MCP request whose standard headers (Mcp-Method, Mcp-Name) say
+	// other than its body (MCP 2026-07-28: JSON-RPC error -32020).
+	CodeHeaderMismatch = "header_mismatch"
+	// CodeUnsupportedVersion is an MCP request of a protocol revision Sandgate does not serve
+	// (JSON-RPC error -32022).
+	CodeUnsupportedVersion = "unsupported_protocol_version"
 )
 
 // codes gives the class of every code Sandgate makes. A code not listed is a policy's own.
@@ -172,6 +188,9 @@ var codes = map[string]Class{
 	CodeUpstreamInputExhausted:          ClassUpstream,
 	CodeResolveFailed:                   ClassUpstream,
 	CodeNoAddress:                       ClassUpstream,
+	CodeCancelled:                       ClassCancelled,
+	CodeHeaderMismatch:                  ClassBadRequest,
+	CodeUnsupportedVersion:              ClassBadRequest,
 	string(limits.CodeRateLimited):      ClassLimit,
 	string(limits.CodeTokenBudgetSpent): ClassLimit,
 	string(limits.CodeConcurrency):      ClassLimit,

@@ -81,24 +81,25 @@ func newRejections(lim RejectionLimit) *rejections {
 }
 
 // Reject writes the one event of a request refused before it could be read as a call, and
-// returns the status to answer with. kind is KindMCPRejected or KindHTTPRejected (or a call
-// kind whose request was malformed); target says what is known of the request. Events are
-// rate-limited per source address (RejectionLimit); suppressed ones are counted in a later
-// event and in sandgate.rejections.suppressed.
-func (c *Core) Reject(ctx context.Context, kind audit.Kind, id identity.Identity, target audit.Target, r *Refusal) int {
-	status := r.Status()
+// returns the refusal to answer with: r, or the refusal of a call whose event the audit log
+// has no room for (a full disk answers 503 audit_unavailable, whatever was wrong with the
+// request). kind is KindMCPRejected or KindHTTPRejected (or a call kind whose request was
+// malformed); target says what is known of the request. Events are rate-limited per source
+// address (RejectionLimit); suppressed ones are counted in a later event and in
+// sandgate.rejections.suppressed.
+func (c *Core) Reject(ctx context.Context, kind audit.Kind, id identity.Identity, target audit.Target, r *Refusal) *Refusal {
 	pending, write := c.rejects.admit(kind, id, r.Code)
 	for _, ev := range pending {
 		c.writeSuppressed(ctx, ev)
 	}
 	if !write {
 		c.metrics.suppressed.Add(ctx, 1)
-		return status
+		return r
 	}
-	_, cl := c.Begin(ctx, kind, id)
-	cl.ev.Target = target
-	cl.Refuse(r)
-	return status
+	return Run(ctx, c, Spec{Kind: kind, Identity: id, Target: target}, Steps[*Refusal]{
+		Ask:     func(context.Context, *Call) (Question, *Refusal) { return Question{}, r },
+		Refused: func(answered *Refusal) *Refusal { return answered },
+	})
 }
 
 // admit decides whether a rejection of id's source is written now; it returns the suppressed
@@ -188,16 +189,20 @@ func (c *Core) FlushRejections(ctx context.Context, all bool) {
 }
 
 func (c *Core) writeSuppressed(ctx context.Context, w rejectWindow) {
-	_, cl := c.Begin(ctx, w.kind, w.id)
 	src := "sources over the tracked limit"
 	if w.id.SourceIP != "" {
 		src = w.id.SourceIP
 	}
-	cl.ev.Decision.Reason = fmt.Sprintf("%d more rejections from %s suppressed (%s)", w.suppressed, src, suppressedCodes(w.byCode))
-	cl.ev.Outcome.Error = "suppressed"
-	cl.ev.Outcome.Status = 0
-	cl.decided = true
-	cl.Finish()
+	Run(ctx, c, Spec{Kind: w.kind, Identity: w.id}, Steps[struct{}]{
+		Ask: func(context.Context, *Call) (Question, *Refusal) { return Question{}, nil },
+		Act: func(_ context.Context, cl *Call, _ Grant) (struct{}, End) {
+			cl.ev.Decision.Reason = fmt.Sprintf("%d more rejections from %s suppressed (%s)", w.suppressed, src, suppressedCodes(w.byCode))
+			cl.ev.Outcome.Error = "suppressed"
+			cl.decided = true
+			return struct{}{}, End{how: endRecorded}
+		},
+		Refused: func(*Refusal) struct{} { return struct{}{} },
+	})
 }
 
 // suppressedCodes lists the suppressed rejections by code, most first: "malformed_request 950,

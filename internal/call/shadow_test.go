@@ -68,17 +68,15 @@ func newShadowRun(t *testing.T, shadow *policy.Shadow) *shadowRun {
 // event is written.
 func (r *shadowRun) call(t *testing.T, tool string, wait bool) *call.Call {
 	id := identity.Identity{Namespace: "team-a", Sandbox: "sb", Known: true}
-	ctx, cl := r.core.Begin(context.Background(), audit.KindToolsCall, id)
 	in := &policy.Input{Kind: audit.KindToolsCall, Identity: id, MCP: &policy.MCP{Upstream: "gh", Tool: tool}}
-	_, rf := cl.Authorize(ctx, in, false)
-	if wait && cl.Shadow() != nil {
-		<-cl.Shadow().Done()
-	}
-	if rf != nil {
-		cl.Refuse(rf)
-	} else {
-		cl.Answered(200)
-		cl.Finish()
+	cl, _, rf := runCall(context.Background(), r.core, audit.KindToolsCall, id, call.Question{Input: in}, func(cl *call.Call, _ call.Grant) call.End {
+		if wait && cl.Shadow() != nil {
+			<-cl.Shadow().Done() // before the event is written: a divergence goes into it
+		}
+		return call.Answered(200)
+	})
+	if rf != nil && wait && cl.Shadow() != nil {
+		<-cl.Shadow().Done() // the shadow of a refusal is counted; its event was written
 	}
 	return cl
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
-	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -73,6 +72,18 @@ func serveHandler(t *testing.T, h http.Handler, grace time.Duration) (addr strin
 	return ln.Addr().String(), stop
 }
 
+// answered runs r's call: write answers it, and the call ends answered.
+func answered(core *call.Core, r *http.Request, write func()) {
+	call.Run(r.Context(), core, call.Spec{Kind: audit.KindHTTPRequest}, call.Steps[struct{}]{
+		Ask: func(context.Context, *call.Call) (call.Question, *call.Refusal) { return call.Question{}, nil },
+		Act: func(context.Context, *call.Call, call.Grant) (struct{}, call.End) {
+			write()
+			return struct{}{}, call.Answered(http.StatusOK)
+		},
+		Refused: func(*call.Refusal) struct{} { return struct{}{} },
+	})
+}
+
 // TestHeldAnswerCompletesAfterItsEventIsWritten: with blocking delivery, the end of a body (its
 // closing bracket, the last byte of its Content-Length, its last chunk) reaches the client only
 // once the handler has finished its call, that is once its event is in the file. The body is
@@ -82,14 +93,14 @@ func TestHeldAnswerCompletesAfterItsEventIsWritten(t *testing.T) {
 	body := strings.Repeat(" ", 10000) + `{"a":1}` + "\n"
 	written, finish := make(chan struct{}), make(chan struct{})
 	addr, _ := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, cl := core.Begin(r.Context(), audit.KindHTTPRequest, identity.Identity{})
-		if r.URL.Path == "/length" {
-			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		}
-		_, _ = io.WriteString(w, body)
-		written <- struct{}{}
-		<-finish
-		cl.Finish()
+		answered(core, r, func() {
+			if r.URL.Path == "/length" {
+				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			}
+			_, _ = io.WriteString(w, body)
+			written <- struct{}{}
+			<-finish
+		})
 	}), 5*time.Second)
 
 	for _, tc := range []struct{ path, end string }{{"/length", "}\n"}, {"/chunked", "0\r\n\r\n"}} {
@@ -131,12 +142,12 @@ func TestFlushSendsAStreamAtOnce(t *testing.T) {
 	core, _ := blockingCore(t, t.TempDir())
 	finish := make(chan struct{})
 	addr, _ := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, cl := core.Begin(r.Context(), audit.KindHTTPRequest, identity.Identity{})
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, "data: one\n\n")
-		w.(http.Flusher).Flush()
-		<-finish
-		cl.Finish()
+		answered(core, r, func() {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: one\n\n")
+			w.(http.Flusher).Flush()
+			<-finish
+		})
 	}), 5*time.Second)
 	resp, err := http.Get("http://" + addr + "/")
 	require.NoError(t, err)
@@ -155,10 +166,10 @@ func TestAnswerIsCutWhenItsEventIsNotWritten(t *testing.T) {
 	core, w := blockingCore(t, dir, audit.WithDeliveryTimeout(50*time.Millisecond), audit.WithRetryBackoff(10*time.Millisecond))
 	require.NoError(t, os.Remove(dir+"/"+audit.ActiveFile))
 	addr, _ := serveHandler(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		_, cl := core.Begin(r.Context(), audit.KindHTTPRequest, identity.Identity{})
-		rw.Header().Set("Content-Length", "5")
-		_, _ = io.WriteString(rw, "hello")
-		cl.Finish()
+		answered(core, r, func() {
+			rw.Header().Set("Content-Length", "5")
+			_, _ = io.WriteString(rw, "hello")
+		})
 	}), 5*time.Second)
 	resp, err := http.Get("http://" + addr + "/")
 	if err == nil {

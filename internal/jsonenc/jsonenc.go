@@ -4,10 +4,13 @@
 package jsonenc
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/sandgate/sandgate/internal/jsonscan"
 )
 
 // AppendFloat formats a finite float64 as encoding/json does (ES6 number formatting).
@@ -150,4 +153,44 @@ func AppendStringMap(b []byte, m map[string]string) []byte {
 		b = AppendString(b, m[k])
 	}
 	return append(b, '}')
+}
+
+// AppendMember appends "key":val to an object's members (n of them so far, counted on).
+func AppendMember(out []byte, n *int, key string, val []byte) []byte {
+	if *n > 0 {
+		out = append(out, ',')
+	}
+	*n++
+	return append(append(AppendString(out, key), ':'), val...)
+}
+
+// WithMember is obj, a JSON object, with member key's value val: replaced where obj has it,
+// else added at the end.
+func WithMember(obj []byte, key string, val []byte) (json.RawMessage, error) {
+	out := make([]byte, 0, len(obj)+len(val)+len(key)+4)
+	out = append(out, '{')
+	n, set := 0, false
+	err := jsonscan.Members(obj, func(k []byte, escaped bool, v []byte) error {
+		name, err := jsonscan.KeyName(k, escaped)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+		out = append(append(out, k...), ':')
+		if name == key {
+			set, v = true, val
+		}
+		out = append(out, v...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !set {
+		out = AppendMember(out, &n, key, val)
+	}
+	return append(out, '}'), nil
 }

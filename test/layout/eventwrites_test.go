@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -137,27 +138,68 @@ func isAudit(t reflect.Type) bool {
 	return t.Kind() == reflect.Struct && t.PkgPath() == reflect.TypeOf(audit.Event{}).PkgPath()
 }
 
-// beginAllowed are the only places outside internal/call that begin a call themselves: the
-// gateway's handlers when run in-process, with no connection server to have begun one.
-var beginAllowed = map[string]bool{"gateway/authorize.go": true}
+// stepMethods are internal/call's steps of a call's sequence: begin, the audit log's room, the
+// decision, the credential, and the ends. They are unexported, so nothing outside internal/call
+// can call them (the compiler keeps it so); inside it, they are called from call.Run's sequence
+// only (run.go's Run, decide and end), and from one another (an end finishes).
+var stepMethods = map[string]bool{"begin": true, "auditRefusal": true, "authorize": true, "takeCredential": true,
+	"refuse": true, "hide": true, "fail": true, "finish": true, "decide": true, "end": true}
 
-// Every call runs through call.Run, which owns its sequence (Begin, the audit log's room, act,
-// Finish): a half supplies only the act. This flags a call of a method named Begin in the halves'
-// non-test files, outside internal/call and the one place above.
-func TestCallsBeginOnlyInRun(t *testing.T) {
+// stepCallers are the functions that may call a step: Run's sequence, and the steps.
+var stepCallers = map[string]bool{"Run": true, "decide": true, "end": true, "authorize": true, "refuse": true, "hide": true, "fail": true}
+
+// stepCallsOutsideRun lists the calls of a step method in f from outside Run's sequence, as
+// "file:line in function".
+func stepCallsOutsideRun(fset *token.FileSet, f *ast.File) []string {
 	var bad []string
-	halvesFiles(t, func(rel string, fset *token.FileSet, f *ast.File) {
-		if beginAllowed[rel] {
-			return
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Body == nil || stepCallers[fn.Name.Name] {
+			continue
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
 			if c, ok := n.(*ast.CallExpr); ok {
-				if s, ok := c.Fun.(*ast.SelectorExpr); ok && s.Sel.Name == "Begin" {
-					bad = append(bad, rel+":"+strconv.Itoa(fset.Position(c.Pos()).Line))
+				if s, ok := c.Fun.(*ast.SelectorExpr); ok && stepMethods[s.Sel.Name] {
+					pos := fset.Position(c.Pos())
+					bad = append(bad, filepath.Base(pos.Filename)+":"+strconv.Itoa(pos.Line)+" in "+fn.Name.Name)
 				}
 			}
 			return true
 		})
-	})
-	assert.Empty(t, bad, "calls begun outside call.Run: give the sequence an act instead")
+	}
+	return bad
+}
+
+// A refusal ends a call the same way on both halves because one sequence ends every call: the
+// step methods of internal/call are called from call.Run only (see stepMethods).
+func TestStepMethodsAreCalledFromRunOnly(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "internal", "call")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	var bad []string
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
+		require.NoError(t, err)
+		bad = append(bad, stepCallsOutsideRun(fset, f)...)
+	}
+	assert.Empty(t, bad, "steps of a call taken outside call.Run: give Run's sequence a hook instead")
+}
+
+// The checker above catches what it is for: a step planted in another function is flagged,
+// one inside Run's sequence is not.
+func TestStepCheckCatchesAViolation(t *testing.T) {
+	const src = `package call
+func Run() { cl.finish(); cl.decide(nil, nil) }
+func (cl *Call) end(e End) { cl.finish() }
+func (c *Core) sneak(cl *Call) { cl.refuse(nil); cl.Describe(t) }
+func (c *Core) Reject() { _ = func() { cl.authorize(ctx, in, true) } }
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "planted.go", src, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"planted.go:4 in sneak", "planted.go:5 in Reject"}, stepCallsOutsideRun(fset, f))
 }
