@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -123,7 +124,7 @@ func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.C
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("%s listener: %w", name, err)
+			return listenError(name, addr, err)
 		}
 		bound.Store(true)
 		d.log.Info("listening", "listener", name, "addr", ln.Addr().String())
@@ -138,6 +139,17 @@ func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.C
 }
 
 var errNotListening = errors.New("not listening yet")
+
+// listenError names the setting of a listener that could not bind (listen.mcp, listen.proxy,
+// listen.admin) and, for an address in use, what to do: the usual cause is a second Sandgate
+// (or `make run`) beside the first.
+func listenError(name, addr string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("listen.%s: %s is in use by another process (a second sandgate or make run?): "+
+			"stop it, or set listen.%s to a free address: %w", name, addr, name, err)
+	}
+	return fmt.Errorf("listen.%s: cannot listen on %s: %w", name, addr, err)
+}
 
 // httpComponent runs an http.Server on addr until ctx ends, then shuts it down gracefully
 // within adminGrace. An empty addr disables it.

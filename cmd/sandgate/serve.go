@@ -79,9 +79,14 @@ const (
 	defaultConfigRel = "examples/sandgate.yaml"
 )
 
+// errNoServeConfig is serve's refusal to start without a config named: a production binary does
+// not fall back to the demo file of whatever folder it was started in.
+var errNoServeConfig = usagef("no config: pass --config FILE (or set $SANDGATE_CONFIG); " +
+	"examples/sandgate.yaml is the local example, which `make run` serves")
+
 func runServe(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "serve", "serve [--config FILE] [--check-config [--offline]]")
-	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
+	fs := newFlags(env, "serve", "serve --config FILE [--check-config [--offline]]")
+	cfgPath := fs.String("config", "", "config `file` (default $SANDGATE_CONFIG; one of the two is required)")
 	check := fs.Bool("check-config", false, "validate the config and the files it names, read the credentials and audit keys, load the CA, compile the policies, then exit")
 	offline := fs.Bool("offline", false, "with --check-config: a config rendered for a pod, checked elsewhere; skip the credentials, CA and policy folder only the pod has")
 	if err := parseFlags(fs, args); err != nil {
@@ -98,7 +103,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		path = env.getenv("SANDGATE_CONFIG")
 	}
 	if path == "" {
-		path = defaultConfigRel
+		return errNoServeConfig
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -137,6 +142,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 // $SANDGATE_REPLICA (else $POD_NAME, else the host name), which names this process in the shared
 // audit stream, and the OTEL_* variables that decide whether spans are exported.
 func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log *slog.Logger, getenv func(string) string, now func() time.Time) error {
+	started := time.Now()
 	replica := getenv("SANDGATE_REPLICA")
 	if replica == "" {
 		replica = getenv("POD_NAME")
@@ -202,6 +208,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
+	background = append(background, announceReady(cfg.Listen, ready, log, started))
 
 	log.Info("sandgate starting", "version", version, "policy_revision", ps.engine.Revision(),
 		"mcp", cfg.Listen.MCP, "proxy", cfg.Listen.Proxy, "admin", cfg.Listen.Admin)
