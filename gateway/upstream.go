@@ -217,6 +217,9 @@ func (u *upstream) run(ctx context.Context) {
 		if cli == nil {
 			err := u.connect(ctx)
 			u.triedOnce.Do(func() { close(u.tried) })
+			if err != nil && ctx.Err() != nil {
+				return // serve is stopping and cut the attempt short: nothing to retry or report
+			}
 			if err != nil {
 				u.mu.Lock()
 				u.err = err
@@ -561,6 +564,10 @@ func (u *upstream) command(ctx context.Context, command string, _ []string, args
 	}
 	cmd.Env = env
 	cmd.Stderr = nil
+	// A process group of its own: Ctrl-C at a terminal signals the whole foreground group, and
+	// a server that died of it before serve had drained was reported lost and started again
+	// during the shutdown. Serve stops it itself, last.
+	cmd.SysProcAttr = ownProcessGroup()
 	return cmd, nil
 }
 
