@@ -50,3 +50,28 @@ func TestServeNamesTheListenSettingOfAnAddressInUse(t *testing.T) {
 		})
 	}
 }
+
+// netpol reading a template with no cluster to read it from says how to render it offline
+// (--management), not only client-go's "try setting KUBERNETES_MASTER".
+func TestNetpolWithoutAClusterPointsAtManagement(t *testing.T) {
+	home := t.TempDir() // no ~/.kube/config
+	t.Setenv("HOME", home)
+	t.Setenv("KUBECONFIG", writeFile(t, home, "empty-kubeconfig", ""))
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod
+	cfg := repoPath(t, "examples/sandgate.yaml")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--template", "agents/coding-agent"}, "without a cluster, render a template offline: sandgate netpol --template agents/coding-agent --management Managed (or Unmanaged)"},
+		{nil, "without a cluster, render a template offline: sandgate netpol --template NS/NAME --management Managed (or Unmanaged)"},
+	} {
+		code, out, errOut := runCLI(t, nil, append([]string{"netpol", "--config", cfg}, tc.args...)...)
+		assert.Equal(t, 1, code, "%v", tc.args)
+		assert.Empty(t, out)
+		assert.Contains(t, errOut, tc.want)
+	}
+	code, _, errOut := runCLI(t, nil, "netpol", "--config", cfg, "--apply")
+	assert.Equal(t, 1, code)
+	assert.NotContains(t, errOut, "--management", "applying needs the cluster: no offline hint")
+}
