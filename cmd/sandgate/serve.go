@@ -85,10 +85,11 @@ var errNoServeConfig = usagef("no config: pass --config FILE (or set $SANDGATE_C
 	"examples/sandgate.yaml is the local example, which `make run` serves")
 
 func runServe(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "serve", "serve --config FILE [--check-config [--offline]]")
+	fs := newFlags(env, "serve", "serve --config FILE [--check-config [--offline] [-o text|json]]")
 	cfgPath := fs.String("config", "", "config `file` (default $SANDGATE_CONFIG; one of the two is required)")
 	check := fs.Bool("check-config", false, "validate the config and the files it names, read the credentials and audit keys, load the CA, compile the policies, then exit")
 	offline := fs.Bool("offline", false, "with --check-config: a config rendered for a pod, checked elsewhere; skip the credentials, CA and policy folder only the pod has")
+	output := choiceFlag(fs, "o", "text", "with --check-config: output `format`, text or json (one object: valid, the error, the exit code; for CI)", "text", "json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -98,6 +99,9 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if *offline && !*check {
 		return usagef("--offline applies to --check-config only")
 	}
+	if *output != "text" && !*check {
+		return usagef("-o applies to --check-config only (serve logs as log.format says)")
+	}
 	path := *cfgPath
 	if path == "" {
 		path = env.getenv("SANDGATE_CONFIG")
@@ -106,11 +110,14 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		return errNoServeConfig
 	}
 	cfg, err := config.Load(path)
+	if *check {
+		if err == nil {
+			err = checkConfig(ctx, env, path, cfg, *offline)
+		}
+		return reportCheck(env, path, *offline, *output, err)
+	}
 	if err != nil {
 		return err
-	}
-	if *check {
-		return checkConfig(ctx, env, path, cfg, *offline)
 	}
 	log := newLogger(env, cfg.Log)
 	creds, err := credential.NewStore(cfg.Credentials, env.getenv, log)
