@@ -47,8 +47,26 @@ func TestServeNamesTheListenSettingOfAnAddressInUse(t *testing.T) {
 			assert.Equal(t, 1, code)
 			assert.Contains(t, errOut, fmt.Sprintf("sandgate serve: listen.%s: %s is in use by another process (a second sandgate or make run?): "+
 				"stop it, or set listen.%s to a free address", setting, taken.Addr(), setting))
+			assert.NoDirExists(t, filepath.Join(dir, "audit"), "the addresses are bound before anything else is opened")
 		})
 	}
+	t.Run("every address in use is named", func(t *testing.T) {
+		var addrs []any
+		for range 3 {
+			taken, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer taken.Close()
+			addrs = append(addrs, taken.Addr().String())
+		}
+		dir := t.TempDir()
+		cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen: {mcp: %q, proxy: %q, admin: %q}\npolicy: {dir: %q}\n"+
+			"audit: {file: {dir: %q}}\nshutdown: {delay: 0s}\n", append(addrs, repoPath(t, "policies"), filepath.Join(dir, "audit"))...))
+		code, _, errOut := runCLI(t, nil, "serve", "--config", cfg)
+		assert.Equal(t, 1, code)
+		for i, setting := range []string{"mcp", "proxy", "admin"} {
+			assert.Contains(t, errOut, fmt.Sprintf("listen.%s: %s is in use", setting, addrs[i]))
+		}
+	})
 }
 
 // netpol reading a template with no cluster to read it from says how to render it offline

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -56,6 +57,8 @@ type serveDeps struct {
 	tracer   trace.TracerProvider
 	// core is the one request path both halves call (internal/call).
 	core *call.Core
+	// bound are the listeners serve bound at its start, by name (mcp, proxy, admin).
+	bound map[string]net.Listener
 	// policyLoops keep the policies current (watches, bundle polling) and run the shadow.
 	policyLoops []component
 }
@@ -150,6 +153,11 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 // audit stream, and the OTEL_* variables that decide whether spans are exported.
 func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log *slog.Logger, getenv func(string) string, now func() time.Time) error {
 	started := time.Now()
+	bound, err := bindListeners(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	defer closeListeners(bound) // those no component took, when serve fails before running them
 	replica := getenv("SANDGATE_REPLICA")
 	if replica == "" {
 		replica = getenv("POD_NAME")
@@ -200,7 +208,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer,
+	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer, bound: bound,
 		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider(),
 		catalogs: shared.catalogs(cfg)}
 	if d.admission, err = shared.admission(d); err != nil {
