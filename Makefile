@@ -12,18 +12,27 @@ export PATH := $(TOOLS):$(PATH)
 
 .PHONY: build run test test-go test-unit test-race test-policy setup lint fuzz bench bench-go bench-policy clean image tools-env print-test-goflags
 
+# The commands make build writes to bin/. A first build compiles about 1,200 packages, minutes on
+# 2 cores: go build -v names each package as it compiles it, and the build counts them against
+# the packages go list finds stale, a line per tenth; a warm build prints only its last line.
+BUILD_CMDS := ./cmd/sandgate ./examples/mcp-upstream ./examples/model-api
 build:
-	go build $(GO_BUILD_FLAGS) -o bin/sandgate ./cmd/sandgate
-	go build $(GO_BUILD_FLAGS) -o bin/ ./examples/mcp-upstream ./examples/model-api
+	@set -o pipefail; start=$$SECONDS; \
+	n=$$(go list -deps -f '{{if .Stale}}stale{{end}}' $(BUILD_CMDS) | grep -c stale); \
+	[ "$$n" -lt 20 ] || echo "make build: compiling $$n packages for bin/sandgate, bin/mcp-upstream and bin/model-api (a first build takes minutes)"; \
+	go build -v $(GO_BUILD_FLAGS) -o bin/ $(BUILD_CMDS) 2>&1 | awk -v n="$$n" ' \
+		!/^[[:alnum:]._\/~-]+$$/ { print; fflush(); next } \
+		{ done++; tenth = int(done * 10 / (n > 0 ? n : 1)); if (n >= 20 && tenth > shown && done < n) { shown = tenth; printf "  %3d%%  %d of %d packages\n", tenth * 10, done, n; fflush() } }' \
+	&& echo "make build: bin/sandgate, bin/mcp-upstream and bin/model-api ($$((SECONDS - start)) s)"
 
 # Beside serve runs bin/model-api, a stand-in for the Anthropic API that examples/sandgate.yaml
 # dials for api.anthropic.com:443 (proxy.connect_to), so the egress tour answers offline; it
 # stops with serve. SSL_CERT_FILE adds its CA to what serve trusts upstream (Go still reads the
 # system's certificate folders). MODEL_API must match the config's connect_to address.
 MODEL_API ?= 127.0.0.1:8443
+# examples/run.sh starts both; Sandgate logs one "ready: …" line when it is.
 run: build var/ca/ca.crt var/secrets/anthropic var/audit-keys/chain.key var/model-api/ca.crt
-	@./bin/model-api -listen $(MODEL_API) -dir var/model-api -key-file var/secrets/anthropic & trap "kill $$! 2>/dev/null" EXIT; \
-	SSL_CERT_FILE=var/model-api/ca.crt ./bin/sandgate serve --config examples/sandgate.yaml
+	@bash examples/run.sh $(MODEL_API)
 
 var/ca/ca.crt:
 	./bin/sandgate ca init --dir var/ca

@@ -3,8 +3,13 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/http"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -92,4 +97,39 @@ func TestNetpolWithoutAClusterPointsAtManagement(t *testing.T) {
 	code, _, errOut := runCLI(t, nil, "netpol", "--config", cfg, "--apply")
 	assert.Equal(t, 1, code)
 	assert.NotContains(t, errOut, "--management", "applying needs the cluster: no offline hint")
+}
+
+// README's "admin API (…)" lists, as paths, exactly what the admin listener serves under /v1/:
+// it once promised a "reload" call that never existed.
+func TestTheREADMEsAdminAPIIsTheAdminAPI(t *testing.T) {
+	readme, err := os.ReadFile(repoPath(t, "README.md"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`admin API \(([^)]*)\)`).FindSubmatch(readme)
+	require.NotNil(t, m, `README.md names the admin API as "admin API (…)"`)
+	named := regexp.MustCompile("`(/v1/[^`]*)`").FindAllSubmatch(m[1], -1)
+	require.NotEmpty(t, named, "README's admin API names its paths: %q", m[1])
+
+	dir := t.TempDir()
+	admin := freeAddr(t)
+	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf("listen: {admin: %q}\npolicy: {dir: %q}\naudit: {file: {dir: %q}}\n"+
+		"shutdown: {delay: 0s}\ncredentials: [{name: admin-token, env: ADMIN_TOKEN}]\nadmin: {token_credential: admin-token}\n",
+		admin, repoPath(t, "policies"), filepath.Join(dir, "audit")))
+	startServe(t, cfg, envWith("ADMIN_TOKEN", "a-token-long-enough-for-the-admin-api"))
+	status := func(path string) int {
+		var code int
+		require.Eventually(t, func() bool {
+			resp, err := http.Post("http://"+admin+path, "application/json", strings.NewReader("{}"))
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			code = resp.StatusCode
+			return true
+		}, 10*time.Second, 20*time.Millisecond)
+		return code
+	}
+	for _, p := range named {
+		assert.NotEqual(t, http.StatusNotFound, status(string(p[1])+"agents/claims/c/x"), "README names %s: the admin listener serves it", p[1])
+	}
+	assert.Equal(t, http.StatusNotFound, status("/v1/reload"), "the test tells a served path from one that is not")
 }
