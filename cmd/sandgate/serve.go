@@ -57,8 +57,9 @@ type serveDeps struct {
 	tracer   trace.TracerProvider
 	// core is the one request path both halves call (internal/call).
 	core *call.Core
-	// bound are the listeners serve bound at its start, by name (mcp, proxy, admin).
-	bound map[string]net.Listener
+	// bound are the listeners serve bound at its start, by name (mcp, proxy, admin), at started.
+	bound   map[string]net.Listener
+	started time.Time
 	// policyLoops keep the policies current (watches, bundle polling) and run the shadow.
 	policyLoops []component
 }
@@ -208,7 +209,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer, bound: bound,
+	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer, bound: bound, started: started,
 		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider(),
 		catalogs: shared.catalogs(cfg)}
 	if d.admission, err = shared.admission(d); err != nil {
@@ -223,7 +224,6 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	background = append(background, announceReady(cfg.Listen, ready, log, started))
 
 	log.Info("sandgate starting", "version", version, "policy_revision", ps.engine.Revision(),
 		"mcp", cfg.Listen.MCP, "proxy", cfg.Listen.Proxy, "admin", cfg.Listen.Admin)
@@ -287,13 +287,14 @@ func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string,
 // serveComponents is everything serve runs: the sandbox listeners, and in the background the
 // admin listener, the Kubernetes controllers and the audit exporter (extra), the shared state's
 // loops and the policy and credential watchers, which keep serving until the listeners have
-// drained.
+// drained, and the line that says when serve is ready.
 func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, extra []component) (listeners, background []component, _ error) {
 	comps := append([]component{newAdminComponent(d, tel.Handler())}, extra...)
 	comps = append(comps, shared.components()...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
 	comps = append(comps, d.policyLoops...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { creds.Watch(ctx, credentialPoll); return nil }))
+	comps = append(comps, announceReady(d.cfg.Listen, d.ready, d.log, d.started))
 	for _, build := range listenerBuilders(d.cfg) {
 		c, err := build(d)
 		if err != nil {
