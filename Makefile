@@ -142,7 +142,7 @@ fuzz:
 # Smokescreen), interleaved. It installs nothing and needs no network: a peer that is not
 # installed is skipped, and the run says which and why. The report goes to var/bench/ (ignored
 # by git); BENCH_FLAGS=-publish writes it into bench/results/ instead. bench/README.md has the
-# run times: about 25 minutes, BENCH_FLAGS=-quick about 3. Route and mcp also run against
+# run times: about 25 minutes, BENCH_FLAGS=-quick about 7. Route and mcp also run against
 # Sandgate with the decision log on and with a shadow policy (-policy-variants), with async
 # audit delivery (-delivery-variants) and with the audit log exported over OTLP to a Collector
 # (-export-variants, skipped without .tools/bin/otelcol); then the scale-out cells

@@ -372,7 +372,7 @@ func (rn *runner) runPhases(ctx context.Context, o Options, targets []*Target) (
 // TailDuration: at 500 requests/s a 3 s window leaves 15 requests above the 99th percentile, and
 // the floors' own p99 moved −23…+74% across repetitions; with 10 s windows it stayed within
 // ±10% in a dedicated 5-repetition run, though not in full runs with the machine at load 4–6
-// (docs/performance.md, "The tail at a fixed rate").
+// (bench/README.md, "Workloads and shapes").
 // Only those cells get it, so a full run takes minutes longer, not twice as long.
 func (o Options) window(c Cell) time.Duration {
 	switch {

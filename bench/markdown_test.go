@@ -45,7 +45,7 @@ func TestReportSummaryShowsMeasuredRowsWithFloorAndPeers(t *testing.T) {
 	require.Len(t, rows, 1, "only the measured target is a row:\n%s", targets)
 	assert.Equal(t, "| tunnel | CPU µs/request (c=64) | 41.00 | relay 42.00 | squid 43.00, tinyproxy 44.00 | 0.98× (0.98–0.98) | ≤ 1.05× | met |", rows[0])
 	assert.NotContains(t, targets, "| —", "no row of dashes")
-	assert.Contains(t, targets, "Not measured in this run (its workloads, variants or sandbox counts were not run): intercept CPU µs/request (c=64);")
+	assert.Contains(t, targets, "Not measured in this run (their cells were not run, or gave no figure to compare): intercept CPU µs/request (c=64);")
 
 	checks := section(t, md, "## Other checks")
 	assert.NotContains(t, checks, "| not measured", "only checks this run could make are rows")

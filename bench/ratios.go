@@ -345,7 +345,7 @@ func (r *Report) ratioTable() string {
 			peersText(x.Peers), value, warn, x.TargetText(), verdict(x.Met))
 	}
 	if len(missing) > 0 {
-		fmt.Fprintf(&b, "\nNot measured in this run (its workloads, variants or sandbox counts were not run): %s.\n", strings.Join(missing, "; "))
+		fmt.Fprintf(&b, "\nNot measured in this run (their cells were not run, or gave no figure to compare): %s.\n", strings.Join(missing, "; "))
 	}
 	if ab := r.ABRatios(); len(ab) > 0 {
 		b.WriteString("\n## A/B: this build against the baseline binary (same run, interleaved)\n\n" +

@@ -164,8 +164,12 @@ func printSummary(rep *bench.Report, o bench.Options) {
 		if x.Met {
 			status = "met"
 		}
-		fmt.Printf("  %-6s %-10s %-60s Sandgate %8.2f  %s %8.2f  ratio %6.2f (%.2f–%.2f)  target %s%s\n", status, x.Workload, x.Measure,
-			x.Sandgate, x.Floor, x.FloorVal, x.Ratio, x.Min, x.Max, x.TargetText(), peers(x.Peers))
+		value := fmt.Sprintf("ratio %6.2f (%.2f–%.2f)", x.Ratio, x.Min, x.Max)
+		if x.Difference {
+			value = fmt.Sprintf("difference %+.2f ms (%+.2f–%+.2f)", x.Ratio, x.Min, x.Max)
+		}
+		fmt.Printf("  %-6s %-10s %-60s Sandgate %8.2f  %s %8.2f  %s  target %s%s\n", status, x.Workload, x.Measure,
+			x.Sandgate, x.Floor, x.FloorVal, value, x.TargetText(), peers(x.Peers))
 	}
 	if notMeasured > 0 {
 		fmt.Printf("  (%d more targets not measured in this run: the report lists them)\n", notMeasured)
