@@ -14,16 +14,19 @@ export PATH := $(TOOLS):$(PATH)
 
 # The commands make build writes to bin/. A first build compiles about 1,200 packages, minutes on
 # 2 cores: go build -v names each package as it compiles it, and the build counts them against
-# the packages go list finds stale, a line per tenth; a warm build prints only its last line.
+# the packages go list finds stale, a line per tenth, then says it links (the binaries take the
+# last half minute or more); a warm build prints only its last line.
 BUILD_CMDS := ./cmd/sandgate ./examples/mcp-upstream ./examples/model-api
 build:
 	@set -o pipefail; start=$$SECONDS; \
 	n=$$(go list -deps -f '{{if .Stale}}stale{{end}}' $(BUILD_CMDS) | grep -c stale); \
 	[ "$$n" -lt 20 ] || echo "make build: compiling $$n packages for bin/sandgate, bin/mcp-upstream and bin/model-api (a first build takes minutes)"; \
-	go build -v $(GO_BUILD_FLAGS) -o bin/ $(BUILD_CMDS) 2>&1 | awk -v n="$$n" ' \
-		!/^[[:alnum:]._\/~-]+$$/ { print; fflush(); next } \
-		{ done++; tenth = int(done * 10 / (n > 0 ? n : 1)); if (n >= 20 && tenth > shown && done < n) { shown = tenth; printf "  %3d%%  %d of %d packages\n", tenth * 10, done, n; fflush() } }' \
-	&& echo "make build: bin/sandgate, bin/mcp-upstream and bin/model-api ($$((SECONDS - start)) s)"
+	go build -v $(GO_BUILD_FLAGS) -o bin/ $(BUILD_CMDS) 2>&1 | { done=0 shown=0; while IFS= read -r line; do \
+		if [[ ! $$line =~ ^[[:alnum:]._/~-]+$$ ]]; then printf '%s\n' "$$line"; continue; fi; \
+		done=$$((done + 1)); tenth=$$((done * 10 / (n > 0 ? n : 1))); [ "$$n" -ge 20 ] || continue; \
+		if [ "$$done" -ge "$$n" ]; then echo "  100%  compiled; linking the three binaries"; \
+		elif [ "$$tenth" -gt "$$shown" ]; then shown=$$tenth; echo "  $$((tenth * 10))%  $$done of $$n packages"; fi; \
+	done; } && echo "make build: bin/sandgate, bin/mcp-upstream and bin/model-api ($$((SECONDS - start)) s)"
 
 # Beside serve runs bin/model-api, a stand-in for the Anthropic API that examples/sandgate.yaml
 # dials for api.anthropic.com:443 (proxy.connect_to), so the egress tour answers offline; it
