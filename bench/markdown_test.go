@@ -63,3 +63,23 @@ func section(t *testing.T, md, heading string) string {
 	}
 	return rest
 }
+
+// A peer that is not installed is skipped, with what installs it; the bench installs nothing.
+// A peer no workload of the run serves is not mentioned at all.
+func TestPeersNotInstalledAreSkippedWithWhy(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no squid, no tinyproxy
+	o := Options{RelayBin: "/nonexistent/bench-relay", SmokescreenBin: "/nonexistent/smokescreen", Workloads: []string{WTunnel}}
+	var said []string
+	o.Progress = func(s string) { said = append(said, s) }
+	targets, skipped := startPeers(t.Context(), o, t.TempDir(), nil)
+	assert.Empty(t, targets)
+	assert.Equal(t, []Skip{
+		{"relay", "not built (/nonexistent/bench-relay): make bench builds it"},
+		{"squid", "not installed (squid is not on PATH): make setup installs it"},
+		{"tinyproxy", "not installed (tinyproxy is not on PATH): make setup installs it"},
+		{"smokescreen", "not built (/nonexistent/smokescreen): make setup builds it"},
+	}, skipped, "goproxy serves only intercept, which this run does not")
+	announceTargets(o, append([]*Target{{Name: "direct"}, {Name: "sandgate"}}, targets...), skipped)
+	assert.Equal(t, "targets: direct, sandgate", said[0])
+	assert.Contains(t, said, "skipped: squid: not installed (squid is not on PATH): make setup installs it")
+}
