@@ -12,18 +12,30 @@ export PATH := $(TOOLS):$(PATH)
 
 .PHONY: build run test test-go test-unit test-race test-policy setup lint fuzz bench bench-go bench-policy clean image tools-env print-test-goflags
 
+# The commands make build writes to bin/. A first build compiles about 1,200 packages, minutes on
+# 2 cores: go build -v names each package as it compiles it, and the build counts them against
+# the packages go list finds stale, a line per tenth, then says it links (the binaries take the
+# last half minute or more); a warm build prints only its last line.
+BUILD_CMDS := ./cmd/sandgate ./examples/mcp-upstream ./examples/model-api
 build:
-	go build $(GO_BUILD_FLAGS) -o bin/sandgate ./cmd/sandgate
-	go build $(GO_BUILD_FLAGS) -o bin/ ./examples/mcp-upstream ./examples/model-api
+	@set -o pipefail; start=$$SECONDS; \
+	n=$$(go list -deps -f '{{if .Stale}}stale{{end}}' $(BUILD_CMDS) | grep -c stale); \
+	[ "$$n" -lt 20 ] || echo "make build: compiling $$n packages for bin/sandgate, bin/mcp-upstream and bin/model-api (a first build takes minutes)"; \
+	go build -v $(GO_BUILD_FLAGS) -o bin/ $(BUILD_CMDS) 2>&1 | { done=0 shown=0; while IFS= read -r line; do \
+		if [[ ! $$line =~ ^[[:alnum:]._/~-]+$$ ]]; then printf '%s\n' "$$line"; continue; fi; \
+		done=$$((done + 1)); tenth=$$((done * 10 / (n > 0 ? n : 1))); [ "$$n" -ge 20 ] || continue; \
+		if [ "$$done" -ge "$$n" ]; then echo "  100%  compiled; linking the three binaries"; \
+		elif [ "$$tenth" -gt "$$shown" ]; then shown=$$tenth; echo "  $$((tenth * 10))%  $$done of $$n packages"; fi; \
+	done; } && echo "make build: bin/sandgate, bin/mcp-upstream and bin/model-api ($$((SECONDS - start)) s)"
 
 # Beside serve runs bin/model-api, a stand-in for the Anthropic API that examples/sandgate.yaml
 # dials for api.anthropic.com:443 (proxy.connect_to), so the egress tour answers offline; it
 # stops with serve. SSL_CERT_FILE adds its CA to what serve trusts upstream (Go still reads the
 # system's certificate folders). MODEL_API must match the config's connect_to address.
 MODEL_API ?= 127.0.0.1:8443
+# examples/run.sh starts both; Sandgate logs one "ready: …" line when it is.
 run: build var/ca/ca.crt var/secrets/anthropic var/audit-keys/chain.key var/model-api/ca.crt
-	@./bin/model-api -listen $(MODEL_API) -dir var/model-api -key-file var/secrets/anthropic & trap "kill $$! 2>/dev/null" EXIT; \
-	SSL_CERT_FILE=var/model-api/ca.crt ./bin/sandgate serve --config examples/sandgate.yaml
+	@bash examples/run.sh $(MODEL_API)
 
 var/ca/ca.crt:
 	./bin/sandgate ca init --dir var/ca
@@ -129,22 +141,23 @@ fuzz:
 
 # The load benchmark (bench/): N simulated sandboxes against Sandgate (the real binary, a
 # separate process), direct, bare Go floors (CONNECT relay, reverse proxy, goproxy's
-# interception, an mcp-go gateway), Squid and tinyproxy, interleaved; report in bench/results/.
-# About 18 minutes (3 interleaved repetitions); `make bench BENCH_FLAGS=-quick` about two; 10,000 sandboxes:
-# BENCH_FLAGS="-sweep 100,1000,10000" (about 15). Installs squid and tinyproxy if missing.
-# Route and mcp also run against Sandgate with the decision log on and with a shadow policy
-# (-policy-variants: the #21 cost rows), and with the audit log exported over OTLP to a Collector
-# (-export-variants, the #37 rows; when `make setup` has built .tools/bin/otelcol).
+# interception, an mcp-go gateway) and the peers make setup installs (Squid, tinyproxy,
+# Smokescreen), interleaved. It installs nothing and needs no network: a peer that is not
+# installed is skipped, and the run says which and why. The report goes to var/bench/ (ignored
+# by git); BENCH_FLAGS=-publish writes it into bench/results/ instead. bench/README.md has the
+# run times: about 25 minutes, BENCH_FLAGS=-quick about 7. Route and mcp also run against
+# Sandgate with the decision log on and with a shadow policy (-policy-variants), with async
+# audit delivery (-delivery-variants) and with the audit log exported over OTLP to a Collector
+# (-export-variants, skipped without .tools/bin/otelcol); then the scale-out cells
+# (-replicas: 3 replicas on one Redis and on a Cluster against one with memory state, written
+# next to the report as LABEL-replicas.md).
 BENCH_FLAGS ?=
 BENCH_REPLICAS_FLAGS ?=
 bench: build
-	bash bench/setup.sh
 	go build -o bin/bench-relay ./bench/cmd/relay
 	go build -o bin/sandbench ./bench/cmd/sandbench
-	./bin/sandbench -policy-variants -delivery-variants $(if $(wildcard $(TOOLS)/otelcol),-export-variants) $(BENCH_FLAGS)
-	@# The scale-out cells: 3 replicas round-robin on one Redis and on a Cluster against one
-	@# replica with memory state (bench/replicas.go), written next to the report as LABEL-replicas.md.
-	./bin/sandbench -replicas -concurrency 64 $(BENCH_REPLICAS_FLAGS)
+	./bin/sandbench -policy-variants -delivery-variants -export-variants $(BENCH_FLAGS)
+	./bin/sandbench -replicas -concurrency 64 $(filter -quick -publish,$(BENCH_FLAGS)) $(BENCH_REPLICAS_FLAGS)
 
 # The Go micro-benchmarks (policy decision, audit writer, proxy and gateway request paths).
 bench-go:

@@ -39,11 +39,14 @@ type Options struct {
 	ExportVariants bool
 	OtelcolBin     string
 	RelayBin       string // bench/cmd/relay
-	SmokescreenBin string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
+	SmokescreenBin string // Stripe's Smokescreen, from the tools cache (make setup)
 	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
-	OutDir         string // bench/results
-	RawDir         string // the raw dump's folder, git-ignored (RawDir)
-	Label          string // file name stem, e.g. 2026-11-29-34b6d5e
+	// OutDir is where the report goes: var/bench (ignored by git), or with Publish
+	// bench/results, where the index and latest.json are rewritten too.
+	OutDir  string
+	Publish bool
+	RawDir  string // the raw dump's folder, ignored by git (RawDir)
+	Label   string // file name stem, e.g. 2026-11-29-34b6d5e
 
 	Sandboxes      int           // sandboxes of the main fixed-rate runs
 	Sweep          []int         // sandbox counts for the latency-vs-sandboxes chart
@@ -171,9 +174,22 @@ func supports(target, w string) bool {
 // AllWorkloads in report order.
 var AllWorkloads = []string{WRoute, WRouteConv, WIntercept, WMCP, WTunnel, WTunnelNew, WForward, WMix}
 
-// sweepWorkloads are run at every sandbox count of the sweep (the chart); the full matrix
-// runs at Sandboxes only.
-var sweepWorkloads = []string{WRoute, WIntercept, WMCP}
+// sweepWorkloads are run at every sandbox count of the sweep (their charts: Sandgate, its floor
+// and the peers at each count); the full matrix runs at Sandboxes only.
+var sweepWorkloads = []string{WRoute, WIntercept, WMCP, WTunnel, WTunnelNew}
+
+// tunnelSweepMax bounds the sweep of the tunnel workloads: a tunnel holds an upstream connection
+// of its own, so 10,000 sandboxes are 20,000 open files in each peer and in the stand-ins, the
+// hard limit of the bench machine.
+const tunnelSweepMax = 1000
+
+// swept reports whether workload w runs at sweep count n (besides the main count).
+func swept(w string, n int) bool {
+	if !slices.Contains(sweepWorkloads, w) {
+		return false
+	}
+	return n <= tunnelSweepMax || (w != WTunnel && w != WTunnelNew)
+}
 
 // Run starts the upstreams and every target, runs the interleaved cells and writes the report.
 func Run(ctx context.Context, o Options) (*Report, error) {
@@ -193,6 +209,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	runCgroups = newCgroups()
 	defer runCgroups.remove()
 	var up *Upstreams
+	skipped := o.dropUnavailable()
 	if o.UpstreamsExe != "" {
 		up, err = startUpstreamsProcess(ctx, o.UpstreamsExe, filepath.Join(root, "upstream-ca"))
 	} else {
@@ -218,8 +235,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	targets = append(targets, more...)
-	peers, notes := startPeers(ctx, o, root, up)
+	peers, peerSkips := startPeers(ctx, o, root, up)
 	targets = append(targets, peers...)
+	skipped = append(skipped, peerSkips...)
+	announceTargets(o, targets, skipped)
 	defer func() {
 		for _, t := range targets {
 			t.Stop()
@@ -236,42 +255,83 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := buildReport(o, results, notes)
-	rep.Versions = peerVersions()
+	rep := buildReport(o, results, nil)
+	rep.Skipped = skipped
+	rep.Versions = peerVersions(targets)
 	rep.Machine["cpu_source"] = string(sg.proc.meter.Source())
 	o.Progress("policy decision benchmark (in process, about 10 s)")
 	if rep.Policy, err = benchPolicy(ctx, o.PolicyDir); err != nil {
 		return nil, err
 	}
-	if err := rep.Write(o.OutDir, o.RawDir, o.Label); err != nil {
+	if err := rep.Write(o.OutDir, o.RawDir, o.Label, o.Publish); err != nil {
 		return nil, err
 	}
 	return rep, nil
 }
 
-// startPeers starts the floors and peers measured beside Sandgate; one that cannot start is
-// left out with a note.
-func startPeers(ctx context.Context, o Options, root string, up *Upstreams) ([]*Target, []string) {
+// dropUnavailable turns off the variants whose tools are not installed, and says why.
+func (o *Options) dropUnavailable() []Skip {
+	if _, err := os.Stat(o.OtelcolBin); o.ExportVariants && err != nil {
+		o.ExportVariants = false
+		return []Skip{{exportVariant.name, "the OpenTelemetry Collector is not built (" + o.OtelcolBin + "): make setup builds it"}}
+	}
+	return nil
+}
+
+// startPeers starts the floors and peers measured beside Sandgate from what is installed (make
+// setup installs the peers; the bench installs nothing). One that is not installed, or does not
+// start, is skipped, with why.
+func startPeers(ctx context.Context, o Options, root string, up *Upstreams) ([]*Target, []Skip) {
 	var targets []*Target
-	var notes []string
-	for _, start := range []func() (*Target, error){
-		func() (*Target, error) { return startRelay(ctx, o.RelayBin, root, up) },
-		func() (*Target, error) {
+	var skipped []Skip
+	for _, p := range []struct {
+		name    string
+		missing func() string // why it cannot run here, or ""
+		start   func() (*Target, error)
+	}{
+		{"relay", builtBy(o.RelayBin, "make bench builds it"), func() (*Target, error) { return startRelay(ctx, o.RelayBin, root, up) }},
+		{"goproxy", builtBy(o.RelayBin, "make bench builds it"), func() (*Target, error) {
 			return startGoproxy(ctx, o.RelayBin, root, filepath.Join(root, "sandgate", "ca"), up)
-		},
-		func() (*Target, error) { return startSquid(ctx, root) },
-		func() (*Target, error) { return startTinyproxy(ctx, root) },
-		func() (*Target, error) { return startSmokescreen(ctx, o.SmokescreenBin, root) },
+		}},
+		{"squid", onPath("squid"), func() (*Target, error) { return startSquid(ctx, root) }},
+		{"tinyproxy", onPath("tinyproxy"), func() (*Target, error) { return startTinyproxy(ctx, root) }},
+		{"smokescreen", builtBy(o.SmokescreenBin, "make setup builds it"), func() (*Target, error) { return startSmokescreen(ctx, o.SmokescreenBin, root) }},
 	} {
-		t, err := retryBind(start)
+		if !slices.ContainsFunc(o.workloads(), func(w string) bool { return supports(p.name, w) }) {
+			continue // this run's workloads have no cell for it
+		}
+		if why := p.missing(); why != "" {
+			skipped = append(skipped, Skip{p.name, why})
+			continue
+		}
+		t, err := retryBind(p.start)
 		if err != nil {
-			notes = append(notes, "peer not measured: "+err.Error())
-			o.Progress("warning: " + err.Error())
+			skipped = append(skipped, Skip{p.name, "did not start: " + err.Error()})
 			continue
 		}
 		targets = append(targets, t)
 	}
-	return targets, notes
+	return targets, skipped
+}
+
+// announceTargets says, before the first cell, what the run measures and what it skips.
+func announceTargets(o Options, targets []*Target, skipped []Skip) {
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = t.Name
+	}
+	o.Progress("targets: " + strings.Join(names, ", "))
+	for _, s := range skipped {
+		o.Progress(fmt.Sprintf("skipped: %s: %s", s.Target, s.Why))
+	}
+}
+
+// workloads are the run's workloads (every one when none is named).
+func (o Options) workloads() []string {
+	if len(o.Workloads) == 0 {
+		return AllWorkloads
+	}
+	return o.Workloads
 }
 
 // runPhases measures every cell of every phase, o.Reps times, interleaved within a phase.
@@ -312,7 +372,7 @@ func (rn *runner) runPhases(ctx context.Context, o Options, targets []*Target) (
 // TailDuration: at 500 requests/s a 3 s window leaves 15 requests above the 99th percentile, and
 // the floors' own p99 moved −23…+74% across repetitions; with 10 s windows it stayed within
 // ±10% in a dedicated 5-repetition run, though not in full runs with the machine at load 4–6
-// (docs/performance.md, "The tail at a fixed rate").
+// (bench/README.md, "Workloads and shapes").
 // Only those cells get it, so a full run takes minutes longer, not twice as long.
 func (o Options) window(c Cell) time.Duration {
 	switch {
@@ -400,10 +460,7 @@ func sameSlot(a, b Cell) bool {
 // target in turn (direct, sandgate, relay, squid, tinyproxy, smokescreen), so slow drifts of the machine's
 // load hit every target alike.
 func planCells(o Options, targets []*Target) []Cell {
-	workloads := o.Workloads
-	if len(workloads) == 0 {
-		workloads = AllWorkloads
-	}
+	workloads := o.workloads()
 	var cells []Cell
 	add := func(w string, c Cell) {
 		for _, t := range targets {
@@ -418,11 +475,9 @@ func planCells(o Options, targets []*Target) []Cell {
 		for _, c := range o.Concurrency {
 			add(w, Cell{Shape: ShapeClosed, Sandboxes: c, Concurrency: c})
 		}
-		if slices.Contains(sweepWorkloads, w) {
-			for _, n := range o.Sweep {
-				if n != o.Sandboxes {
-					add(w, Cell{Shape: ShapeRate, Sandboxes: n, Rate: o.Rate})
-				}
+		for _, n := range o.Sweep {
+			if n != o.Sandboxes && swept(w, n) {
+				add(w, Cell{Shape: ShapeRate, Sandboxes: n, Rate: o.Rate})
 			}
 		}
 	}

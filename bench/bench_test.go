@@ -33,8 +33,15 @@ func TestPlanPhasesAscending(t *testing.T) {
 
 	// Within a phase the targets of one workload and shape stay side by side (interleaved).
 	for _, c := range phases[len(phases)-1] {
-		assert.Contains(t, []string{WRoute, WIntercept, WMCP}, c.Workload, "only the sweep reaches 10,000 sandboxes")
+		assert.Contains(t, []string{WRoute, WIntercept, WMCP}, c.Workload, "only the sweep reaches 10,000 sandboxes, the tunnels' up to 1,000")
 	}
+	var tunnel100 []string
+	for _, c := range phases[1] {
+		if c.Workload == WTunnel {
+			tunnel100 = append(tunnel100, c.Target)
+		}
+	}
+	assert.Equal(t, []string{"direct", "sandgate", "relay", "squid"}, tunnel100, "the tunnels are swept with their peers")
 	route1000 := []string{}
 	for _, c := range phases[3] {
 		if c.Workload == WRoute {

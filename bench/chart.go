@@ -89,79 +89,102 @@ func sign(v int) int {
 // chartPoint is one measured point of a chart series: sandboxes and added milliseconds.
 type chartPoint struct{ n, v float64 }
 
-// chartLine is one series: a workload's added p50 or p99 for Sandgate, or for the workload's
-// floor (relay, goproxy) beside it. Points holds only measured cells: a sandbox count with no
-// point is a gap in the line, never a zero.
+// chartLine is one series of a workload's chart: one target's added p99 (drawn solid) or p50
+// (thin, dashed) over direct, at each sandbox count. Points holds only measured cells: a sandbox
+// count with no point is a gap in the line, never a zero.
 type chartLine struct {
 	name   string
-	floor  bool // the floor's line, drawn thin and dashed in its workload's colour
-	color  int  // palette index, shared by a workload's Sandgate and floor lines
+	target string
+	p50    bool
+	color  int // palette index: one per target, shared by its p50 and p99
 	points []chartPoint
 }
 
-// writeChart plots added latency (p50 and p99 over direct, fixed rate) against the number of
-// sandboxes: for each swept workload Sandgate's lines and, beside them, its floor's, on a
-// log-scaled sandbox axis.
+// chartPanel is one workload's chart.
+type chartPanel struct {
+	workload string
+	lines    []chartLine
+	ns       []float64 // the sandbox counts anything was measured at, ascending
+}
+
+// Chart geometry: panels of panelW × panelH, chartColumns to a row.
+const (
+	panelW, panelH, chartColumns                 = 720, 420, 2
+	panelLeft, panelRight, panelTop, panelBottom = 70, 190, 44, 56
+)
+
+// writeChart draws one chart per workload, as panels of one image: added latency (p99 solid,
+// p50 dashed, over direct, at the fixed rate) against the number of sandboxes, for Sandgate,
+// the workload's floor and every peer that serves it, on a log-scaled sandbox axis.
 func writeChart(path string, r *Report) error {
-	lines, ns := chartLines(r)
-	const W, H, left, right, top, bottom = 960, 540, 80, 260, 50, 60
-	img := image.NewRGBA(image.Rect(0, 0, W, H))
+	panels := chartPanels(r)
+	rows := max(1, (len(panels)+chartColumns-1)/chartColumns)
+	img := image.NewRGBA(image.Rect(0, 0, panelW*chartColumns, panelH*rows))
 	c := canvas{img}
-	c.rect(0, 0, W, H, color.White)
-	black := color.RGBA{40, 40, 40, 255}
-	grey := color.RGBA{220, 220, 220, 255}
-	c.text(left, 16, 3, "ADDED LATENCY VS SANDBOXES (FIXED RATE, MS)", black)
-	if len(ns) == 0 {
-		c.text(left, H/2, 3, "NO MEASURED FIXED-RATE DATA", black)
+	c.rect(0, 0, panelW*chartColumns, panelH*rows, color.White)
+	if len(panels) == 0 {
+		c.text(panelLeft, panelH/2, 3, "NO MEASURED FIXED-RATE DATA", color.RGBA{40, 40, 40, 255})
 		return savePNG(path, img)
 	}
-	ymin, ymax := chartRange(lines)
-	lx0, lx1 := math.Log10(ns[0]), math.Log10(ns[len(ns)-1])
+	for i, p := range panels {
+		drawPanel(c, (i%chartColumns)*panelW, (i/chartColumns)*panelH, p)
+	}
+	return savePNG(path, img)
+}
+
+// drawPanel draws p with its top left corner at (x0, y0).
+func drawPanel(c canvas, x0, y0 int, p chartPanel) {
+	black := color.RGBA{40, 40, 40, 255}
+	grey := color.RGBA{220, 220, 220, 255}
+	c.text(x0+panelLeft, y0+14, 2, p.workload+": ADDED MS OVER DIRECT (P99 SOLID, P50 DASHED)", black)
+	ymin, ymax := chartRange(p.lines)
+	lx0, lx1 := math.Log10(p.ns[0]), math.Log10(p.ns[len(p.ns)-1])
 	if lx1-lx0 < 1e-9 {
 		lx0, lx1 = lx0-0.5, lx1+0.5
 	}
 	px := func(n float64) int {
-		return left + int((math.Log10(n)-lx0)/(lx1-lx0)*float64(W-left-right-40)) + 20
+		return x0 + panelLeft + 20 + int((math.Log10(n)-lx0)/(lx1-lx0)*float64(panelW-panelLeft-panelRight-40))
 	}
-	py := func(v float64) int { return H - bottom - int((v-ymin)/(ymax-ymin)*float64(H-top-bottom)) }
+	py := func(v float64) int {
+		return y0 + panelH - panelBottom - int((v-ymin)/(ymax-ymin)*float64(panelH-panelTop-panelBottom))
+	}
 	for i := 0; i <= 5; i++ {
 		v := ymin + (ymax-ymin)*float64(i)/5
 		y := py(v)
-		c.rect(left, y, W-right, y+1, grey)
+		c.rect(x0+panelLeft, y, x0+panelW-panelRight, y+1, grey)
 		lbl := fmt.Sprintf("%.2f", v)
-		c.text(left-8-textWidth(lbl, 2), y-5, 2, lbl, black)
+		c.text(x0+panelLeft-8-textWidth(lbl, 2), y-5, 2, lbl, black)
 	}
-	for _, n := range ns {
+	for _, n := range p.ns {
 		x := px(n)
-		c.rect(x, top, x+1, H-bottom, grey)
+		c.rect(x, y0+panelTop, x+1, y0+panelH-panelBottom, grey)
 		lbl := fmt.Sprint(int(n))
-		c.text(x-textWidth(lbl, 2)/2, H-bottom+10, 2, lbl, black)
+		c.text(x-textWidth(lbl, 2)/2, y0+panelH-panelBottom+10, 2, lbl, black)
 	}
-	c.text(left+(W-left-right)/2-textWidth("SANDBOXES", 2)/2, H-bottom+34, 2, "SANDBOXES", black)
-	c.rect(left, top, left+2, H-bottom, black)
-	c.rect(left, H-bottom, W-right, H-bottom+2, black)
-	for i, l := range lines {
+	mid := x0 + panelLeft + (panelW-panelLeft-panelRight)/2
+	c.text(mid-textWidth("SANDBOXES", 2)/2, y0+panelH-panelBottom+32, 2, "SANDBOXES", black)
+	c.rect(x0+panelLeft, y0+panelTop, x0+panelLeft+2, y0+panelH-panelBottom, black)
+	c.rect(x0+panelLeft, y0+panelH-panelBottom, x0+panelW-panelRight, y0+panelH-panelBottom+2, black)
+	legend := 0
+	for _, l := range p.lines {
 		col := chartPalette[l.color%len(chartPalette)]
-		drawLine(c, l, ns, px, py, col)
-		ly := top + 10 + i*20
-		if l.floor {
-			for x := W - right + 20; x < W-right+44; x += 6 {
-				c.rect(x, ly+4, x+3, ly+6, col)
-			}
-		} else {
-			c.rect(W-right+20, ly, W-right+44, ly+10, col)
+		drawLine(c, l, p.ns, px, py, col)
+		if l.p50 {
+			continue
 		}
-		c.text(W-right+52, ly, 2, l.name, black)
+		ly := y0 + panelTop + 10 + legend*20
+		legend++
+		c.rect(x0+panelW-panelRight+16, ly, x0+panelW-panelRight+40, ly+10, col)
+		c.text(x0+panelW-panelRight+48, ly, 2, l.name, black)
 	}
-	return savePNG(path, img)
 }
 
 var chartPalette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
 	{148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255}}
 
 // drawLine draws l's points and joins two of them only when they are neighbours on the sandbox
-// axis: a count l has no point at breaks the line. A floor's line is thin and dashed, its
-// points hollow.
+// axis: a count l has no point at breaks the line. A p50 line is thin and dashed, its points
+// hollow.
 func drawLine(c canvas, l chartLine, ns []float64, px func(float64) int, py func(float64) int, col color.RGBA) {
 	at := map[float64]float64{}
 	for _, p := range l.points {
@@ -173,18 +196,16 @@ func drawLine(c canvas, l chartLine, ns []float64, px func(float64) int, py func
 			continue
 		}
 		x, y := px(n), py(v)
-		if l.floor {
-			c.rect(x-4, y-4, x+4, y+4, col)
+		c.rect(x-4, y-4, x+4, y+4, col)
+		if l.p50 {
 			c.rect(x-2, y-2, x+2, y+2, color.White)
-		} else {
-			c.rect(x-4, y-4, x+4, y+4, col)
 		}
 		prev, ok := at[ns[max(j-1, 0)]]
 		if j == 0 || !ok {
 			continue
 		}
 		x0, y0 := px(ns[j-1]), py(prev)
-		if !l.floor {
+		if !l.p50 {
 			c.line(x0, y0, x, y, 3, col)
 			continue
 		}
@@ -209,67 +230,93 @@ func chartRange(lines []chartLine) (ymin, ymax float64) {
 	return ymin, niceCeil(ymax)
 }
 
-// chartFloor is the floor a workload's latency target reads (ratioSpecs): relay or goproxy.
-func chartFloor(w string) string {
+// floorOf is the floor a workload's targets are judged against (ratioSpecs): relay or goproxy;
+// "" for a workload without one (mix).
+func floorOf(w string) string {
 	for _, sp := range ratioSpecs {
 		if sp.workload == w && sp.target == "" {
-			if shape, _ := sp.cell(0, 0); shape == ShapeRate {
-				return sp.floor
-			}
+			return sp.floor
 		}
 	}
 	return ""
+}
+
+// peerNames are the other proxies the bench measures (bench/README.md).
+var peerNames = []string{"squid", "tinyproxy", "smokescreen"}
+
+// chartTargets are the targets of workload w's chart: Sandgate, its floor, and every peer that
+// serves w.
+func chartTargets(w string) []string {
+	out := []string{"sandgate"}
+	if f := floorOf(w); f != "" {
+		out = append(out, f)
+	}
+	for _, p := range peerNames {
+		if supports(p, w) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // measured reports a fixed-rate row that completed requests: a cell whose sandboxes all failed
 // has no latency, and its zeros are no measurement.
 func measured(row Row) bool { return row.Requests > row.Errors && row.P50MS > 0 }
 
-// chartLines is Sandgate's added p50 and p99 of each swept workload by sandbox count, each
-// followed by its floor's, with only measured points; and the sorted distinct counts at which
-// anything was measured.
-func chartLines(r *Report) ([]chartLine, []float64) {
+// chartPanels is one panel per workload in which Sandgate measured a fixed-rate cell against
+// direct, in report order.
+func chartPanels(r *Report) []chartPanel {
+	var panels []chartPanel
+	for _, w := range AllWorkloads {
+		if p := chartPanelOf(r, w); len(p.lines) > 0 && slices.ContainsFunc(p.lines, func(l chartLine) bool { return l.target == "sandgate" }) {
+			panels = append(panels, p)
+		}
+	}
+	return panels
+}
+
+// chartPanelOf is workload w's chart: each target's added p99 and p50 by sandbox count, with
+// only measured points, and the sorted distinct counts at which anything was measured.
+func chartPanelOf(r *Report, w string) chartPanel {
 	direct := map[Cell]Row{}
 	for _, row := range r.Rows {
 		if row.Target == "direct" {
 			direct[row.Cell] = row
 		}
 	}
-	var lines []chartLine
-	var ns []float64
-	for wi, w := range sweepWorkloads {
-		for qi, q := range []string{"P50", "P99"} {
-			for _, target := range []string{"sandgate", chartFloor(w)} {
-				l := chartLine{name: strings.ToUpper(w) + " " + q, floor: target != "sandgate", color: 2*wi + qi}
-				if l.floor {
-					l.name += " " + strings.ToUpper(target)
+	p := chartPanel{workload: strings.ToUpper(w)}
+	for ti, target := range chartTargets(w) {
+		for _, p50 := range []bool{false, true} {
+			l := chartLine{name: strings.ToUpper(target), target: target, p50: p50, color: ti}
+			if target == floorOf(w) {
+				l.name += " (FLOOR)"
+			}
+			for _, row := range r.Rows {
+				if row.Target != target || row.Workload != w || row.Shape != ShapeRate {
+					continue
 				}
-				for _, row := range r.Rows {
-					if row.Target != target || row.Workload != w || row.Shape != ShapeRate {
-						continue
-					}
-					dc := row.Cell
-					dc.Target = "direct"
-					d, ok := direct[dc]
-					if !ok || !measured(row) || !measured(d) {
-						continue
-					}
-					v := row.P50MS - d.P50MS
-					if q == "P99" {
-						v = row.P99MS - d.P99MS
-					}
-					l.points = append(l.points, chartPoint{float64(row.Sandboxes), v})
-					ns = append(ns, float64(row.Sandboxes))
+				dc := row.Cell
+				dc.Target = "direct"
+				d, ok := direct[dc]
+				if !ok || !measured(row) || !measured(d) {
+					continue
 				}
-				if target != "" && len(l.points) > 0 {
-					slices.SortFunc(l.points, func(a, b chartPoint) int { return int(a.n - b.n) })
-					lines = append(lines, l)
+				v := row.P99MS - d.P99MS
+				if p50 {
+					v = row.P50MS - d.P50MS
 				}
+				l.points = append(l.points, chartPoint{float64(row.Sandboxes), v})
+				p.ns = append(p.ns, float64(row.Sandboxes))
+			}
+			if len(l.points) > 0 {
+				slices.SortFunc(l.points, func(a, b chartPoint) int { return int(a.n - b.n) })
+				p.lines = append(p.lines, l)
 			}
 		}
 	}
-	slices.Sort(ns)
-	return lines, slices.Compact(ns)
+	slices.Sort(p.ns)
+	p.ns = slices.Compact(p.ns)
+	return p
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten (at least 0.1).

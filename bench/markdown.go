@@ -111,30 +111,43 @@ func (r *Report) checkPolicy(cs *checks) {
 	}
 }
 
-// Markdown renders the report.
+// Markdown renders the report: how it ran, the targets it measured (with floors and peers),
+// the other checks, the charts, then every cell.
 func (r *Report) Markdown(chart string) string {
 	var b strings.Builder
 	mainN, _ := r.Options["sandboxes"].(int)
 	fmt.Fprintf(&b, "# Sandgate bench %s\n\n", r.Label)
-	fmt.Fprintf(&b, "%s. Machine: %s CPUs (%s), %s; load average at the end: %s. Options: %v.\n\n",
-		r.Time.Format("2006-01-02 15:04 UTC"), r.Machine["cpus"], r.Machine["cpu"], r.Machine["go"], r.Machine["loadavg_at_end"], r.Options)
-	b.WriteString("Every target is its own process on loopback; cells are interleaved (each workload and shape: every target in turn), " +
-		"medians over repetitions, in phases of one sandbox count, fewest first (no cell follows a larger count's; a cell's sandboxes end their MCP sessions when it is over). Latency of fixed-rate cells counts from the scheduled send time (open loop). " +
-		"*Added* = target percentile − direct percentile in the same run. CPU = proxy process group's user+system time per completed request " +
-		"(" + r.Machine["cpu_source"] + ", sampled at the two ends of the window while the load runs). Upstream conns/handshakes are those of the TLS model-API stand-in during the window " +
-		"(tunnel workloads open one upstream connection per tunnel by design).\n\n")
-	if len(r.Versions) > 0 {
-		fmt.Fprintf(&b, "Peers: %v.\n\n", r.Versions)
-	}
-	for _, n := range r.Notes {
+	fmt.Fprintf(&b, "%s. Machine: %s CPUs (%s), %s; load average at the end: %s.\n\n",
+		r.Time.Format("2006-01-02 15:04 UTC"), r.Machine["cpus"], r.Machine["cpu"], r.Machine["go"], r.Machine["loadavg_at_end"])
+	fmt.Fprintf(&b, "Run: %s.\n", r.optionsText())
+	b.WriteString(r.peersText())
+	for i, n := range r.Notes {
+		if i == 0 {
+			b.WriteString("\n")
+		}
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
 	b.WriteString(r.ratioTable())
 	b.WriteString("\n## Other checks\n\n| check | this run | status |\n| --- | --- | --- |\n")
+	var unchecked []string
 	for _, c := range r.Checks(mainN) {
+		if c.Status == "not measured" {
+			unchecked = append(unchecked, c.Target)
+			continue
+		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", c.Target, c.Value, c.Status)
 	}
-	b.WriteString(r.floorTable(mainN))
+	if len(unchecked) > 0 {
+		fmt.Fprintf(&b, "\nNot checked in this run: %s.\n", strings.Join(unchecked, "; "))
+	}
+	fmt.Fprintf(&b, "\n## Added latency against sandbox count\n\nOne chart per workload: Sandgate, its floor and every peer "+
+		"that serves the workload, at each sandbox count of the run (fixed rate; p99 solid, p50 dashed).\n\n![charts](%s)\n", chart)
+	b.WriteString("\n## How it was measured\n\n")
+	b.WriteString("Every target is its own process on loopback; cells are interleaved (each workload and shape: every target in turn), " +
+		"medians over repetitions, in phases of one sandbox count, fewest first (no cell follows a larger count's; a cell's sandboxes end their MCP sessions when it is over). Latency of fixed-rate cells counts from the scheduled send time (open loop). " +
+		"*Added* = target percentile − direct percentile in the same run. CPU = proxy process group's user+system time per completed request " +
+		"(" + r.Machine["cpu_source"] + ", sampled at the two ends of the window while the load runs). Upstream conns/handshakes are those of the TLS model-API stand-in during the window " +
+		"(tunnel workloads open one upstream connection per tunnel by design).\n")
 	b.WriteString("\n## Fixed rate\n\n")
 	b.WriteString("| sandboxes | workload | target | req/s | p50 | p90 | p99 | added p50 | added p90 | added p99 | errors | CPU µs/req | RSS MB (end / peak) | goroutines/threads | open files | upstream conns (new/peak) | TLS handshakes | loadgen cores | stand-ins CPU µs/req |\n")
 	b.WriteString("| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
@@ -164,7 +177,62 @@ func (r *Report) Markdown(chart string) string {
 	if len(errs) > 0 {
 		b.WriteString("\n## Errors\n\n" + strings.Join(errs, "\n") + "\n")
 	}
-	fmt.Fprintf(&b, "\n## Added latency against sandbox count\n\n![latency vs sandboxes](%s)\n", chart)
+	return b.String()
+}
+
+// optionsText is the run's options in words: "200 sandboxes (sweep 50), 500 requests/s, …".
+func (r *Report) optionsText() string {
+	o := r.Options
+	ints := func(k string) []string {
+		v, _ := o[k].([]int)
+		out := make([]string, len(v))
+		for i, n := range v {
+			out[i] = fmt.Sprint(n)
+		}
+		return out
+	}
+	s := fmt.Sprintf("%v sandboxes", o["sandboxes"])
+	sweep := slices.DeleteFunc(ints("sweep"), func(n string) bool { return n == fmt.Sprint(o["sandboxes"]) })
+	if len(sweep) > 0 {
+		s += " (the swept workloads also at " + andList(sweep) + ")"
+	}
+	s += fmt.Sprintf(", %v requests/s at the fixed rate, closed loop at %s clients", o["rate"], andList(ints("concurrency")))
+	reps, _ := o["reps"].(int)
+	s += fmt.Sprintf(", %d repetition", reps)
+	if reps != 1 {
+		s += "s"
+	}
+	return s + fmt.Sprintf("; windows: fixed rate %v (%v where a latency target reads it), closed loop %v, warm-up %v",
+		o["rate_duration"], o["tail_duration"], o["closed_duration"], o["warmup"])
+}
+
+// andList writes "a, b and c".
+func andList(xs []string) string {
+	if len(xs) < 2 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " and " + xs[len(xs)-1]
+}
+
+// peersText names the peers this run measured, with their versions, and those it skipped, with
+// why.
+func (r *Report) peersText() string {
+	var b strings.Builder
+	var measured []string
+	for _, p := range peerNames {
+		if v, ok := r.Versions[p]; ok {
+			measured = append(measured, v)
+		}
+	}
+	if len(measured) > 0 {
+		fmt.Fprintf(&b, "\nPeers measured: %s.\n", strings.Join(measured, "; "))
+	}
+	for i, s := range r.Skipped {
+		if i == 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "- Not measured: %s: %s.\n", s.Target, s.Why)
+	}
 	return b.String()
 }
 
@@ -215,40 +283,4 @@ func rss(x Row) string {
 		return fmt.Sprintf("%.1f", float64(x.RSSBytes)/(1<<20))
 	}
 	return fmt.Sprintf("%.1f / %.1f", float64(x.RSSBytes)/(1<<20), float64(x.PeakRSSBytes)/(1<<20))
-}
-
-// floorTable sets Sandgate against the bare Go relay (bench/cmd/relay) on the workloads both
-// serve: what policy, identity, injection, parsing and audit cost over the least any Go proxy
-// does.
-func (r *Report) floorTable(mainN int) string {
-	var b strings.Builder
-	row := func(w, measure string, sg, rl float64, ok bool) {
-		if ok && rl > 0 {
-			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f× |\n", w, measure, sg, rl, sg/rl)
-		}
-	}
-	for _, w := range []string{WRoute, WRouteConv, WIntercept, WMCP, WTunnel, WTunnelNew} {
-		floor := "relay"
-		if w == WIntercept {
-			floor = "goproxy"
-		}
-		s, ok1 := r.row(w, "sandgate", ShapeClosed, 64)
-		l, ok2 := r.row(w, floor, ShapeClosed, 64)
-		row(w, "CPU µs/request (c=64)", s.CPUPerReqUS, l.CPUPerReqUS, ok1 && ok2)
-		row(w, "throughput req/s (c=64)", s.Throughput, l.Throughput, ok1 && ok2)
-		s, ok1 = r.row(w, "sandgate", ShapeRate, mainN)
-		l, ok2 = r.row(w, floor, ShapeRate, mainN)
-		ok := ok1 && ok2 && s.HasDirect && l.HasDirect
-		row(w, fmt.Sprintf("added p50 ms (fixed rate, %d sandboxes)", mainN), s.AddedP50MS, l.AddedP50MS, ok)
-		row(w, fmt.Sprintf("added p99 ms (fixed rate, %d sandboxes)", mainN), s.AddedP99MS, l.AddedP99MS, ok)
-	}
-	if b.Len() == 0 {
-		return ""
-	}
-	return "\n## Against the bare Go floor\n\nThe relay target is the least a Go proxy does: a CONNECT relay, and for the route a bare " +
-		"`httputil.ReverseProxy` over one pooled HTTP/2 transport that sets the API key, and for MCP an mcp-go server whose tools forward to one mcp-go client " +
-		"session. For the intercept workload the floor " +
-		"is goproxy's own TLS interception (cached leaves, the same pooled transport, nothing added). Sandgate adds identity, " +
-		"policy, key injection, body and usage parsing, limits and audit.\n\n| workload | measure | Sandgate | bare Go | ratio |\n" +
-		"| --- | --- | ---: | ---: | ---: |\n" + b.String()
 }

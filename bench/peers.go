@@ -13,6 +13,33 @@ import (
 	"github.com/sandgate/sandgate/proxy"
 )
 
+// Skip is a target a run left out, and why: a peer that is not installed (make setup installs
+// them; the bench installs nothing, so it runs offline), or that did not start.
+type Skip struct {
+	Target string `json:"target"`
+	Why    string `json:"why"`
+}
+
+// onPath is a peer's check for a command installed on PATH.
+func onPath(command string) func() string {
+	return func() string {
+		if _, err := exec.LookPath(command); err != nil {
+			return "not installed (" + command + " is not on PATH): make setup installs it"
+		}
+		return ""
+	}
+}
+
+// builtBy is a peer's check for a binary at path, which how builds.
+func builtBy(path, how string) func() string {
+	return func() string {
+		if _, err := os.Stat(path); err != nil {
+			return "not built (" + path + "): " + how
+		}
+		return ""
+	}
+}
+
 // Target is one way of reaching the upstreams: direct (no proxy), or through a proxy process.
 type Target struct {
 	Name        string
@@ -126,7 +153,7 @@ func startGoproxy(ctx context.Context, bin, root, caDir string, up *Upstreams) (
 func startSquid(ctx context.Context, root string) (*Target, error) {
 	bin, err := exec.LookPath("squid")
 	if err != nil {
-		return nil, fmt.Errorf("squid not installed (run bench/setup.sh): %w", err)
+		return nil, fmt.Errorf("squid not installed (make setup installs it): %w", err)
 	}
 	dir, addrs, err := peerAddrs(root, "squid", 1)
 	if err != nil {
@@ -166,7 +193,7 @@ shutdown_lifetime 0 seconds
 func startTinyproxy(ctx context.Context, root string) (*Target, error) {
 	bin, err := exec.LookPath("tinyproxy")
 	if err != nil {
-		return nil, fmt.Errorf("tinyproxy not installed (run bench/setup.sh): %w", err)
+		return nil, fmt.Errorf("tinyproxy not installed (make setup installs it): %w", err)
 	}
 	dir, addrs, err := peerAddrs(root, "tinyproxy", 1)
 	if err != nil {

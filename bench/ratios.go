@@ -34,6 +34,10 @@ type Ratio struct {
 	// cell of this ratio: the cell may have measured the generator, not the proxy.
 	LoadgenSaturated bool   `json:"loadgen_saturated,omitempty"`
 	Note             string `json:"note,omitempty"`
+	// Peers are the other proxies' figures for the same measure and cell (median over
+	// repetitions), where they serve the workload: Squid, tinyproxy and Smokescreen on the
+	// tunnel workloads.
+	Peers map[string]float64 `json:"peers,omitempty"`
 }
 
 // absolute marks a target with no floor (RSS per sandbox: no floor keeps sandbox state).
@@ -153,10 +157,37 @@ func (r *Report) Ratios(mainN int, concurrency []int) []Ratio {
 			if x.AtLeast {
 				x.Met = x.Ratio >= x.Target
 			}
+			if sp.target == "" {
+				x.Peers = r.peerValues(sp, shape, n)
+			}
 		}
 		out = append(out, x)
 	}
 	out = append(out, r.deliveryP50(WRoute, mainN), r.deliveryP50(WMCP, mainN), r.policyRatio(), r.rssPerSandbox())
+	return out
+}
+
+// peerValues is each peer's figure for sp's measure on one cell, median over repetitions.
+func (r *Report) peerValues(sp ratioSpec, shape string, n int) map[string]float64 {
+	var out map[string]float64
+	for _, peer := range peerNames {
+		var vs []float64
+		for _, rep := range r.reps() {
+			x, ok1 := r.result(sp.workload, peer, shape, n, rep)
+			d, ok2 := r.result(sp.workload, "direct", shape, n, rep)
+			if ok1 && (ok2 || shape != ShapeRate) {
+				if v := sp.value(x, d); v > 0 {
+					vs = append(vs, v)
+				}
+			}
+		}
+		if len(vs) > 0 {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[peer] = median(vs)
+		}
+	}
 	return out
 }
 
@@ -276,42 +307,45 @@ func (r *Report) ratiosOf() []Ratio {
 	return r.Ratios(mainN, conc)
 }
 
-// ratioTable renders the targets: median ratio, its min–max and every repetition's.
+// ratioTable renders the targets this run measured, each with the floor it is judged against
+// and the peers' figures for the same measure beside it, then names those it did not measure.
 func (r *Report) ratioTable() string {
 	var b strings.Builder
-	b.WriteString("\n## Targets: ratios against the floors of this run\n\n" +
-		"Each ratio is Sandgate's figure over the floor's, per repetition (the two cells run seconds apart, " +
-		"interleaved); the median decides met/missed, min–max shows how well it repeats. " +
-		"⚠ marks a ratio one of whose cells had the load generator above 90% of a core.\n\n" +
-		"| workload | measure | Sandgate | floor | ratio (median) | min–max | per repetition | target | status |\n" +
-		"| --- | --- | ---: | --- | ---: | ---: | --- | ---: | --- |\n")
+	b.WriteString("\n## Targets\n\n" +
+		"Sandgate's figure against its floor's, measured in the same run, interleaved: the ratio is the median of " +
+		"the per-repetition ratios (min–max beside it) and decides the status. The peers' figures for the same " +
+		"measure are beside them. ⚠: a cell of the ratio had the load generator above 90% of a core.\n\n" +
+		"| workload | measure | Sandgate | floor | peers | ratio (min–max) | target | status |\n" +
+		"| --- | --- | ---: | --- | --- | ---: | ---: | --- |\n")
+	var missing []string
 	for _, x := range r.ratiosOf() {
-		if !x.Measured && x.Sandgate == 0 {
-			fmt.Fprintf(&b, "| %s | %s | — | %s | — | — | — | %s | not measured |\n", x.Workload, x.Measure, x.Floor, x.TargetText())
-			continue
-		}
-		per := make([]string, len(x.PerRep))
-		for i, v := range x.PerRep {
-			per[i] = fmt.Sprintf("%.2f", v)
-		}
-		status := verdict(x.Met)
 		if !x.Measured {
-			status = "not measured (" + x.Note + ")"
+			missing = append(missing, x.Workload+" "+x.Measure)
+			continue
 		}
 		warn := ""
 		if x.LoadgenSaturated {
 			warn = " ⚠"
 		}
-		floor := fmt.Sprintf("%s %.2f", x.Floor, x.FloorVal)
+		floor := fmt.Sprintf("%s %s", x.Floor, figure(x.FloorVal))
 		if x.Floor == absolute {
 			floor = "—"
 		}
-		value := fmt.Sprintf("%.2f×", x.Ratio)
+		value := fmt.Sprintf("%.2f× (%.2f–%.2f)", x.Ratio, x.Min, x.Max)
 		if x.Difference {
-			value = fmt.Sprintf("%+.2f ms", x.Ratio)
+			value = fmt.Sprintf("%+.2f ms (%+.2f–%+.2f)", x.Ratio, x.Min, x.Max)
+		} else if x.Floor == absolute {
+			value = "—"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %s%s | %.2f–%.2f | %s | %s | %s |\n", x.Workload, x.Measure, x.Sandgate, floor,
-			value, warn, x.Min, x.Max, strings.Join(per, " "), x.TargetText(), status)
+		measure := x.Measure
+		if x.Note != "" {
+			measure += " (" + x.Note + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s%s | %s | %s |\n", x.Workload, measure, figure(x.Sandgate), floor,
+			peersText(x.Peers), value, warn, x.TargetText(), verdict(x.Met))
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(&b, "\nNot measured in this run (their cells were not run, or gave no figure to compare): %s.\n", strings.Join(missing, "; "))
 	}
 	if ab := r.ABRatios(); len(ab) > 0 {
 		b.WriteString("\n## A/B: this build against the baseline binary (same run, interleaved)\n\n" +
@@ -321,6 +355,28 @@ func (r *Report) ratioTable() string {
 		}
 	}
 	return b.String()
+}
+
+// figure writes a measured value with the precision its size calls for.
+func figure(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// peersText writes the peers' figures, "squid 40.1, tinyproxy 55.0", or "—".
+func peersText(peers map[string]float64) string {
+	var parts []string
+	for _, p := range peerNames {
+		if v, ok := peers[p]; ok {
+			parts = append(parts, p+" "+figure(v))
+		}
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ABRatios set the sandgate target against the baseline binary (Options.BaselineBin), per

@@ -29,6 +29,7 @@ type Report struct {
 	Machine  map[string]string `json:"machine"`
 	Versions map[string]string `json:"versions"`
 	Notes    []string          `json:"notes"`
+	Skipped  []Skip            `json:"skipped,omitempty"` // targets not measured, and why
 	Rows     []Row             `json:"rows"`
 	Policy   []PolicyFigure    `json:"policy_decision,omitempty"`
 	Results  []Result          `json:"results"`
@@ -117,14 +118,22 @@ func machine() map[string]string {
 	return m
 }
 
-func peerVersions() map[string]string {
+// peerVersions are the versions of the peers this run measured, and of no other.
+func peerVersions(targets []*Target) map[string]string {
 	v := map[string]string{}
-	if out, err := exec.Command("squid", "-v").Output(); err == nil {
-		v["squid"] = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	for _, t := range targets {
+		switch t.Name {
+		case "squid":
+			if out, err := exec.Command("squid", "-v").Output(); err == nil {
+				v["squid"] = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+			}
+		case "tinyproxy":
+			if out, err := exec.Command("tinyproxy", "-v").CombinedOutput(); err == nil {
+				v["tinyproxy"] = strings.TrimSpace(string(out))
+			}
+		case "smokescreen":
+			v["smokescreen"] = "smokescreen " + smokescreenVersion
+		}
 	}
-	if out, err := exec.Command("tinyproxy", "-v").CombinedOutput(); err == nil {
-		v["tinyproxy"] = strings.TrimSpace(string(out))
-	}
-	v["smokescreen"] = "smokescreen " + smokescreenVersion
 	return v
 }

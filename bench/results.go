@@ -11,41 +11,38 @@ import (
 	"time"
 )
 
-// RawDir is where a run's raw dump goes (every cell of every repetition, about 12,000 lines for
-// a full run): a folder git ignores. The report's figures are all in the Markdown and the ratio
-// JSON; the dump is for re-reading a run, and git history keeps the dumps of earlier runs
-// (bench/results/HISTORY.md says how to get one back).
-const RawDir = "bench/results/raw"
+// The report's places. A run writes into OutDir (var/bench, which git ignores) and changes no
+// tracked file; `-publish` writes into PublishedDir, the reports the repository keeps (the
+// latest full report and one per release tag), and rewrites its index and latest.json. RawDir
+// holds each run's raw dump (every cell of every repetition, about 12,000 lines for a full
+// run), never committed: the report's figures are all in the Markdown and the ratio JSON, and
+// git history keeps earlier reports (bench/results/HISTORY.md says how to get one back).
+const (
+	OutDir       = "var/bench"
+	PublishedDir = "bench/results"
+	RawDir       = "var/bench/raw"
+)
 
-// Write saves the report of a run: LABEL.md, LABEL.json (the ratio targets and the A/B, one
-// line each) and LABEL-latency-vs-sandboxes.png under dir, latest.json (the newest ratio JSON)
-// and dir/README.md pointing at them; the raw dump goes to rawDir/LABEL.json.
-func (r *Report) Write(dir, rawDir, label string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("results dir: %w", err)
-	}
+// chartFile is the name of LABEL's chart: one panel per workload.
+func chartFile(label string) string { return label + "-charts.png" }
+
+// Write saves the report of a run: the raw dump as rawDir/LABEL.json, and the report
+// (WriteReport) under dir.
+func (r *Report) Write(dir, rawDir, label string, publish bool) error {
 	if err := r.WriteRaw(rawDir, label); err != nil {
 		return err
 	}
-	if err := r.WriteSummary(dir, label); err != nil {
-		return err
-	}
-	ratios, err := os.ReadFile(filepath.Join(dir, label+".json"))
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, "latest.json"), ratios, 0o644)
-	}
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, label+".md"), []byte(r.Markdown(label+"-latency-vs-sandboxes.png")), 0o644)
-	}
-	if err != nil {
-		return fmt.Errorf("write report %s: %w", label, err)
-	}
-	return writeResultsIndex(dir, label)
+	return r.WriteReport(dir, label, publish)
 }
 
-// WriteSummary writes LABEL.json (RatioJSON) and LABEL-latency-vs-sandboxes.png under dir.
-func (r *Report) WriteSummary(dir, label string) error {
-	if err := writeChart(filepath.Join(dir, label+"-latency-vs-sandboxes.png"), r); err != nil {
+// WriteReport writes LABEL.md, LABEL.json (the ratio targets, the A/B and the checks, one line
+// each) and LABEL-charts.png under dir. Published, dir also gets latest.json (this LABEL.json)
+// and README.md, the index of the reports kept.
+func (r *Report) WriteReport(dir, label string, publish bool) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("results dir: %w", err)
+	}
+	if err := writeChart(filepath.Join(dir, chartFile(label)), r); err != nil {
 		return err
 	}
 	ratios, err := r.RatioJSON(label)
@@ -55,7 +52,16 @@ func (r *Report) WriteSummary(dir, label string) error {
 	if err := os.WriteFile(filepath.Join(dir, label+".json"), ratios, 0o644); err != nil {
 		return fmt.Errorf("write %s.json: %w", label, err)
 	}
-	return nil
+	if err := os.WriteFile(filepath.Join(dir, label+".md"), []byte(r.Markdown(chartFile(label))), 0o644); err != nil {
+		return fmt.Errorf("write report %s: %w", label, err)
+	}
+	if !publish {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latest.json"), ratios, 0o644); err != nil {
+		return fmt.Errorf("publish report %s: %w", label, err)
+	}
+	return writeResultsIndex(dir, label)
 }
 
 // WriteRaw saves the whole report, every cell and repetition, as rawDir/LABEL.json.
@@ -191,9 +197,9 @@ func reportTime(dir, label string) time.Time {
 }
 
 // writeResultsIndex lists the reports kept in dir, newest first, in dir/README.md. What is kept
-// is a choice made at commit time (bench/README.md "Reports"): the newest report, and one per
-// landed change that moved a ratio; older runs live in git history, and dir/HISTORY.md (written
-// by hand, when there is one) says where to find those the docs cite.
+// is a choice made at commit time (bench/README.md "Reports"): the latest full report and one
+// per release tag; older runs live in git history, and dir/HISTORY.md (written by hand, when
+// there is one) says how to get one back.
 func writeResultsIndex(dir, latest string) error {
 	const historyFile = "HISTORY"
 	mds, err := filepath.Glob(filepath.Join(dir, "*.md"))
@@ -217,13 +223,13 @@ func writeResultsIndex(dir, latest string) error {
 		return strings.Compare(b, a)
 	})
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Bench results\n\n`make bench` writes one report per run here: LABEL.md, LABEL.json (the ratio targets, "+
-		"the A/B and the checks, machine-readable), LABEL-latency-vs-sandboxes.png, and latest.json (the newest LABEL.json). "+
-		"The raw dump of every cell and repetition goes to %s/ (not committed). Keep the newest report and one per landed "+
-		"change that moved a ratio; delete the rest before committing (git keeps them).\n\n"+
-		"Latest: [%s.md](%s.md) ([targets](latest.json))\n\n", strings.TrimPrefix(RawDir, "bench/results/"), latest, latest)
+	fmt.Fprintf(&b, "# Bench results\n\nThe reports the repository keeps: the latest full report and one per release tag. "+
+		"`make bench` writes a run's report to %s/, which git ignores; `make bench BENCH_FLAGS=-publish` writes it here "+
+		"(LABEL.md, LABEL.json: the ratio targets and checks, machine-readable, LABEL-charts.png) and rewrites this index "+
+		"and latest.json. Delete the report it replaces before committing: git history keeps it.\n\n"+
+		"Latest: [%s.md](%s.md) ([targets](latest.json))\n\n", OutDir, latest, latest)
 	if _, err := os.Stat(filepath.Join(dir, historyFile+".md")); err == nil {
-		fmt.Fprintf(&b, "Earlier reports the docs cite, and how to get back a raw dump: [%s.md](%s.md).\n\n", historyFile, historyFile)
+		fmt.Fprintf(&b, "Earlier reports, and how to get one back from git: [%s.md](%s.md).\n\n", historyFile, historyFile)
 	}
 	b.WriteString("| report | ratios | chart |\n| --- | --- | --- |\n")
 	for _, l := range labels {
@@ -231,8 +237,11 @@ func writeResultsIndex(dir, latest string) error {
 		if _, err := os.Stat(filepath.Join(dir, l+".json")); err == nil {
 			ratios = fmt.Sprintf("[json](%s.json)", l)
 		}
-		if _, err := os.Stat(filepath.Join(dir, l+"-latency-vs-sandboxes.png")); err == nil {
-			chart = fmt.Sprintf("[png](%s-latency-vs-sandboxes.png)", l)
+		for _, png := range []string{chartFile(l), l + "-latency-vs-sandboxes.png"} { // the second: reports before issue 60
+			if _, err := os.Stat(filepath.Join(dir, png)); err == nil {
+				chart = fmt.Sprintf("[png](%s)", png)
+				break
+			}
 		}
 		fmt.Fprintf(&b, "| [%s](%s.md) | %s | %s |\n", l, l, ratios, chart)
 	}

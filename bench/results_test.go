@@ -27,21 +27,37 @@ func smallRun() *Report {
 	return buildReport(o, results, nil)
 }
 
-// TestWriteKeepsTheRawDumpOutOfResults writes a report: the results folder gets the Markdown,
-// the chart and the ratio JSON (also as latest.json), one ratio per line; the dump of every
-// cell goes to the raw folder, and reading it back gives the same ratio JSON.
-func TestWriteKeepsTheRawDumpOutOfResults(t *testing.T) {
-	dir, raw := t.TempDir(), t.TempDir()
-	r := smallRun()
-	require.NoError(t, r.Write(dir, raw, "2026-12-01-abc"))
-
+func fileNames(t *testing.T, dir string) []string {
+	t.Helper()
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	assert.ElementsMatch(t, []string{"2026-12-01-abc.md", "2026-12-01-abc.json", "2026-12-01-abc-latency-vs-sandboxes.png", "latest.json", "README.md"}, names)
+	return names
+}
+
+// A run writes its report and nothing else: no index, no latest.json (those are the kept
+// reports', rewritten only with -publish), so a run into the default var/bench changes no
+// tracked file.
+func TestARunWritesOnlyItsReportUnlessPublished(t *testing.T) {
+	dir, raw := t.TempDir(), t.TempDir()
+	require.NoError(t, smallRun().Write(dir, raw, "2026-12-01-abc", false))
+	assert.ElementsMatch(t, []string{"2026-12-01-abc.md", "2026-12-01-abc.json", "2026-12-01-abc-charts.png"}, fileNames(t, dir))
+	assert.Equal(t, "var/bench", OutDir, "the default out folder is one git ignores")
+	assert.True(t, strings.HasPrefix(RawDir, OutDir+"/"))
+}
+
+// TestWriteKeepsTheRawDumpOutOfResults publishes a report: the results folder gets the
+// Markdown, the chart and the ratio JSON (also as latest.json), one ratio per line, and the
+// index; the dump of every cell goes to the raw folder, and reading it back gives the same
+// ratio JSON.
+func TestWriteKeepsTheRawDumpOutOfResults(t *testing.T) {
+	dir, raw := t.TempDir(), t.TempDir()
+	r := smallRun()
+	require.NoError(t, r.Write(dir, raw, "2026-12-01-abc", true))
+	assert.ElementsMatch(t, []string{"2026-12-01-abc.md", "2026-12-01-abc.json", "2026-12-01-abc-charts.png", "latest.json", "README.md"}, fileNames(t, dir))
 
 	ratios, err := os.ReadFile(filepath.Join(dir, "2026-12-01-abc.json"))
 	require.NoError(t, err)

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// smokescreenVersion is the release bench/setup.sh installs (github.com/stripe/smokescreen, built
-// from its own module into the tools cache; not a dependency of Sandgate's go.mod).
+// smokescreenVersion is the release make setup installs (test/setup.sh: github.com/stripe/smokescreen,
+// built from its own module into the tools cache; not a dependency of Sandgate's go.mod).
 const smokescreenVersion = "v0.1.0"
 
 // startSmokescreen runs Stripe's Smokescreen, a Go egress proxy that users pick for egress ACLs,
@@ -21,7 +21,7 @@ const smokescreenVersion = "v0.1.0"
 // one that applies (allow_missing_role). Its one log line per request goes to its folder.
 func startSmokescreen(ctx context.Context, bin, root string) (*Target, error) {
 	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("smokescreen not installed (run bench/setup.sh): %w", err)
+		return nil, fmt.Errorf("smokescreen not installed (make setup builds it): %w", err)
 	}
 	dir, addrs, err := peerAddrs(root, "smokescreen", 2)
 	if err != nil {

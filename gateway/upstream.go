@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -215,6 +214,9 @@ func (u *upstream) run(ctx context.Context) {
 		if cli == nil {
 			err := u.connect(ctx)
 			u.triedOnce.Do(func() { close(u.tried) })
+			if err != nil && ctx.Err() != nil {
+				return // serve is stopping and cut the attempt short: nothing to retry or report
+			}
 			if err != nil {
 				u.mu.Lock()
 				u.err = err
@@ -506,25 +508,6 @@ func (u *upstream) headers(context.Context) map[string]string {
 		return nil
 	}
 	return map[string]string{c.Header: c.Render(v)}
-}
-
-// command builds the stdio server's process with a clean environment.
-func (u *upstream) command(ctx context.Context, command string, _ []string, args []string) (*exec.Cmd, error) {
-	cmd := exec.CommandContext(ctx, command, args...)
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range u.cfg.Env {
-		env = append(env, k+"="+v)
-	}
-	for k, name := range u.cfg.CredentialEnv {
-		v, ok := u.creds.Get(name)
-		if !ok {
-			return nil, fmt.Errorf("credential %q for %s is not available", name, k)
-		}
-		env = append(env, k+"="+v)
-	}
-	cmd.Env = env
-	cmd.Stderr = nil
-	return cmd, nil
 }
 
 // waitConnected waits up to the connect timeout for the supervisor to reconnect.

@@ -136,6 +136,11 @@ func (e *Engine) settle(prev, rev *revision, err error, reason, reading string) 
 	e.stateMu.Unlock()
 
 	switch {
+	case err != nil && prev == nil:
+		// Nothing compiled yet: there is no good revision to fall back on, and every call is
+		// denied until the folder compiles (at start, serve refuses to run on it).
+		e.log.Error("policy load rejected; no revision serves: every call is denied until the policies compile",
+			"dir", e.dir, "reason", reason, "err", err)
 	case err != nil:
 		e.log.Error("policy reload rejected; last good revision keeps serving", "dir", e.dir, "revision", res.Revision, "reason", reason, "err", err)
 	case res.Changed:

@@ -22,6 +22,16 @@ func (s TestSummary) OK() bool { return s.Failed == 0 && s.Errored == 0 && s.Pas
 // RunTests runs the *_test.rego tests of the folders, as `opa test` would, writing OPA's report
 // to w. The test files are loaded together with the policies and data they test.
 func RunTests(ctx context.Context, w io.Writer, verbose bool, dirs ...string) (TestSummary, error) {
+	return runTests(ctx, tester.PrettyReporter{Output: w, Verbose: verbose, FailureLine: true}, dirs)
+}
+
+// RunTestsJSON is RunTests writing OPA's JSON report (`opa test --format=json`): one array of
+// every test's result, for CI.
+func RunTestsJSON(ctx context.Context, w io.Writer, dirs ...string) (TestSummary, error) {
+	return runTests(ctx, tester.JSONReporter{Output: w}, dirs)
+}
+
+func runTests(ctx context.Context, reporter tester.Reporter, dirs []string) (TestSummary, error) {
 	var sum TestSummary
 	keepAll := func(_ string, info fs.FileInfo, depth int) bool {
 		return skipFile("", info, depth) && !isTestFile(info)
@@ -47,7 +57,7 @@ func RunTests(ctx context.Context, w io.Writer, verbose bool, dirs ...string) (T
 	results := make(chan *tester.Result)
 	done := make(chan error, 1)
 	go func() {
-		done <- tester.PrettyReporter{Output: w, Verbose: verbose, FailureLine: true}.Report(results)
+		done <- reporter.Report(results)
 	}()
 	for r := range ch {
 		switch {

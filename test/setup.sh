@@ -3,14 +3,17 @@
 # (ignored by git) links to.
 # Safe to run again: each step checks whether its result is already there.
 #   apt:  redis-server, etcd-server, curl, iproute2 (netns attack tests), prometheus (for its
-#         promtool: the chart's alert rules)
+#         promtool: the chart's alert rules); squid and tinyproxy (the bench's peers: `make
+#         bench` runs offline on what setup installed; their system services are stopped)
 #   Go:   opa (policy tests; go.mod's tool directive), helm (chart tests; a tool of
 #         test/kube-apiserver's module), staticcheck (make lint), everything-server (MCP
 #         conformance upstream), kube-apiserver (built from test/kube-apiserver), agent-sandbox
 #         CRDs + controller (pinned v0.5.6 and v1.0.1 from the Go module proxy, zip hash checked, built against
 #         Sandgate's Kubernetes versions: test/agent-sandbox/go.mod), cyclonus v0.5.6's
 #         evaluator (NetworkPolicy cross-check, built from test/cyclonus), otelcol (an
-#         OpenTelemetry Collector built from test/otelcol: the audit export tests)
+#         OpenTelemetry Collector built from test/otelcol: the audit export tests and the
+#         bench's export variant), smokescreen v0.1.0 (Stripe's egress proxy, a bench peer,
+#         from its own module)
 #   npm:  node@22, @modelcontextprotocol/conformance, @modelcontextprotocol/server-everything
 #         (the TypeScript SDK's reference server: second conformance upstream), @anthropic-ai/sdk
 #         (test/node, versions pinned in its package.json and package-lock.json)
@@ -34,7 +37,7 @@ tools="$root/.tools"
 bin="$tools/bin"
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-apt_pkgs=(redis-server etcd-server curl iproute2 prometheus)
+apt_pkgs=(redis-server etcd-server curl iproute2 prometheus squid tinyproxy)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,6 +47,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The bench starts its own squid and tinyproxy in the foreground with configs of its own; the
+  # packages' services (started by their install where an init system runs) are not used.
+  for s in squid tinyproxy; do
+    service "$s" stop >/dev/null 2>&1 || true
+  done
 fi
 
 # These tools are built from their own modules at their own versions, sharing only the standard
@@ -271,6 +279,8 @@ shared_builds() {
   timed opa opa_tool
   side_job staticcheck timed staticcheck go_tool staticcheck v0.8.2 honnef.co/go/tools/cmd/staticcheck@v0.8.2
   side_job everything-server timed everything-server go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
+  # The bench's Go peer (bench/smokescreen.go names the version), from its own module.
+  side_job smokescreen timed smokescreen go_tool smokescreen v0.1.0 github.com/stripe/smokescreen@v0.1.0
   timed kube-apiserver kube_apiserver
   timed agent-sandbox agent_sandboxes
   timed cyclonus cyclonus

@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/call"
+	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/grants"
 	"github.com/sandgate/sandgate/internal/identity"
 )
@@ -121,9 +123,12 @@ func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.C
 			<-ctx.Done()
 			return nil
 		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("%s listener: %w", name, err)
+		ln, ok := d.bound[name] // bound at serve's start (bindListeners)
+		if !ok {
+			var err error
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				return listenError(name, addr, err)
+			}
 		}
 		bound.Store(true)
 		d.log.Info("listening", "listener", name, "addr", ln.Addr().String())
@@ -138,6 +143,48 @@ func listenerComponent(name, addr string, d *serveDeps, serve func(ctx context.C
 }
 
 var errNotListening = errors.New("not listening yet")
+
+// bindListeners binds every listener of the config before serve opens anything else, and
+// reports every address that cannot be bound, each by its setting: a second Sandgate (or `make
+// run`) beside the first fails on the addresses, before it touches the first one's files (the
+// audit folder, the policies' caches).
+func bindListeners(listen config.Listen) (map[string]net.Listener, error) {
+	bound := map[string]net.Listener{}
+	var errs []error
+	for _, l := range []struct{ name, addr string }{{"mcp", listen.MCP}, {"proxy", listen.Proxy}, {"admin", listen.Admin}} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			errs = append(errs, listenError(l.name, l.addr, err))
+			continue
+		}
+		bound[l.name] = ln
+	}
+	if len(errs) > 0 {
+		closeListeners(bound)
+		return nil, errors.Join(errs...)
+	}
+	return bound, nil
+}
+
+func closeListeners(bound map[string]net.Listener) {
+	for _, ln := range bound {
+		_ = ln.Close()
+	}
+}
+
+// listenError names the setting of a listener that could not bind (listen.mcp, listen.proxy,
+// listen.admin) and, for an address in use, what to do: the usual cause is a second Sandgate
+// (or `make run`) beside the first.
+func listenError(name, addr string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("listen.%s: %s is in use by another process (a second sandgate or make run?): "+
+			"stop it, or set listen.%s to a free address: %w", name, addr, name, err)
+	}
+	return fmt.Errorf("listen.%s: cannot listen on %s: %w", name, addr, err)
+}
 
 // httpComponent runs an http.Server on addr until ctx ends, then shuts it down gracefully
 // within adminGrace. An empty addr disables it.

@@ -106,13 +106,14 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 }
 
 func runAuditVerify(_ context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "audit verify", "audit verify [--config FILE | --dir DIR] [--key-file FILE] [--public-key FILE] [--checkpoint FILE|-]")
+	fs := newFlags(env, "audit verify", "audit verify [--config FILE | --dir DIR] [--key-file FILE] [--public-key FILE] [--checkpoint FILE|-] [-o text|json]")
 	resolveDir := auditDirFlags(fs)
 	keyFile := fs.String("key-file", "", "chain key `file` (default with --config: audit.chain_key_credential)")
 	publicKey := fs.String("public-key", "", "check checkpoint signatures with this Ed25519 public key `file` (PEM) "+
 		"(default with --config: the key of audit.checkpoint.signing_key_credential)")
 	checkpoints := fs.String("checkpoint", "", "checkpoints kept outside the log, one JSON line each, from this `file` or - for stdin: "+
 		"the log must reach them (finds a cut-off or replaced log)")
+	output := choiceFlag(fs, "o", "text", "output `format`: text, or json (one object: the findings and the exit code; for CI)", "text", "json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -138,6 +139,9 @@ func runAuditVerify(_ context.Context, env *cliEnv, args []string) error {
 	report, err := audit.VerifyWith(dir, opts)
 	if err != nil {
 		return err
+	}
+	if *output == "json" {
+		return writeVerifyJSON(env.stdout, dir, report)
 	}
 	switch {
 	case !report.OK():

@@ -26,7 +26,6 @@ func checkConfig(ctx context.Context, env *cliEnv, path string, cfg *config.Conf
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	if offline {
-		fmt.Fprintf(env.stdout, "config %s is valid (offline: credentials, CA and policies not checked)\n", path)
 		return nil
 	}
 	creds, err := credential.NewStore(cfg.Credentials, env.getenv, nil)
@@ -54,6 +53,22 @@ func checkConfig(ctx context.Context, env *cliEnv, path string, cfg *config.Conf
 	}
 	if err := checkPolicies(ctx, cfg); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// reportCheck prints the verdict of checkConfig (err nil: valid) as text or JSON and returns the
+// error that sets the exit code.
+func reportCheck(env *cliEnv, path string, offline bool, output string, err error) error {
+	if output == "json" {
+		return writeCheckJSON(env.stdout, path, offline, err)
+	}
+	if err != nil {
+		return err
+	}
+	if offline {
+		fmt.Fprintf(env.stdout, "config %s is valid (offline: credentials, CA and policies not checked)\n", path)
+		return nil
 	}
 	fmt.Fprintf(env.stdout, "config %s is valid\n", path)
 	return nil

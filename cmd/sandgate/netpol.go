@@ -103,7 +103,7 @@ func netpolDesired(ctx context.Context, k config.Kubernetes, path, template, man
 		}
 		rc, err := kube.RESTConfig(kc)
 		if err != nil {
-			return kube.Desired{}, applier, err
+			return kube.Desired{}, applier, withOfflineHint(err, template, apply)
 		}
 		cs, dyn, err := kube.Clients(rc)
 		if err != nil {
@@ -112,7 +112,7 @@ func netpolDesired(ctx context.Context, k config.Kubernetes, path, template, man
 		applier = kube.Applier{Client: cs, Dynamic: dyn}
 		if template == "" {
 			if templates, err = kube.ListTemplates(ctx, dyn, k.Namespaces); err != nil {
-				return kube.Desired{}, applier, err
+				return kube.Desired{}, applier, withOfflineHint(err, template, apply)
 			}
 		}
 	}
@@ -129,10 +129,23 @@ func netpolDesired(ctx context.Context, k config.Kubernetes, path, template, man
 		if management == "" {
 			var err error
 			if t, err = kube.GetTemplate(ctx, applier.Dynamic, ns, name); err != nil {
-				return kube.Desired{}, applier, err
+				return kube.Desired{}, applier, withOfflineHint(err, template, apply)
 			}
 		}
 		desired = kube.RenderTemplate(k, t)
 	}
 	return desired, applier, nil
+}
+
+// withOfflineHint adds to a failure to reach the cluster how to render without one: one
+// template at a time, with its management mode given (--management), which is all netpol
+// reads of a template.
+func withOfflineHint(err error, template string, apply bool) error {
+	if apply {
+		return err // applying needs the cluster
+	}
+	if template == "" {
+		template = "NS/NAME"
+	}
+	return fmt.Errorf("%w\nwithout a cluster, render a template offline: sandgate netpol --template %s --management Managed (or Unmanaged)", err, template)
 }

@@ -15,8 +15,9 @@ import (
 
 // runPolicyTest runs the Rego tests of the folders, like `opa test`.
 func runPolicyTest(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "policy test", "policy test [-v] DIR...")
+	fs := newFlags(env, "policy test", "policy test [-v] [-o text|json] DIR...")
 	verbose := fs.Bool("v", false, "print every test, not only failures")
+	output := choiceFlag(fs, "o", "text", "output `format`: text, or json (OPA's JSON report, as opa test --format=json)", "text", "json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -24,7 +25,13 @@ func runPolicyTest(ctx context.Context, env *cliEnv, args []string) error {
 	if len(dirs) == 0 {
 		return usagef("name the policy folder, e.g. sandgate policy test policies/")
 	}
-	sum, err := policy.RunTests(ctx, env.stdout, *verbose, dirs...)
+	var sum policy.TestSummary
+	var err error
+	if *output == "json" {
+		sum, err = policy.RunTestsJSON(ctx, env.stdout, dirs...)
+	} else {
+		sum, err = policy.RunTests(ctx, env.stdout, *verbose, dirs...)
+	}
 	if err != nil {
 		return err
 	}

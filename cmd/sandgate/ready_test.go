@@ -109,7 +109,7 @@ func TestReadyzWaitsForTheSandboxListeners(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 
-	require.ErrorContains(t, proxyC.Serve(context.Background()), "proxy listener")
+	require.ErrorContains(t, proxyC.Serve(context.Background()), "listen.proxy: "+taken.Addr().String()+" is in use")
 	assert.Equal(t, map[string]string{"proxy listener": "not listening yet"}, d.ready.Check(), "a bind that failed is never ready")
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -56,6 +57,9 @@ type serveDeps struct {
 	tracer   trace.TracerProvider
 	// core is the one request path both halves call (internal/call).
 	core *call.Core
+	// bound are the listeners serve bound at its start, by name (mcp, proxy, admin), at started.
+	bound   map[string]net.Listener
+	started time.Time
 	// policyLoops keep the policies current (watches, bundle polling) and run the shadow.
 	policyLoops []component
 }
@@ -79,11 +83,17 @@ const (
 	defaultConfigRel = "examples/sandgate.yaml"
 )
 
+// errNoServeConfig is serve's refusal to start without a config named: a production binary does
+// not fall back to the demo file of whatever folder it was started in.
+var errNoServeConfig = usagef("no config: pass --config FILE (or set $SANDGATE_CONFIG); " +
+	"examples/sandgate.yaml is the local example, which `make run` serves")
+
 func runServe(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "serve", "serve [--config FILE] [--check-config [--offline]]")
-	cfgPath := fs.String("config", "", "config file (default $SANDGATE_CONFIG, else "+defaultConfigRel+")")
+	fs := newFlags(env, "serve", "serve --config FILE [--check-config [--offline] [-o text|json]]")
+	cfgPath := fs.String("config", "", "config `file` (default $SANDGATE_CONFIG; one of the two is required)")
 	check := fs.Bool("check-config", false, "validate the config and the files it names, read the credentials and audit keys, load the CA, compile the policies, then exit")
 	offline := fs.Bool("offline", false, "with --check-config: a config rendered for a pod, checked elsewhere; skip the credentials, CA and policy folder only the pod has")
+	output := choiceFlag(fs, "o", "text", "with --check-config: output `format`, text or json (one object: valid, the error, the exit code; for CI)", "text", "json")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -93,19 +103,25 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if *offline && !*check {
 		return usagef("--offline applies to --check-config only")
 	}
+	if *output != "text" && !*check {
+		return usagef("-o applies to --check-config only (serve logs as log.format says)")
+	}
 	path := *cfgPath
 	if path == "" {
 		path = env.getenv("SANDGATE_CONFIG")
 	}
 	if path == "" {
-		path = defaultConfigRel
+		return errNoServeConfig
 	}
 	cfg, err := config.Load(path)
+	if *check {
+		if err == nil {
+			err = checkConfig(ctx, env, path, cfg, *offline)
+		}
+		return reportCheck(env, path, *offline, *output, err)
+	}
 	if err != nil {
 		return err
-	}
-	if *check {
-		return checkConfig(ctx, env, path, cfg, *offline)
 	}
 	log := newLogger(env, cfg.Log)
 	creds, err := credential.NewStore(cfg.Credentials, env.getenv, log)
@@ -137,6 +153,12 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 // $SANDGATE_REPLICA (else $POD_NAME, else the host name), which names this process in the shared
 // audit stream, and the OTEL_* variables that decide whether spans are exported.
 func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log *slog.Logger, getenv func(string) string, now func() time.Time) error {
+	started := time.Now()
+	bound, err := bindListeners(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	defer closeListeners(bound) // those no component took, when serve fails before running them
 	replica := getenv("SANDGATE_REPLICA")
 	if replica == "" {
 		replica = getenv("POD_NAME")
@@ -187,7 +209,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer,
+	d := &serveDeps{cfg: cfg, log: log, identity: resolver, policy: ps.engine, audit: writer, bound: bound, started: started,
 		creds: creds, meters: tel.MeterProvider(), ready: ready, limits: shared.limits, grants: shared.grants, sessions: shared.sessions, tracer: tel.TracerProvider(),
 		catalogs: shared.catalogs(cfg)}
 	if d.admission, err = shared.admission(d); err != nil {
@@ -265,13 +287,14 @@ func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string,
 // serveComponents is everything serve runs: the sandbox listeners, and in the background the
 // admin listener, the Kubernetes controllers and the audit exporter (extra), the shared state's
 // loops and the policy and credential watchers, which keep serving until the listeners have
-// drained.
+// drained, and the line that says when serve is ready.
 func serveComponents(d *serveDeps, creds *credential.Store, shared *sharedState, tel *telemetry.Telemetry, extra []component) (listeners, background []component, _ error) {
 	comps := append([]component{newAdminComponent(d, tel.Handler())}, extra...)
 	comps = append(comps, shared.components()...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { flushRejections(ctx, d.core); return nil }))
 	comps = append(comps, d.policyLoops...)
 	comps = append(comps, componentFunc(func(ctx context.Context) error { creds.Watch(ctx, credentialPoll); return nil }))
+	comps = append(comps, announceReady(d.cfg.Listen, d.ready, d.log, d.started))
 	for _, build := range listenerBuilders(d.cfg) {
 		c, err := build(d)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -71,8 +72,15 @@ func main() {
 			return ca.Leaf(h.ServerName)
 		}},
 	}
-	log.Printf("serving a stand-in Anthropic Messages API on https://%s (certificates from %s)", *listen, certPath)
-	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	// Bound before anything is printed: the first line says whether it serves, and `make run`
+	// waits for it before starting Sandgate.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatalf("cannot listen on %s (%v): stop what holds it, or run make run MODEL_API=127.0.0.1:PORT "+
+			"with the same address in examples/sandgate.yaml's proxy.connect_to", *listen, err)
+	}
+	log.Printf("serving a stand-in Anthropic Messages API on https://%s (certificates from %s)", ln.Addr(), certPath)
+	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Fatal(err)
 	}
 }

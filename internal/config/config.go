@@ -49,7 +49,7 @@ type Listen struct {
 	MaxConnsPerSource int `json:"max_conns_per_source"`
 }
 
-// Admin configures the admin listener's API (grants, reload). Metrics and health need no token.
+// Admin configures the admin listener's API (grants). Metrics and health need no token.
 type Admin struct {
 	// TokenCredential names the credential whose value callers of the admin API must present as a
 	// bearer token. Empty disables the admin API (health and metrics stay).

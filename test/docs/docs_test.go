@@ -1,8 +1,8 @@
 // Package docs runs the commands the README and docs/ show. A fenced block whose info string is
 // "sh runnable" is run with bash, as pasted, against `make run` (Sandgate serving
-// examples/sandgate.yaml on loopback, with the stand-in model API beside it); it must exit 0
-// and print no "no events match". Blocks that need a cluster, Redis or the internet are plain
-// "sh" and are not run.
+// examples/sandgate.yaml on loopback, with the stand-in model API beside it) and nothing else:
+// no tool `make setup` installs is there. It must exit 0 and print no "no events match".
+// Blocks that need a cluster, Redis or the internet are plain "sh" and are not run.
 //
 // Everything runs in a copy of the repository in a temporary folder, never in this clone: the
 // tour writes var/ (CA, keys, audit log) and bin/, which are the user's. The blocks get the
@@ -78,6 +78,10 @@ func TestDocumentedCommandsRun(t *testing.T) {
 		})
 	}
 	t.Run("the offline tour", func(t *testing.T) { checkOfflineTour(t, tour) })
+	t.Run("make run said what it built and, once, that it was ready", func(t *testing.T) { checkRunOutput(t, tour) })
+	t.Run("a second make run names what is in the way", func(t *testing.T) { checkSecondRun(t, tour) })
+	t.Run("install.md renders the chart's config and checks it", func(t *testing.T) { checkInstallRender(t, tour) })
+	t.Run("Ctrl-C stops make run", func(t *testing.T) { checkCtrlC(t, tour) })
 }
 
 // A file the docs name for the reader to use (an example, a policy, the chart, another doc) is

@@ -18,31 +18,26 @@ import (
 
 // tour is `make run` in a copy of the repository.
 type tour struct {
-	root  string            // the copy: tracked and untracked-but-not-ignored files of this checkout
-	ports map[string]string // the example's fixed addresses → free ones
-	log   *syncBuffer       // make run's output (make, model-api, sandgate serve)
+	root   string            // the copy: tracked and untracked-but-not-ignored files of this checkout
+	src    string            // this checkout
+	ports  map[string]string // the example's fixed addresses → free ones
+	log    *syncBuffer       // make run's output (make, model-api, sandgate serve)
+	run    *exec.Cmd         // make run
+	exited chan struct{}     // closed when make run has exited
 }
 
 // The addresses examples/sandgate.yaml and the Makefile fix, moved to free ports so that the
 // test runs beside a developer's own `make run`.
 var fixedAddrs = []string{"127.0.0.1:8080", "127.0.0.1:3128", "127.0.0.1:9090", "127.0.0.1:8443"}
 
-// startTour copies the repository, builds its binaries from this checkout into the copy's bin/
-// (the build cache stays warm: the copy would compile every package again), and runs
-// `make run` there (without its build step), until the test ends.
+// startTour copies the repository and runs `make run` there, build included, as a new user
+// would after cloning, until the test ends. The copy has no .tools: what the docs run needs
+// nothing `make setup` installs.
 func startTour(t *testing.T) *tour {
 	src, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	tr := &tour{root: t.TempDir(), ports: map[string]string{}, log: &syncBuffer{}}
+	tr := &tour{root: t.TempDir(), src: src, ports: map[string]string{}, log: &syncBuffer{}}
 	copyCheckout(t, src, tr.root)
-	// The copy reaches the per-machine tools cache the way the clone does.
-	if tools, err := filepath.EvalSymlinks(filepath.Join(src, ".tools")); err == nil {
-		require.NoError(t, os.Symlink(tools, filepath.Join(tr.root, ".tools")))
-	}
-	build := exec.Command("go", "build", "-o", filepath.Join(tr.root, "bin")+"/", "./cmd/sandgate", "./examples/mcp-upstream", "./examples/model-api")
-	build.Dir = src
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
 
 	for _, a := range fixedAddrs {
 		tr.ports[a] = freeAddr(t)
@@ -52,36 +47,43 @@ func startTour(t *testing.T) *tour {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(cfgPath, []byte(tr.onFreePorts(string(cfg))+"shutdown: {delay: 0s}\n"), 0o644))
 
-	run := exec.Command("make", "-o", "build", "run", "MODEL_API="+tr.ports["127.0.0.1:8443"])
+	run := exec.Command("make", "run", "MODEL_API="+tr.ports["127.0.0.1:8443"])
 	run.Dir, run.Env = tr.root, tr.env()
 	run.Stdout, run.Stderr = tr.log, tr.log
-	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // stopped as a group, as Ctrl-C stops it
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a terminal's foreground job: Ctrl-C signals the group
 	require.NoError(t, run.Start())
-	done := make(chan struct{})
-	go func() { _ = run.Wait(); close(done) }()
+	tr.run, tr.exited = run, make(chan struct{})
+	go func() { _ = run.Wait(); close(tr.exited) }()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-run.Process.Pid, syscall.SIGTERM)
 		select {
-		case <-done:
+		case <-tr.exited:
 		case <-time.After(30 * time.Second):
 			_ = syscall.Kill(-run.Process.Pid, syscall.SIGKILL)
-			<-done
+			<-tr.exited
 		}
 	})
-	tr.waitReady(t, done)
+	tr.waitReady(t, tr.exited)
 	return tr
 }
 
-// waitReady waits for Sandgate's /readyz and the stand-in's port, or for make run to fail.
+// readyLine is what serve logs once when it is ready, on the tour's ports.
+func (tr *tour) readyLine() string {
+	return tr.onFreePorts(`msg="ready: MCP at http://127.0.0.1:8080/mcp, proxy at 127.0.0.1:3128, admin at http://127.0.0.1:9090"`)
+}
+
+// waitReady waits for Sandgate's /readyz, its ready line and the stand-in's port, or for make
+// run to fail. A first build in the copy compiles Sandgate's own packages again (their folder
+// is part of what the build cache keys them by).
 func (tr *tour) waitReady(t *testing.T, exited <-chan struct{}) {
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(15 * time.Minute)
 	for {
 		resp, err := http.Get("http://" + tr.ports["127.0.0.1:9090"] + "/readyz")
 		ready := err == nil && resp.StatusCode == http.StatusOK
 		if err == nil {
 			resp.Body.Close()
 		}
-		if ready {
+		if ready && strings.Contains(tr.log.String(), tr.readyLine()) {
 			if c, err := net.Dial("tcp", tr.ports["127.0.0.1:8443"]); err == nil {
 				c.Close()
 				return
@@ -93,7 +95,7 @@ func (tr *tour) waitReady(t *testing.T, exited <-chan struct{}) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("make run not ready within 2 minutes:\n%s", tr.log)
+			t.Fatalf("make run not ready within 15 minutes:\n%s", tr.log)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Command sandbench runs the Sandgate benchmark: N simulated sandboxes (each its own loopback
 // source address) against Sandgate and its peers, interleaved, and writes the report to
-// bench/results/. `make bench` builds the binaries and runs it; see bench/README.md.
+// var/bench/ (ignored by git), or with -publish to bench/results/. `make bench` builds the
+// binaries and runs it; see bench/README.md.
 //
 //	sandbench [-quick] [-sandboxes 1000] [-sweep 100,1000] [-rate 2000] [-reps 2] ...
 package main
@@ -32,11 +33,12 @@ func main() {
 	flag.StringVar(&o.BaselineBin, "baseline", "", "a second sandgate binary (e.g. main's build) measured beside -sandgate, interleaved: the A/B of a change")
 	baselineOmit := flag.String("baseline-omit", "", "top-level config keys (comma-separated) left out of the baseline's config, for a binary older than them (e.g. shutdown, before 1ab4960), and out of the sandgate target's, so that both run one config and may swap places")
 	flag.StringVar(&o.RelayBin, "relay", "bin/bench-relay", "bare CONNECT relay binary (bench/cmd/relay)")
-	flag.StringVar(&o.SmokescreenBin, "smokescreen", ".tools/bin/smokescreen", "Stripe's Smokescreen (bench/setup.sh installs it), a peer on tunnel, tunnel-new and forward")
+	flag.StringVar(&o.SmokescreenBin, "smokescreen", ".tools/bin/smokescreen", "Stripe's Smokescreen (make setup installs it), a peer on tunnel, tunnel-new and forward")
 	flag.StringVar(&o.PolicyDir, "policies", "policies", "the shipped policies (their rules; the bench brings its own data)")
-	flag.StringVar(&o.OutDir, "out", "bench/results", "results folder: the report, its ratio JSON and chart")
+	flag.StringVar(&o.OutDir, "out", "", "results folder: the report, its ratio JSON and charts (default "+bench.OutDir+", ignored by git; with -publish "+bench.PublishedDir+")")
+	flag.BoolVar(&o.Publish, "publish", false, "write the report into "+bench.PublishedDir+" (the reports the repository keeps) and rewrite its index and latest.json")
 	flag.StringVar(&o.RawDir, "raw-out", bench.RawDir, "folder of the raw dump of every cell (not committed)")
-	fromRaw := flag.String("from-raw", "", "write LABEL.json (the ratios) and the chart of a raw dump (RAW/LABEL.json) into -out, and stop")
+	fromRaw := flag.String("from-raw", "", "write the report of a raw dump (RAW/LABEL.json: LABEL.md, LABEL.json, the charts) into -out, and stop")
 	flag.IntVar(&o.Sandboxes, "sandboxes", 1000, "sandboxes of the main fixed-rate runs (10000: the 10k-sandbox run)")
 	sweep := flag.String("sweep", "100,1000", "sandbox counts of the latency-vs-sandboxes chart (route, intercept, mcp); -sandboxes is added")
 	flag.Float64Var(&o.Rate, "rate", 500, "offered requests/s of the fixed-rate shape, spread over the sandboxes (2000 saturates Sandgate on a loaded 2-core box)")
@@ -55,8 +57,9 @@ func main() {
 	flag.StringVar(&o.OtelcolBin, "otelcol", ".tools/bin/otelcol", "the OpenTelemetry Collector test/setup.sh builds (test/otelcol), for -export-variants")
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
 	flag.Parse()
+	o.OutDir = outDir(o)
 	if *fromRaw != "" {
-		os.Exit(renderFromRaw(*fromRaw, o.OutDir))
+		os.Exit(renderFromRaw(*fromRaw, o.OutDir, o.Publish))
 	}
 	if *quick {
 		quickRun(&o, sweep)
@@ -93,20 +96,40 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sandbench:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("report: %s/%s.md\n", o.OutDir, o.Label)
-	printTargets(rep, o)
-	for _, c := range rep.Checks(o.Sandboxes) {
-		fmt.Printf("  %-12s %s: %s\n", c.Status, c.Target, c.Value)
-	}
+	printSummary(rep, o)
 }
 
-// renderFromRaw writes the ratio JSON and the chart of a raw dump (RAW/LABEL.json, or a
-// report's JSON from before issue 38) as OUT/LABEL.json and OUT/LABEL-latency-vs-sandboxes.png:
-// a kept report's summary, drawn by this code, without its dump.
-func renderFromRaw(raw, out string) int {
+// outDir is -out, else var/bench, or with -publish bench/results.
+func outDir(o bench.Options) string {
+	switch {
+	case o.OutDir != "":
+		return o.OutDir
+	case o.Publish:
+		return bench.PublishedDir
+	}
+	return bench.OutDir
+}
+
+// peers writes the peers' figures beside a target's: "  (squid 40.10, tinyproxy 55.00)".
+func peers(vs map[string]float64) string {
+	var parts []string
+	for _, p := range []string{"squid", "tinyproxy", "smokescreen"} {
+		if v, ok := vs[p]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.2f", p, v))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "  (" + strings.Join(parts, ", ") + ")"
+}
+
+// renderFromRaw writes the report of a raw dump (RAW/LABEL.json, or a report's JSON from before
+// issue 38) into out, drawn by this code: a kept report made again without its run.
+func renderFromRaw(raw, out string, publish bool) int {
 	rep, err := bench.ReadRaw(raw)
 	if err == nil {
-		err = rep.WriteSummary(out, strings.TrimSuffix(filepath.Base(raw), ".json"))
+		err = rep.WriteReport(out, strings.TrimSuffix(filepath.Base(raw), ".json"), publish)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbench -from-raw:", err)
@@ -115,18 +138,41 @@ func renderFromRaw(raw, out string) int {
 	return 0
 }
 
-// printTargets prints the ratio targets and, with -baseline, the A/B of this run.
-func printTargets(rep *bench.Report, o bench.Options) {
-	fmt.Printf("targets (ratio against the floor of this run: median, min–max over %d repetitions):\n", o.Reps)
+// printSummary prints where the report is, the ratio targets this run measured, with the
+// floor's and the peers' figures, the A/B of this run (with -baseline), the other checks it
+// made and the targets it skipped, with why.
+func printSummary(rep *bench.Report, o bench.Options) {
+	fmt.Printf("report: %s/%s.md\n", o.OutDir, o.Label)
+	defer func() {
+		for _, c := range rep.Checks(o.Sandboxes) {
+			if c.Status != "not measured" {
+				fmt.Printf("  %-6s %s: %s\n", strings.Trim(c.Status, "*"), c.Target, c.Value)
+			}
+		}
+		for _, s := range rep.Skipped {
+			fmt.Printf("  skipped %s: %s\n", s.Target, s.Why)
+		}
+	}()
+	fmt.Printf("targets (Sandgate against its floor in this run; ratio: median and min–max over %d repetitions):\n", o.Reps)
+	notMeasured := 0
 	for _, x := range rep.Ratios(o.Sandboxes, o.Concurrency) {
+		if !x.Measured {
+			notMeasured++
+			continue
+		}
 		status := "missed"
-		switch {
-		case !x.Measured:
-			status = "not measured"
-		case x.Met:
+		if x.Met {
 			status = "met"
 		}
-		fmt.Printf("  %-12s %-10s %-55s %6.2f (%.2f–%.2f) target %s\n", status, x.Workload, x.Measure, x.Ratio, x.Min, x.Max, x.TargetText())
+		value := fmt.Sprintf("ratio %6.2f (%.2f–%.2f)", x.Ratio, x.Min, x.Max)
+		if x.Difference {
+			value = fmt.Sprintf("difference %+.2f ms (%+.2f–%+.2f)", x.Ratio, x.Min, x.Max)
+		}
+		fmt.Printf("  %-6s %-10s %-60s Sandgate %8.2f  %s %8.2f  %s  target %s%s\n", status, x.Workload, x.Measure,
+			x.Sandgate, x.Floor, x.FloorVal, value, x.TargetText(), peers(x.Peers))
+	}
+	if notMeasured > 0 {
+		fmt.Printf("  (%d more targets not measured in this run: the report lists them)\n", notMeasured)
 	}
 	if o.BaselineBin != "" {
 		fmt.Printf("A/B (sandgate over baseline, median and min–max over repetitions):\n")
