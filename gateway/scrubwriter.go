@@ -52,7 +52,7 @@ func (s *scrubWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	s.head()
 	if s.w == nil {
-		s.w = respguard.NewWriter(s.ResponseWriter, s.set, respguard.IsEventStream(s.ResponseWriter.Header()), s.onHit)
+		s.w = respguard.NewWriter(s.ResponseWriter, s.set, respguard.InPieces(s.ResponseWriter.Header()), s.onHit)
 	}
 	return s.w.Write(p)
 }

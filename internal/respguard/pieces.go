@@ -191,7 +191,8 @@ func appendPieces(dst []piece, b []byte, at int64) []piece {
 	return dst
 }
 
-// escape decodes p.esc when it is complete.
+// escape decodes p.esc when it is complete. A line break is left out of the joined values, as
+// the view leaves it out of wrapped base64: pieces of a wrapped text join across it.
 func (p *pieces) escape() {
 	e := p.esc
 	if len(e) == 2 && e[1] != 'u' {
@@ -199,7 +200,9 @@ func (p *pieces) escape() {
 		if !ok {
 			d = e[1]
 		}
-		p.add(piece{p.escAt, d, 2})
+		if !isBreak(d) {
+			p.add(piece{p.escAt, d, 2})
+		}
 		p.esc = nil
 		return
 	}
@@ -211,7 +214,9 @@ func (p *pieces) escape() {
 	}
 	dec, _ := escapeAt(e, 0)
 	for _, b := range dec {
-		p.add(piece{p.escAt, b, 6})
+		if !isBreak(b) {
+			p.add(piece{p.escAt, b, 6})
+		}
 	}
 	p.esc = nil
 }
@@ -433,9 +438,18 @@ func (p *pieces) holdFrom(end int64) int64 {
 			tail = v.tail
 		}
 		n := p.span()
-		seq := append(append([]piece(nil), tail...), open[len(open)-min(len(open), n):]...)
-		seq = seq[len(seq)-min(len(seq), n):]
-		h := p.n.held(bytesOf(nil, seq))
+		full := append(append([]piece(nil), tail...), open[len(open)-min(len(open), n):]...)
+		// A needle the string already completes with its key's tail is overwritten once the
+		// string is settled as a value: everything from its start waits for that, however
+		// short the tail.
+		buf := bytesOf(nil, full)
+		for _, nd := range p.n.body {
+			if j := bytes.Index(buf, nd); j >= 0 && j < len(tail) && (from < 0 || full[j].start < from) {
+				from = full[j].start
+			}
+		}
+		seq := full[len(full)-min(len(full), n):]
+		h := p.n.held(bytesOf(buf[:0], seq))
 		hold(seq[len(seq)-h:])
 	}
 	return from

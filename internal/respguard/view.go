@@ -10,6 +10,12 @@ import (
 // view is a text with its JSON escapes (\uXXXX, surrogate pairs, \n, \/ …) and percent escapes
 // (%XX) decoded, one layer: what a sandbox reads after JSON.parse or decodeURIComponent. Each
 // escape is a unit; every other byte stands for itself.
+//
+// A line break right after a base64 character (CR or LF, raw or escaped) is left out of the
+// view: base64 is wrapped into lines (76 columns in MIME, 64 in PEM, any width an upstream
+// picks), and every decoder a sandbox would use skips the breaks. Such a break is a unit that
+// decodes to nothing. A key's own characters are base64 characters too, so a key broken over
+// two lines is read whole as well.
 type view struct {
 	dec   []byte
 	units []unit
@@ -27,6 +33,12 @@ func (v *view) decode(b []byte, n *Needles) bool {
 	if !mayHide(b, n) {
 		return false
 	}
+	v.fill(b)
+	return true
+}
+
+// fill makes v the view of b.
+func (v *view) fill(b []byte) {
 	v.dec, v.units = v.dec[:0], v.units[:0]
 	for i := 0; i < len(b); {
 		j := nextEscape(b, i)
@@ -35,20 +47,46 @@ func (v *view) decode(b []byte, n *Needles) bool {
 			break
 		}
 		i = j
+		if isBreak(b[i]) {
+			if v.wrapped() { // a line break inside wrapped base64: not part of the text
+				v.units = append(v.units, unit{dec: len(v.dec), raw: i, rawLen: 1})
+			} else {
+				v.dec = append(v.dec, b[i])
+			}
+			i++
+			continue
+		}
 		dec, rawLen := escapeAt(b, i)
 		if rawLen == 0 { // not an escape: the byte stands for itself
 			v.dec = append(v.dec, b[i])
 			i++
 			continue
 		}
+		if len(dec) == 1 && isBreak(dec[0]) && v.wrapped() {
+			dec = nil // an escaped line break inside wrapped base64
+		}
 		v.units = append(v.units, unit{dec: len(v.dec), decLen: len(dec), raw: i, rawLen: rawLen})
 		v.dec = append(v.dec, dec...)
 		i += rawLen
 	}
-	return true
 }
 
-// mayHide is the quick check of decode: is there an escape a needle's byte could hide in?
+// wrapped reports whether a line break here would break base64 text: the view so far ends in a
+// base64 character (earlier breaks after it are already left out).
+func (v *view) wrapped() bool { return len(v.dec) > 0 && base64Char[v.dec[len(v.dec)-1]] }
+
+func isBreak(c byte) bool { return c == '\n' || c == '\r' }
+
+// base64Char holds the characters of the standard and URL base64 alphabets.
+var base64Char = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_") {
+		t[c] = true
+	}
+	return t
+}()
+
+// mayHide is the quick check of decode: is there an escape a needle's byte could hide in? (A
+// text with line breaks but no such escape is read around its breaks only: wrapped.go.)
 func mayHide(b []byte, n *Needles) bool {
 	for i := bytes.IndexByte(b, '\\'); i >= 0 && i+1 < len(b); {
 		if n.escapable[b[i+1]] {
@@ -73,17 +111,17 @@ func mayHide(b []byte, n *Needles) bool {
 	return false
 }
 
-// nextEscape is the index of the next '\' or '%' at or after i, or len(b).
+// nextEscape is the index of the next '\', '%' or raw line break at or after i, or len(b).
 func nextEscape(b []byte, i int) int {
-	j, k := bytes.IndexByte(b[i:], '\\'), bytes.IndexByte(b[i:], '%')
-	switch {
-	case j < 0 && k < 0:
-		return len(b)
-	case j < 0 || k >= 0 && k < j:
-		return i + k
+	for k, c := range b[i:] {
+		if stopsView[c] {
+			return i + k
+		}
 	}
-	return i + j
+	return len(b)
 }
+
+var stopsView = [256]bool{'\\': true, '%': true, '\n': true, '\r': true}
 
 var shortEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
