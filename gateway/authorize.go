@@ -286,19 +286,10 @@ func forward[R any](ctx context.Context, cl *call.Call, u *upstream, send func(c
 	if errors.Is(err, errUpstreamDown) || errors.Is(err, errBreakerOpen) {
 		// A down upstream, or one whose breaker is open, keeps its tools in the catalog: its
 		// calls answer "unavailable" (503), audited as such, never as hidden or missing.
-		cl.Fail(call.Refuse(call.CodeUpstreamUnavailable, "upstream %s is unavailable: %v", u.cfg.Name, err))
-		return res, fmt.Errorf("upstream %s is unavailable (%s): %w", u.cfg.Name, call.CodeUpstreamUnavailable, err)
+		return res, u.fail(cl, call.CodeUpstreamUnavailable, err)
 	}
 	if err != nil {
-		if u.guard != nil {
-			// The error's text reaches the sandbox (scrubbed by the guard's writer, after the
-			// event is written): the event says so now.
-			if _, echoed := u.guard.Current().ScrubString(err.Error()); echoed {
-				cl.CredentialEchoed()
-			}
-		}
-		cl.Fail(call.Refuse(failureCode(err), "upstream %s: %v", u.cfg.Name, err))
-		return res, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
+		return res, u.fail(cl, failureCode(err), err)
 	}
 	cl.Answered(http.StatusOK)
 	return res, nil

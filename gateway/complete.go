@@ -66,10 +66,7 @@ func (c completions) forward(ctx context.Context, u *upstream, req mcp.CompleteR
 		return request(ctx, cl, mcp.MethodCompletionComplete, req.Params, keptWhole(ctx, parseJSON[mcp.CompleteResult]))
 	})
 	if err != nil {
-		if cl := call.From(ctx); cl != nil {
-			cl.Fail(call.Refuse(failureCode(err), "upstream %s: %v", u.cfg.Name, err))
-		}
-		return nil, fmt.Errorf("upstream %s: %w", u.cfg.Name, err)
+		return nil, u.fail(call.From(ctx), failureCode(err), err)
 	}
 	return &res.Completion, nil
 }
