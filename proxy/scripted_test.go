@@ -133,9 +133,6 @@ func newRawHarness(t *testing.T, answers map[string]func(*http.Request) string) 
 	return rh
 }
 
-// credentialed reports whether a way injects the key.
-func credentialed(way string) bool { return way != "forward" }
-
 // get sends GET path the given way from sandbox alpha and reads until the proxy closes.
 func (rh *rawHarness) get(t *testing.T, way, path string) fetched {
 	t.Helper()

@@ -47,19 +47,9 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 func upstreamRefusal(err error) *call.Refusal {
 	var de *DialError
 	if errors.As(err, &de) {
-		switch de.Reason {
-		case "":
-			// Nothing answered (refused, unreachable): unavailable, 503, as the gateway answers
-			// a call to an upstream that is down; 502 is kept for an upstream that answered badly.
-			code := call.CodeUpstreamUnavailable
-			if errors.Is(err, context.DeadlineExceeded) {
-				code = call.CodeUpstreamTimeout
-			}
-			return call.Refuse(code, "upstream unreachable (%v)", de)
-		case DenyResolve, DenyNoAddress:
-			return call.Refuse(string(de.Reason), "upstream unreachable (%v)", de)
-		}
-		return call.Refuse(string(de.Reason), "destination denied by dial guard: %s", de.Reason)
+		rf := dialRefusal(err, de)
+		rf.Detail = err.Error()
+		return rf
 	}
 	code := call.CodeUpstreamError
 	switch {
@@ -71,4 +61,21 @@ func upstreamRefusal(err error) *call.Refusal {
 		code = call.CodeUpstreamPartial
 	}
 	return call.UpstreamFailure(code, err.Error())
+}
+
+// dialRefusal is the refusal of a destination the dial guard refused or could not reach.
+func dialRefusal(err error, de *DialError) *call.Refusal {
+	switch de.Reason {
+	case "":
+		// Nothing answered (refused, unreachable): unavailable, 503, as the gateway answers
+		// a call to an upstream that is down; 502 is kept for an upstream that answered badly.
+		code := call.CodeUpstreamUnavailable
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = call.CodeUpstreamTimeout
+		}
+		return call.Refuse(code, "upstream unreachable (%v)", de)
+	case DenyResolve, DenyNoAddress:
+		return call.Refuse(string(de.Reason), "upstream unreachable (%v)", de)
+	}
+	return call.Refuse(string(de.Reason), "destination denied by dial guard: %s", de.Reason)
 }
