@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sandgate/sandgate/internal/mediatype"
 	"github.com/sandgate/sandgate/internal/respguard"
 	"github.com/sandgate/sandgate/internal/respguard/respguardtest"
 )
@@ -190,4 +191,81 @@ func TestScrubHeaderReadsNames(t *testing.T) {
 	trailer := http.Header{http.CanonicalHeaderKey(secret): nil, "X-Checksum": nil}
 	assert.True(t, n.ScrubHeader(trailer))
 	assert.Equal(t, http.Header{"X-Checksum": nil}, trailer)
+}
+
+// FuzzFieldsReadFromAllLines holds the fields the guard reads to a reading of every line:
+// Content-Encoding, Content-Type and Content-Range given as any lines (a fuzzed text split at
+// each '|'). Decode decodes exactly the stack the lines list, in order, or refuses it, and
+// leaves no line; MediaType names the lines' one type or refuses lines that disagree; Partial
+// sees a range on any line.
+func FuzzFieldsReadFromAllLines(f *testing.F) {
+	for _, s := range []struct{ ce, ct, cr string }{
+		{"gzip|gzip", "application/json", ""}, {"|gzip", "text/event-stream|application/json", "|bytes 0-2/9"},
+		{"GZIP|br", "application/json; charset=utf-8|application/json", ""}, {"br, gzip|zstd", "", "bytes 0-2/9"},
+		{"gzip|x-unknown", "multipart/byteranges; boundary=x", ""}, {"identity|deflate| gzip ", "text/plain|", ""},
+		{"gzip,|br", "TEXT/EVENT-STREAM|text/event-stream", ""}, {"gzip|gzip|gzip|gzip|gzip", "", ""},
+	} {
+		f.Add(s.ce, s.ct, s.cr, uint16(200))
+	}
+	f.Add("", "", "", uint16(206))
+	body := []byte(`{"echo":"` + secret + `"}`)
+	known := map[string]bool{"gzip": true, "x-gzip": true, "deflate": true, "br": true, "zstd": true}
+	f.Fuzz(func(t *testing.T, ce, ct, cr string, status uint16) {
+		lines := func(s string) []string {
+			if s == "" {
+				return nil
+			}
+			return strings.Split(s, "|")
+		}
+		h := http.Header{}
+		for name, v := range map[string]string{"Content-Encoding": ce, "Content-Type": ct, "Content-Range": cr} {
+			if l := lines(v); l != nil {
+				h[name] = l
+			}
+		}
+		var stack []string
+		decodable := true
+		for _, l := range h["Content-Encoding"] {
+			for c := range strings.SplitSeq(l, ",") {
+				if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+					stack = append(stack, c)
+					decodable = decodable && known[c]
+				}
+			}
+		}
+		decodable = decodable && len(stack) <= respguard.MaxCodings
+		sent := body
+		if decodable {
+			sent, _ = respguardtest.Encode(body, stack...)
+		}
+		resp := &http.Response{StatusCode: int(status), Header: h.Clone(), Body: io.NopCloser(bytes.NewReader(sent))}
+		err := respguard.Decode(resp)
+		if !decodable {
+			require.ErrorIs(t, err, respguard.ErrEncoding, "%q", h["Content-Encoding"])
+		} else {
+			require.NoError(t, err, "%q", h["Content-Encoding"])
+			got, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, body, got, "every layer, in order: %q", h["Content-Encoding"])
+			if len(stack) > 0 { // lines that list no coding (identity, white space) may stay
+				require.Empty(t, resp.Header.Values("Content-Encoding"))
+			}
+		}
+
+		types := map[string]bool{}
+		ranges := int(status) == http.StatusPartialContent || len(h["Content-Range"]) > 0
+		for _, v := range h["Content-Type"] {
+			mt, _ := mediatype.Of(v)
+			types[mt] = true
+			ranges = ranges || mt == "multipart/byteranges"
+		}
+		mt, err := respguard.MediaType(h)
+		if len(types) > 1 {
+			require.ErrorIs(t, err, respguard.ErrFields)
+		} else {
+			require.NoError(t, err)
+			require.True(t, len(types) == 0 && mt == "" || types[mt], "%q read as %q", h["Content-Type"], mt)
+		}
+		require.Equal(t, ranges, respguard.Partial(&http.Response{StatusCode: int(status), Header: h}))
+	})
 }
