@@ -123,7 +123,9 @@ func nextEscape(b []byte, i int) int {
 
 var stopsView = [256]bool{'\\': true, '%': true, '\n': true, '\r': true}
 
-var shortEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+// shortEscapes is the byte each short JSON escape (the character after its backslash) stands
+// for; 0 for a character that begins none.
+var shortEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // escapeAt decodes the escape at b[i] ('\' or '%'); rawLen is 0 when there is none.
 func escapeAt(b []byte, i int) (dec []byte, rawLen int) {
@@ -136,7 +138,7 @@ func escapeAt(b []byte, i int) (dec []byte, rawLen int) {
 	if i+1 >= len(b) {
 		return nil, 0
 	}
-	if c, ok := shortEscapes[b[i+1]]; ok {
+	if c := shortEscapes[b[i+1]]; c != 0 {
 		return []byte{c}, 2
 	}
 	r, ok := hex4(b, i)

@@ -31,10 +31,13 @@ func (s *Scanner) scanWrapped(w []byte, end int, final bool) int {
 			continue // no base64 before it: a line of text ends
 		}
 		lo, left := regionStart(w, k, reach)
+		if left == 0 {
+			continue // breaks after breaks after text
+		}
 		hi, right := regionEnd(w[:end], k, reach)
 		// A region shorter than every needle holds none (an SSE field's name and the next
 		// field's, "content_block_delta\ndata", most often).
-		if left > 0 && right > 0 && left+right >= s.n.minBody {
+		if right > 0 && left+right >= s.n.minBody {
 			s.findWrapped(w, lo, hi)
 			i = max(i, hi)
 		}
