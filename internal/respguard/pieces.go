@@ -252,7 +252,7 @@ func plainRun(w []byte, i int, next *runEnds) int {
 	return end - i
 }
 
-// runEnds are the window offsets of the next '"', '\\' and '\n' plainRun found (-1: none
+// runEnds are the window offsets of the next '"', '\' and LF plainRun found (-1: none
 // left in the window, 0: not looked for yet).
 type runEnds [3]int
 

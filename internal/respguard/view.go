@@ -40,8 +40,9 @@ func (v *view) decode(b []byte, n *Needles) bool {
 // fill makes v the view of b.
 func (v *view) fill(b []byte) {
 	v.dec, v.units = v.dec[:0], v.units[:0]
+	var next stops
 	for i := 0; i < len(b); {
-		j := nextEscape(b, i)
+		j := next.from(b, i)
 		v.dec = append(v.dec, b[i:j]...)
 		if j == len(b) {
 			break
@@ -111,17 +112,33 @@ func mayHide(b []byte, n *Needles) bool {
 	return false
 }
 
-// nextEscape is the index of the next '\', '%' or raw line break at or after i, or len(b).
-func nextEscape(b []byte, i int) int {
-	for k, c := range b[i:] {
-		if stopsView[c] {
-			return i + k
-		}
-	}
-	return len(b)
+// stops finds where the view's plain runs end: the next '\', '%', LF and CR of a text, each
+// with bytes.IndexByte and remembered until passed, so that a long text is not searched to
+// its end again at each escape.
+type stops struct {
+	at    [4]int // -1: none left
+	valid bool
 }
 
-var stopsView = [256]bool{'\\': true, '%': true, '\n': true, '\r': true}
+var stopBytes = [4]byte{'\\', '%', '\n', '\r'}
+
+// from is the index of the first '\', '%' or raw line break at or after i in b, or len(b).
+func (s *stops) from(b []byte, i int) int {
+	k := len(b)
+	for x, c := range stopBytes {
+		if !s.valid || s.at[x] >= 0 && s.at[x] < i {
+			s.at[x] = -1
+			if j := bytes.IndexByte(b[i:], c); j >= 0 {
+				s.at[x] = i + j
+			}
+		}
+		if s.at[x] >= 0 {
+			k = min(k, s.at[x])
+		}
+	}
+	s.valid = true
+	return k
+}
 
 // shortEscapes is the byte each short JSON escape (the character after its backslash) stands
 // for; 0 for a character that begins none.
