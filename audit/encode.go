@@ -121,6 +121,7 @@ func appendOutcome(b []byte, o *Outcome) []byte {
 	if o.CredentialEchoed {
 		b = append(b, `,"credential_echoed":true`...)
 	}
+	b = appendOptString(b, `,"detail":`, o.Detail)
 	return append(b, '}')
 }
 

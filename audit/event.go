@@ -144,4 +144,8 @@ type Outcome struct {
 	// CredentialEchoed says the upstream sent a credential value back (in a header, trailer,
 	// 1xx response or the body) and Sandgate removed it before it reached the sandbox.
 	CredentialEchoed bool `json:"credential_echoed,omitempty"`
+	// Detail is what failed, in the words of whatever failed (a transport's error, which can
+	// quote an upstream's bytes), scrubbed of credentials and cut short: kept here only, never
+	// in what Sandgate answers, which says only its code's fixed reason.
+	Detail string `json:"detail,omitempty"`
 }

@@ -131,7 +131,7 @@ func lineBound(ev *Event) int64 {
 	for _, s := range [...]string{ev.ID, string(ev.Kind), ev.Identity.Namespace, ev.Identity.Sandbox,
 		ev.Identity.Template, ev.Identity.Claim, ev.Identity.SourceIP, ev.Target.Upstream, ev.Target.Tool,
 		ev.Target.ArgsSHA256, ev.Target.Method, ev.Target.Host, ev.Target.Path, ev.Target.Route,
-		ev.Target.Model, ev.Decision.Reason, ev.Decision.PolicyRevision, ev.Credential, ev.Outcome.Error, ev.TraceID, ev.SpanID} {
+		ev.Target.Model, ev.Decision.Reason, ev.Decision.PolicyRevision, ev.Credential, ev.Outcome.Error, ev.Outcome.Detail, ev.TraceID, ev.SpanID} {
 		n += len(s)
 	}
 	for k, v := range ev.Identity.Labels {
@@ -148,7 +148,7 @@ const cutTo = 64
 // longer than its slot when the reserve is all taken.
 func fitEvent(ev *Event, n int) {
 	ev.Identity.Labels = nil
-	for _, s := range []*string{&ev.Decision.Reason, &ev.Target.Path, &ev.Target.Tool, &ev.Outcome.Error,
+	for _, s := range []*string{&ev.Outcome.Detail, &ev.Decision.Reason, &ev.Target.Path, &ev.Target.Tool, &ev.Outcome.Error,
 		&ev.Target.Host, &ev.Target.Route, &ev.Target.Model, &ev.Target.Method, &ev.Target.Upstream,
 		&ev.Identity.Claim, &ev.Identity.Template, &ev.Identity.Sandbox, &ev.Identity.Namespace,
 		&ev.Decision.PolicyRevision, &ev.Credential} {

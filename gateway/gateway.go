@@ -244,6 +244,9 @@ func setDefaults(opts *Options) {
 			// An upstream's response head is read whole before its body's bounds apply: the
 			// egress proxy's bound, not net/http's default of 10 MiB for each response.
 			MaxResponseHeaderBytes: maxUpstreamHeaderBytes,
+			// Every coding is respguard.Decode's (bounds.go): the transport's own gzip decoding
+			// reads only the first Content-Encoding line (issue 59).
+			DisableCompression: true,
 		}
 	}
 }

@@ -73,7 +73,7 @@ func (g *guardedWriter) Write(p []byte) (int, error) {
 		g.head()
 	}
 	if g.w == nil {
-		g.w = respguard.NewWriter(&g.sink, g.set, respguard.IsEventStream(g.ResponseWriter.Header()), g.onHit)
+		g.w = respguard.NewWriter(&g.sink, g.set, respguard.InPieces(g.ResponseWriter.Header()), g.onHit)
 	}
 	return g.w.Write(p)
 }

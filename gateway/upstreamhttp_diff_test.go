@@ -38,7 +38,7 @@ const diffMaxMessage = 64 << 10
 // (bounds.go) sit below either.
 func boundedClient() *http.Client {
 	cfg := config.Upstream{MaxMessageBytes: diffMaxMessage, MaxResponseBytes: 4 * diffMaxMessage}
-	return &http.Client{Transport: newBoundedTransport(http.DefaultTransport, cfg)}
+	return &http.Client{Transport: newBoundedTransport(&http.Transport{DisableCompression: true}, cfg)}
 }
 
 func (d *delivered) take(res *transport.JSONRPCResponse, err error) {

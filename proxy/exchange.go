@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -270,6 +269,9 @@ func (p *Proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	defer func() { // also when ReverseProxy abandons the response mid-body (a panic serve re-raises)
 		x.aborted = recover()
 		x.status = sw.status
+		if sw.writeFailed || clientGone(r.Context()) {
+			x.c.Note(call.CodeClientClosed)
+		}
 		end = x.end()
 	}()
 	p.rp.ServeHTTP(sw, r2)
@@ -341,9 +343,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	if x.reads() {
 		// Usage is read from the body, and an echoed credential can only be found in a body
-		// that is not compressed: the transport then asks for gzip itself and decompresses, and
-		// modifyResponse decodes whatever else the upstream sends (or refuses it).
-		out.Header.Del("Accept-Encoding")
+		// that is not compressed: Sandgate asks for gzip only, and modifyResponse decodes every
+		// layer the upstream sends (or refuses the response).
+		out.Header.Set("Accept-Encoding", "gzip")
 	}
 	if x.up.cred != nil {
 		// No piece of a response to a credentialed request: a sandbox asking for many small
@@ -364,27 +366,34 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // or the response refused.
 func (x *exchange) reads() bool { return x.up.api != config.APINone || x.up.cred != nil }
 
-// errPartial refuses a partial response to a credentialed request (upstream_partial).
-var errPartial = errors.New("partial response to a request that carried a credential")
-
+// modifyResponse guards a response before any of it is relayed: its header and announced
+// trailers scrubbed, a partial answer to a credentialed request refused, and where Sandgate
+// reads the body, its media type taken from every Content-Type line (lines that disagree are
+// refused) and every coding decoded (respguard: fields.go, coding.go).
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := exchangeFrom(resp.Request.Context())
 	set := p.scrub.Current()
-	if set.ScrubHeader(resp.Header) {
+	if set.ScrubHeader(resp.Header) || set.ScrubHeader(resp.Trailer) {
 		x.credentialEchoed()
 	}
-	if x.up.cred != nil && (resp.StatusCode == http.StatusPartialContent || resp.Header.Get("Content-Range") != "") {
+	if x.up.cred != nil && respguard.Partial(resp) {
 		return errPartial
 	}
+	contentType := resp.Header.Get("Content-Type")
 	if x.reads() {
+		mt, err := respguard.MediaType(resp.Header)
+		if err != nil {
+			return err
+		}
 		if err := respguard.Decode(resp); err != nil {
 			return err
 		}
+		contentType = mt
 	}
 	if x.up.api != config.APINone {
-		x.usage = NewUsageParser(resp.Header.Get("Content-Type"))
+		x.usage = NewUsageParser(contentType)
 	}
-	end := newStreamEnd(resp.Header.Get("Content-Type"), x.up.api)
+	end := newStreamEnd(contentType, x.up.api)
 	end.follow(x.usage)
 	if end != nil || resp.Uncompressed {
 		// A stream goes to the sandbox chunked, so that a cut one ends without the terminator
@@ -394,57 +403,6 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	}
 	resp.Body = &countingBody{ReadCloser: newScrubBody(resp, set, x.credentialEchoed), x: x, ctx: resp.Request.Context(), end: end}
 	return nil
-}
-
-// upstreamError answers a request whose upstream could not be reached or failed. A
-// destination the dial guard refuses is a denial (403, the guard's reason); a name that does
-// not resolve or a failed dial is the upstream's failure (502, 504 on a timeout), not a
-// decision.
-func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	x := exchangeFrom(r.Context())
-	rf := upstreamRefusal(err)
-	if x.body.Cut() {
-		rf = call.Refuse(call.CodeBodyTimeout, "request body not received in time")
-	}
-	writeRefusal(w, rf, x.openAI())
-	x.status = rf.Status()
-	end := call.Failed(rf)
-	if rf.Class() == call.ClassPolicy {
-		end = call.Denied(rf)
-	}
-	x.ended = &end
-}
-
-// upstreamRefusal classifies an upstream error: a dial-guard denial keeps the guard's reason
-// code; resolution failures, dial failures and timeouts are upstream errors with the cause. A
-// name that does not resolve or a dial that fails is "upstream unreachable (resolve NAME: …)" or
-// "(dial HOST:PORT: …)", never a denial: no policy was involved.
-func upstreamRefusal(err error) *call.Refusal {
-	var de *DialError
-	if errors.As(err, &de) {
-		switch de.Reason {
-		case "":
-			// Nothing answered (refused, unreachable): unavailable, 503, as the gateway answers
-			// a call to an upstream that is down; 502 is kept for an upstream that answered badly.
-			code := call.CodeUpstreamUnavailable
-			if errors.Is(err, context.DeadlineExceeded) {
-				code = call.CodeUpstreamTimeout
-			}
-			return call.Refuse(code, "upstream unreachable (%v)", de)
-		case DenyResolve, DenyNoAddress:
-			return call.Refuse(string(de.Reason), "upstream unreachable (%v)", de)
-		}
-		return call.Refuse(string(de.Reason), "destination denied by dial guard: %s", de.Reason)
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return call.Refuse(call.CodeUpstreamTimeout, "upstream did not answer in time")
-	case errors.Is(err, respguard.ErrEncoding):
-		return call.Refuse(call.CodeUpstreamEncoding, "%v", err)
-	case errors.Is(err, errPartial):
-		return call.Refuse(call.CodeUpstreamPartial, "the upstream answered with part of a response, which is not passed on where a credential was sent")
-	}
-	return call.Refuse(call.CodeUpstreamError, "upstream unavailable: %v", err)
 }
 
 type countingReader struct {
@@ -538,8 +496,9 @@ func (x *exchange) chargeTokens() {
 // working.
 type statusWriter struct {
 	http.ResponseWriter
-	x      *exchange
-	status int
+	x           *exchange
+	status      int
+	writeFailed bool // a write to the sandbox failed: it went away (clientgone.go)
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -556,7 +515,11 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	if err != nil {
+		s.writeFailed = true
+	}
+	return n, err
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -129,8 +129,10 @@ type testResolver struct {
 
 func (r *testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
 	switch host {
-	case "api.anthropic.com", "tunnel.test":
+	case "api.anthropic.com", "tunnel.test", "raw.test":
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	case "raw-public.test": // a public name for plain forwarding, dialed on loopback
+		return []netip.Addr{netip.MustParseAddr(rebindPublic)}, nil
 	case "internal.test":
 		return []netip.Addr{netip.MustParseAddr("10.1.2.3")}, nil
 	case "rebind.test":

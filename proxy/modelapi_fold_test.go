@@ -131,7 +131,8 @@ func TestOneReadingOfTheModelBody(t *testing.T) {
 }
 
 func FuzzOneReadingOfTheModelBody(f *testing.F) {
-	for _, s := range []string{`{"model":"a","MODEL":"b"}`, `{"model":"a","max_tokens":1,"stream":true}`, `{"max_to\u212aens":1}`} {
+	for _, s := range append([]string{`{"model":"a","MODEL":"b"}`, `{"model":"a","max_tokens":1,"stream":true}`, `{"max_to\u212aens":1}`},
+		multiLineModelBodies...) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -59,12 +59,29 @@ func TestParseModelRequest(t *testing.T) {
 // FuzzParseModelRequest holds the scanner to two references: encoding/json's Decoder, the
 // parser it replaced (same verdict, same fields), and json.Valid (a body it accepts is valid
 // JSON). A body they disagree on is one an upstream might read differently from the policy.
+// multiLineModelBodies are model requests whose fields run over several lines, or carry
+// wrapped encodings (issue 59): line breaks between every token, inside values as escapes, in
+// a key, and base64 wrapped as MIME and PEM wrap it in a message's content.
+var multiLineModelBodies = []string{
+	"{\n\"model\"\n:\n\"claude-haiku-4-5\"\n,\n\"max_tokens\"\r\n:\r\n5\r\n,\"stream\"\n:\ntrue\n}",
+	"{\r\n  \"model\": \"claude-haiku-4-5\",\r\n  \"model\": \"claude-opus-4-1\"\r\n}",
+	`{"model":"claude-\nhaiku-4-5","max_tokens":1}`,
+	`{"mod\u000Ael":"x","model":"claude-haiku-4-5"}`,
+	`{"model\r\n":"x","model":"y"}`,
+	`{"model":"claude-haiku-4-5","messages":[{"role":"user","content":"-----BEGIN KEY-----\nTUlJQklqQU5CZ2txaGtpRzl3MEJBUUVGQUFPQ0FR\nOEFNSUlCQ2dLQ0FRRUF0ZXN0\n-----END KEY-----\n"}]}`,
+	`{"model":"claude-haiku-4-5","max_tokens":2,"messages":[{"role":"user","content":"TUlJQklqQU5CZ2txaGtpRzl3MEJBUUVGQUFPQ0FROEFNSUlCQ2dLQ0FRRUF0ZXN0dGVzdHRlc3R0ZXN0dGVzdHRlc3R0\r\nZXN0dGVzdA=="}]}`,
+	"{\"model\":\"claude-haiku-4-5\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"part one\"},\n{\"type\":\"text\",\"text\":\"part two\"}]}]}",
+}
+
 func FuzzParseModelRequest(f *testing.F) {
 	for _, s := range []string{`{"model":"a","max_tokens":1,"stream":true}`, `{"model":1}`, `{}`, `[`,
 		`{"a":{"b":[1,2]}}`, `{"mod\u0065l":"x","model":"y"}`, `{"a":[{"b":"\ud83d\ude00"},-0.5e+3,true,null]}`,
 		` {"max_tokens":9223372036854775808} `, `{"a":"\x"}`, `{"a":01}`, `{"a":[1,]}`, `{"model":"a\u00"}`,
 		`{"model": "m", "max_tokens" : 5, "stream" : false, "x": [ 1 , { "y" : null } ] }`, "{\n\t\"model\":\r\n\"m\"\n}",
 		`{"MODEL":"x"}`, `{"max_to\u212aens":1}`, "{\"\x83\":true}", "{\"a\":\"\xff\"}"} {
+		f.Add([]byte(s))
+	}
+	for _, s := range multiLineModelBodies {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

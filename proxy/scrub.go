@@ -13,7 +13,8 @@ import (
 // routes, intercepted tunnels, plain-HTTP forwards), with the response guard both halves share
 // (internal/respguard): no credential value reaches a sandbox in a header, a trailer, a 1xx
 // response or the body, whatever the upstream echoes back, in whatever form respguard reads
-// (raw, hex, base64, behind JSON or percent escapes, in pieces across an event stream).
+// (raw, hex, base64 wrapped or not, behind JSON or percent escapes, in pieces across an event
+// stream or the strings of a JSON message).
 //
 //   - Headers, trailers and the headers of forwarded 1xx responses: a field whose value
 //     contains a credential is removed.
@@ -46,7 +47,7 @@ type scrubBody struct {
 }
 
 func newScrubBody(resp *http.Response, set *respguard.Needles, onHit func()) *scrubBody {
-	return &scrubBody{Reader: respguard.NewReader(resp.Body, set, respguard.IsEventStream(resp.Header), onHit),
+	return &scrubBody{Reader: respguard.NewReader(resp.Body, set, respguard.InPieces(resp.Header), onHit),
 		src: resp.Body, resp: resp, set: set, onHit: onHit}
 }
 

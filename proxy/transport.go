@@ -31,7 +31,11 @@ type upstream struct {
 // newUpstream builds the upstream's transport: keep-alive pools sized for many sandboxes
 // sharing one upstream, HTTP/2 where the upstream offers it, every connection through the
 // dial guard, and bounded dial, TLS, response-header and idle times. Redirects are never
-// followed (a Transport does not follow them).
+// followed (a Transport does not follow them). The transport decodes nothing: with compression
+// on it asks for gzip itself and, when the first Content-Encoding line says gzip, decodes one
+// layer and drops every line, so the codings of the other lines would reach the sandbox
+// undecoded and unscanned. Sandgate asks for gzip itself where it reads bodies (rewrite) and
+// decodes every layer (respguard.Decode).
 func (p *Proxy) newUpstream(scheme string, addr hostport.Addr, basePath, route, api string, cred *config.CredentialRef, allowPrivate bool) *upstream {
 	l := p.cfg.Limits
 	tr := &http.Transport{
@@ -46,6 +50,7 @@ func (p *Proxy) newUpstream(scheme string, addr hostport.Addr, basePath, route, 
 		ResponseHeaderTimeout:  l.ResponseHeaderTimeout.D(),
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 1 << 20,
+		DisableCompression:     true,
 		WriteBufferSize:        32 << 10,
 		ReadBufferSize:         32 << 10,
 	}

@@ -1,6 +1,8 @@
 package call
 
 import (
+	"unicode/utf8"
+
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/internal/identity"
 )
@@ -89,6 +91,11 @@ func (cl *Call) SetUsage(in, out int64) {
 	}
 }
 
+// CodeClientClosed is the outcome code of a call whose sandbox went away after its answer began
+// and before it was complete (a stream it cancelled). It is noted, not a refusal: the status
+// stays the one the sandbox got. A sandbox gone before any answer is cancelled (Cancelled).
+const CodeClientClosed = "client_closed"
+
 // Note notes an outcome code the call will end with that is not a refusal (a tool's error
 // result, a tunnel's idle timeout, a budget spent mid-stream), leaving the status as answered.
 // The first code noted stands.
@@ -120,10 +127,23 @@ func (cl *Call) refused(r *Refusal, status int) {
 	cl.ev.Decision.Reason = r.Reason
 	cl.ev.Outcome.Error = r.Code
 	cl.ev.Outcome.Status = status
+	cl.ev.Outcome.Detail = cut(r.Detail, maxDetail)
 }
 
 // failed sets the event of an allowed call whose action failed as r says: the decision stands.
 func (cl *Call) failed(r *Refusal) {
 	cl.ev.Outcome.Error = r.Code
 	cl.ev.Outcome.Status = r.Status()
+	cl.ev.Outcome.Detail = cut(r.Detail, maxDetail)
+}
+
+// cut is s at most n bytes long, cut on a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -151,3 +151,25 @@ func TestNotedOutcomesStand(t *testing.T) {
 	assert.Equal(t, 502, f.Outcome.Status)
 	assert.Equal(t, [2]int64{3, 4}, [2]int64{f.Outcome.TokensIn, f.Outcome.TokensOut})
 }
+
+// An upstream's failure is answered with its code's fixed reason; the words of what failed
+// are the event's detail only, cut short, for a refusal and a failure alike.
+func TestUpstreamFailureKeepsItsDetailInTheEventOnly(t *testing.T) {
+	core, kept := newKeptCore(t)
+	detail := `malformed HTTP status code "canary" ` + string(make([]byte, 600))
+	rf := call.UpstreamFailure(call.CodeUpstreamError, detail)
+	assert.NotContains(t, rf.Reason, "canary")
+	assert.Equal(t, call.UpstreamFailure(call.CodeUpstreamError, "other words").Reason, rf.Reason, "one text per code")
+	assert.Equal(t, call.CodeUpstreamError, call.UpstreamFailure("not_an_upstream_code", "x").Code)
+	runCall(context.Background(), core, audit.KindHTTPRequest, identity.Identity{Known: true}, call.Question{},
+		func(*call.Call, call.Grant) call.End { return call.Failed(rf) })
+	runCall(context.Background(), core, audit.KindHTTPRequest, identity.Identity{Known: true}, call.Question{},
+		func(*call.Call, call.Grant) call.End {
+			return call.Refused(call.UpstreamFailure(call.CodeUpstreamEncoding, "coding 2 of 2"))
+		})
+	require.Len(t, kept.evs, 2)
+	assert.Contains(t, kept.evs[0].Outcome.Detail, "canary")
+	assert.Len(t, kept.evs[0].Outcome.Detail, 512)
+	assert.Equal(t, "coding 2 of 2", kept.evs[1].Outcome.Detail)
+	assert.NotContains(t, kept.evs[0].Decision.Reason, "canary")
+}

@@ -41,7 +41,7 @@ type callAttrs struct {
 const maxOtherCodes = 256
 
 // outcomeWords are the codes the request path itself writes that are not refusals.
-var outcomeWords = []string{"ok", "deny", "suppressed"}
+var outcomeWords = []string{"ok", "deny", "suppressed", CodeClientClosed}
 
 func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	m := mp.Meter("github.com/sandgate/sandgate/internal/call")

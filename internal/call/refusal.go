@@ -202,6 +202,10 @@ var codes = map[string]Class{
 type Refusal struct {
 	Code   string
 	Reason string
+	// Detail is what failed in words Sandgate did not choose (a transport's error, which can
+	// quote an upstream): the audit event's outcome.detail, never answered. The half scrubs it
+	// of credentials before it sets it (the reason stays Sandgate's own words: UpstreamFailure).
+	Detail string
 	// RetryAfter, when set, is sent as Retry-After (limits).
 	RetryAfter time.Duration
 	// Close asks the half to close the connection after answering (the rest of a body unread).
@@ -212,6 +216,36 @@ type Refusal struct {
 func Refuse(code, format string, args ...any) *Refusal {
 	return &Refusal{Code: code, Reason: fmt.Sprintf(format, args...)}
 }
+
+// upstreamReasons are the words Sandgate answers an upstream's failure with: one fixed text per
+// code, whatever the upstream sent. An error of the transport quotes what it could not read (a
+// status line, a header, a certificate's names), which an upstream chooses: it goes to the
+// event's detail only.
+var upstreamReasons = map[string]string{
+	CodeUpstreamError:            "the upstream's answer could not be read",
+	CodeUpstreamTimeout:          "upstream did not answer in time",
+	CodeUpstreamUnavailable:      "the upstream is unavailable",
+	CodeUpstreamTruncated:        "the upstream's response ended before it was complete",
+	CodeUpstreamEncoding:         "the upstream answered in a content coding Sandgate does not decode, or with codings it cannot account for",
+	CodeUpstreamTooLarge:         "the upstream's answer is larger than allowed",
+	CodeUpstreamPartial:          "the upstream answered with part of a response, which is not passed on where a credential was sent",
+	CodeUpstreamInputUnsupported: "the upstream asked for input no sandbox can be asked for",
+	CodeUpstreamInputUnanswered:  "the upstream's request for input was not answered",
+	CodeUpstreamInputExhausted:   "the upstream asked for input more times than allowed",
+}
+
+// UpstreamFailure is the refusal of an upstream's failure with code: its fixed reason, and
+// detail (scrubbed by the caller) for the event.
+func UpstreamFailure(code, detail string) *Refusal {
+	reason, ok := upstreamReasons[code]
+	if !ok {
+		code, reason = CodeUpstreamError, upstreamReasons[CodeUpstreamError]
+	}
+	return &Refusal{Code: code, Reason: reason, Detail: detail}
+}
+
+// maxDetail bounds an event's outcome.detail.
+const maxDetail = 512
 
 // Class is the refusal's class: Sandgate's own codes from the table, any other code a policy's.
 func (r *Refusal) Class() Class {

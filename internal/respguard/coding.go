@@ -43,10 +43,22 @@ const MaxCodings = 4
 
 // Decode replaces resp's body with its decoded form when it has a Content-Encoding: gzip,
 // x-gzip, deflate (zlib-wrapped or raw), br, zstd or any stack of at most MaxCodings of them,
-// listed in the order they were applied. The header loses Content-Encoding and Content-Length
-// (the decoded length is not known). identity is no coding. Any other coding, or a deeper
-// stack, is ErrEncoding, resp unchanged.
+// listed in the order they were applied, on one line or several. The header loses
+// Content-Encoding and Content-Length (the decoded length is not known). identity is no
+// coding. Any other coding, or a deeper stack, is ErrEncoding, resp unchanged.
+//
+// A response the transport already decoded (Uncompressed) is ErrEncoding too: net/http's
+// transport, when it asked for gzip itself, decodes a body whose first Content-Encoding line
+// says gzip and drops every line, so the codings of the others reach nobody who decodes them.
+// Transports that feed Decode set DisableCompression; this refuses what one that does not
+// would pass on.
+//
+// The errors name no coding: a coding's name is the upstream's text, and error texts end up
+// in what Sandgate writes.
 func Decode(resp *http.Response) error {
+	if resp.Uncompressed {
+		return fmt.Errorf("%w: the transport decoded a layer Sandgate did not see", ErrEncoding)
+	}
 	codings := contentCodings(resp.Header)
 	if len(codings) == 0 {
 		return nil
@@ -54,9 +66,9 @@ func Decode(resp *http.Response) error {
 	if len(codings) > MaxCodings {
 		return fmt.Errorf("%w: a stack of more than %d codings", ErrEncoding, MaxCodings)
 	}
-	for _, c := range codings {
+	for i, c := range codings {
 		if _, ok := decoders[c]; !ok {
-			return fmt.Errorf("%w: %q", ErrEncoding, c)
+			return fmt.Errorf("%w: coding %d of %d is none Sandgate decodes", ErrEncoding, i+1, len(codings))
 		}
 	}
 	sent := &countReader{r: resp.Body}

@@ -33,6 +33,7 @@ type Needles struct {
 	header  []string
 	body    [][]byte
 	maxBody int // the longest body needle
+	minBody int // the shortest
 	// byFirst lists, for each byte, the body needles that begin with it (indices into body):
 	// held asks only those at each position of a window's tail.
 	byFirst [256][]int
@@ -129,8 +130,11 @@ func Build(values, rendered []string) *Needles {
 			add(b)
 		}
 	}
-	for _, b := range n.body {
+	for i, b := range n.body {
 		n.maxBody = max(n.maxBody, len(b))
+		if i == 0 || len(b) < n.minBody {
+			n.minBody = len(b)
+		}
 	}
 	n.words = (n.maxBody + 63) / 64
 	n.ends = make([]uint64, 256*n.words)
@@ -179,17 +183,42 @@ func Forms(v string) []string {
 	return append([]string(nil), n.header...)
 }
 
-// ScrubHeader removes every field of h whose value contains a needle; it reports whether it
-// removed any.
+// ScrubHeader removes every field of h whose value or name contains a needle; it reports
+// whether it removed any. A name is compared without regard to case: net/http writes names
+// canonical (Sk-Ant-Real-…), which is a credential still, less its case. So is an announced
+// trailer's name, in Response.Trailer before its value arrives.
 func (n *Needles) ScrubHeader(h map[string][]string) bool {
 	removed := false
 	for k, vs := range h {
-		if n.headerHit(vs) {
+		if n.headerHit(vs) || n.nameHit(k) {
 			delete(h, k)
 			removed = true
 		}
 	}
 	return removed
+}
+
+// nameHit reports whether a field name holds a needle, whatever its case.
+func (n *Needles) nameHit(name string) bool {
+	if len(name) < minHeaderSecret {
+		return false
+	}
+	for _, s := range n.header {
+		if len(s) <= len(name) && containsFold(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsFold reports whether s contains sub under ASCII case folding.
+func containsFold(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *Needles) headerHit(vs []string) bool {
@@ -206,18 +235,13 @@ func (n *Needles) headerHit(vs []string) bool {
 	return false
 }
 
-// decodedHit reports whether the decoded view of b holds a needle.
+// decodedHit reports whether b, read as the scanner reads a body (escapes decoded, wrapped
+// base64 whole), holds a needle.
 func (n *Needles) decodedHit(b []byte) bool {
-	var v view
-	if !v.decode(b, n) {
-		return false
-	}
-	for _, s := range n.body {
-		if bytes.Contains(v.dec, s) {
-			return true
-		}
-	}
-	return false
+	var s Scanner
+	s.Reset(n, false, nil)
+	s.scan(bytes.Clone(b), true)
+	return s.hits > 0
 }
 
 // ScrubString is s with every needle (in any form the scanner reads) overwritten, for text

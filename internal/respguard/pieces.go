@@ -46,7 +46,7 @@ type pieces struct {
 	keys   map[string]*keyView
 	key    []byte // the last key seen (at most maxKeyLen bytes)
 	inStr  bool
-	esc    []byte // an escape being read inside a string
+	esc    []byte // an escape being read inside a string (empty: none)
 	escAt  int64
 	cur    []piece // the string being read (its first and last bytes when long)
 	cut    bool    // cur lost its middle
@@ -74,7 +74,7 @@ func (p *pieces) release() {
 		p.spare = append(p.spare, v)
 	}
 	clear(p.keys)
-	*p = pieces{keys: p.keys, key: p.key[:0], cur: p.cur[:0], closed: p.closed[:0], buf: p.buf[:0], seq: p.seq[:0], spare: p.spare}
+	*p = pieces{keys: p.keys, key: p.key[:0], esc: p.esc[:0], cur: p.cur[:0], closed: p.closed[:0], buf: p.buf[:0], seq: p.seq[:0], spare: p.spare}
 	piecesPool.Put(p)
 }
 
@@ -89,6 +89,7 @@ func (p *pieces) span() int { return p.n.maxBody - 1 }
 // them are keys or values no needle can continue, which settle decides without pieces.
 func (p *pieces) lex(s *Scanner, w []byte, carried int) {
 	base := s.released
+	var next runEnds
 	run := -1                     // the string being read began at w[run] and is plain so far: not in cur
 	closedAt, closedEnd := -1, -1 // the closed string is w[closedAt:closedEnd], not in closed
 	for i := carried; i < len(w); {
@@ -115,7 +116,7 @@ func (p *pieces) lex(s *Scanner, w []byte, carried int) {
 			run = i
 			continue
 		}
-		if p.esc != nil {
+		if len(p.esc) > 0 {
 			p.esc = append(p.esc, c)
 			p.escape()
 			i++
@@ -137,7 +138,7 @@ func (p *pieces) lex(s *Scanner, w []byte, carried int) {
 			p.endRun(w, &run, i, base)
 			p.esc, p.escAt = append(p.esc[:0], c), base+int64(i)
 		default:
-			j := i + plainRun(w[i:])
+			j := i + plainRun(w, i, &next)
 			if run < 0 {
 				p.addRun(w[i:j], base+int64(i))
 			}
@@ -191,79 +192,96 @@ func appendPieces(dst []piece, b []byte, at int64) []piece {
 	return dst
 }
 
-// escape decodes p.esc when it is complete.
+// escape decodes p.esc when it is complete. A line break is left out of the joined values, as
+// the view leaves it out of wrapped base64: pieces of a wrapped text join across it.
 func (p *pieces) escape() {
 	e := p.esc
 	if len(e) == 2 && e[1] != 'u' {
-		d, ok := shortEscapes[e[1]]
-		if !ok {
+		d := shortEscapes[e[1]]
+		if d == 0 {
 			d = e[1]
 		}
-		p.add(piece{p.escAt, d, 2})
-		p.esc = nil
+		if !isBreak(d) {
+			p.add(piece{p.escAt, d, 2})
+		}
+		p.esc = p.esc[:0]
 		return
 	}
 	if len(e) < 6 {
 		if len(e) > 2 && !isHex(e[len(e)-1]) {
-			p.esc = nil
+			p.esc = p.esc[:0]
 		}
 		return
 	}
 	dec, _ := escapeAt(e, 0)
 	for _, b := range dec {
-		p.add(piece{p.escAt, b, 6})
+		if !isBreak(b) {
+			p.add(piece{p.escAt, b, 6})
+		}
 	}
-	p.esc = nil
+	p.esc = p.esc[:0]
 }
 
-// plainRun is the length of the run of b before the first quote, backslash or line feed.
-// Most strings of an event stream are short: a byte loop over the first shortRun bytes ends
-// them in one pass; a longer run is searched byte by byte kind (bytes.IndexByte).
-func plainRun(b []byte) int {
-	for i, c := range b[:min(len(b), shortRun)] {
+// plainRun is the length of the run of w from i before the first quote, backslash or line
+// feed. Most strings of an event stream are short: a byte loop over the first shortRun bytes
+// ends them in one pass; a longer run is searched byte kind by byte kind (bytes.IndexByte),
+// each kind's next place in the window kept in next until passed, so that a long string with
+// many escapes (a JSON body's text) is not searched to its end again at each one.
+func plainRun(w []byte, i int, next *runEnds) int {
+	b := w[i:]
+	for k, c := range b[:min(len(b), shortRun)] {
 		if endsRun[c] {
-			return i
+			return k
 		}
 	}
 	if len(b) <= shortRun {
 		return len(b)
 	}
-	end := len(b)
-	for _, c := range []byte{'"', '\\', '\n'} {
-		if k := bytes.IndexByte(b[shortRun:end], c); k >= 0 {
-			end = shortRun + k
+	end := len(w)
+	for x, c := range [...]byte{'"', '\\', '\n'} {
+		if at := next[x]; at == 0 || at != -1 && at < i+shortRun { // unknown, or passed
+			next[x] = -1
+			if k := bytes.IndexByte(w[i+shortRun:], c); k >= 0 {
+				next[x] = i + shortRun + k
+			}
+		}
+		if next[x] >= 0 {
+			end = min(end, next[x])
 		}
 	}
-	return end
+	return end - i
 }
+
+// runEnds are the window offsets of the next '"', '\' and LF plainRun found (-1: none
+// left in the window, 0: not looked for yet).
+type runEnds [3]int
 
 var endsRun = [256]bool{'"': true, '\\': true, '\n': true}
 
 const shortRun = 32
 
-// addRun appends the bytes b, at stream offset at, to the current string. Of a long run only
-// what add would keep is added: the string's first and last span bytes.
+// addRun appends the bytes b, at stream offset at, to the current string, keeping what add
+// would keep: the whole string while it is at most 3*span bytes, else its first and last span
+// bytes (and what lies between them up to 3*span), the middle dropped (cut).
 func (p *pieces) addRun(b []byte, at int64) {
 	n := p.span()
-	if len(b) > 3*n {
-		head := max(0, n-len(p.cur))
-		for k := range head {
-			p.add(piece{at + int64(k), b[k], 1})
-		}
-		if len(p.cur) > n {
-			p.cur = p.cur[:n]
-		}
-		p.cut = true
-		from := len(b) - n
-		b, at = b[from:], at+int64(from)
-	}
-	if len(p.cur)+len(b) > 3*n { // add keeps the first and last span bytes
-		for k := range b {
-			p.add(piece{at + int64(k), b[k], 1})
-		}
+	if len(p.cur)+len(b) <= 3*n {
+		p.cur = appendPieces(p.cur, b, at)
 		return
 	}
-	p.cur = appendPieces(p.cur, b, at)
+	if need := n - len(p.cur); need > 0 { // the string's head is not complete yet
+		p.cur = appendPieces(p.cur, b[:need], at)
+		b, at = b[need:], at+int64(need)
+	}
+	if len(b) >= n {
+		p.cur = appendPieces(p.cur[:n], b[len(b)-n:], at+int64(len(b)-n))
+	} else { // the last n: the end of what was kept after the head, then b
+		rest := p.cur[n:]
+		keep := min(len(rest), n-len(b))
+		copy(p.cur[n:], rest[len(rest)-keep:])
+		p.cur = appendPieces(p.cur[:n+keep], b, at)
+	}
+	p.cut = true
 }
 
 // add appends a decoded byte to the current string, keeping its first and last span bytes.
@@ -433,9 +451,18 @@ func (p *pieces) holdFrom(end int64) int64 {
 			tail = v.tail
 		}
 		n := p.span()
-		seq := append(append([]piece(nil), tail...), open[len(open)-min(len(open), n):]...)
-		seq = seq[len(seq)-min(len(seq), n):]
-		h := p.n.held(bytesOf(nil, seq))
+		full := append(append([]piece(nil), tail...), open[len(open)-min(len(open), n):]...)
+		// A needle the string already completes with its key's tail is overwritten once the
+		// string is settled as a value: everything from its start waits for that, however
+		// short the tail.
+		buf := bytesOf(nil, full)
+		for _, nd := range p.n.body {
+			if j := bytes.Index(buf, nd); j >= 0 && j < len(tail) && (from < 0 || full[j].start < from) {
+				from = full[j].start
+			}
+		}
+		seq := full[len(full)-min(len(full), n):]
+		h := p.n.held(bytesOf(buf[:0], seq))
 		hold(seq[len(seq)-h:])
 	}
 	return from

@@ -10,8 +10,9 @@ import (
 // reads the stream three ways:
 //
 //   - raw: each needle as bytes;
-//   - decoded: JSON escapes and percent escapes decoded (view), each match overwritten over
-//     the escapes that spell it;
+//   - decoded: JSON escapes and percent escapes decoded (view), and the line breaks of
+//     wrapped base64 left out (wrapped.go), each match overwritten over the escapes and breaks
+//     that spell it;
 //   - in pieces, for an event stream: the string values of one JSON key concatenated across
 //     the stream's events (pieces), each piece overwritten.
 //
@@ -105,10 +106,14 @@ func (s *Scanner) scan(w []byte, final bool) int {
 			}
 		}
 	}
+	hw := ie
+	if !decoded { // the view leaves out the breaks of wrapped base64; without it, look at them
+		hw = s.scanWrapped(w, ie, final)
+	}
 	if final {
 		return len(w)
 	}
-	h := ie - s.n.held(w[:ie])
+	h := min(ie-s.n.held(w[:ie]), hw)
 	if decoded {
 		if hd := s.n.held(s.v.dec); hd > 0 {
 			h = min(h, s.v.rawStart(len(s.v.dec)-hd))

@@ -235,15 +235,36 @@ func TestScrubHeaderAndString(t *testing.T) {
 	assert.Equal(t, "upstream said: no such tool, nothing else", s)
 }
 
-// FuzzReader: read in any pieces, as a body or as an event stream (whose lexer state each
-// input takes from the pool the last one gave it back to), a body keeps its length and no form
-// the scanner reads (raw or decoded) survives it.
+// FuzzReader: read in any pieces, as a body or in pieces too (an event stream or a JSON
+// message, whose lexer state each input takes from the pool the last one gave it back to), a
+// body keeps its length and no form the scanner reads (raw, decoded, or wrapped base64 whole)
+// survives it.
 func FuzzReader(f *testing.F) {
 	for _, form := range forms() {
 		f.Add([]byte(`{"a":"`+form+`"}`), uint8(5))
 		f.Add([]byte(`data: {"text":"`+form[:5]+`"}`+"\n\n"+`data: {"text":"`+form[5:]+`"}`), uint8(0x85))
 	}
 	f.Add([]byte(`\\u0073`+jsonU(secret)+`%`), uint8(1))
+	// Wrapped base64 (issue 59): MIME's 76 columns and CRLF, PEM's 64 and LF, raw, inside a JSON
+	// string and across the events of a stream; and a key broken over lines.
+	b64 := base64.StdEncoding.EncodeToString([]byte("0123456789abcdefghijklmnopqrstuvwxyz01234" + secret + "tail"))
+	for _, w := range []struct {
+		width int
+		eol   string
+	}{{76, "\r\n"}, {64, "\n"}, {5, "\n"}} {
+		var lines []string
+		for s := b64; s != ""; s = s[min(w.width, len(s)):] {
+			lines = append(lines, s[:min(w.width, len(s))])
+		}
+		text := strings.Join(lines, w.eol)
+		f.Add([]byte("-----BEGIN X-----"+w.eol+text+w.eol+"-----END X-----"), uint8(7))
+		f.Add([]byte(`{"pem":`+jsonString(text)+`}`), uint8(13))
+		f.Add([]byte(`data: {"text":`+jsonString(lines[0]+w.eol)+`}`+"\n\n"+`data: {"text":`+jsonString(strings.Join(lines[1:], w.eol))+`}`+"\n\n"), uint8(0x83))
+	}
+	f.Add([]byte(secret[:9]+"\r\n"+secret[9:]), uint8(2))
+	// One message's strings (issue 59): text content parts, an array of strings.
+	f.Add([]byte(`{"content":[{"type":"text","text":"`+secret[:6]+`"},{"type":"text","text":"`+secret[6:]+`"}]}`), uint8(0x84))
+	f.Add([]byte(`{"lines":["`+secret[:1]+`","`+secret[1:20]+`","`+secret[20:]+`"]}`), uint8(0x81))
 	needles := Build([]string{secret}, nil)
 	f.Fuzz(func(t *testing.T, body []byte, piece uint8) {
 		r := NewReader(&chunked{s: string(body), n: int(piece%32) + 1}, needles, piece >= 0x80, nil)

@@ -10,6 +10,12 @@ import (
 // view is a text with its JSON escapes (\uXXXX, surrogate pairs, \n, \/ …) and percent escapes
 // (%XX) decoded, one layer: what a sandbox reads after JSON.parse or decodeURIComponent. Each
 // escape is a unit; every other byte stands for itself.
+//
+// A line break right after a base64 character (CR or LF, raw or escaped) is left out of the
+// view: base64 is wrapped into lines (76 columns in MIME, 64 in PEM, any width an upstream
+// picks), and every decoder a sandbox would use skips the breaks. Such a break is a unit that
+// decodes to nothing. A key's own characters are base64 characters too, so a key broken over
+// two lines is read whole as well.
 type view struct {
 	dec   []byte
 	units []unit
@@ -27,28 +33,61 @@ func (v *view) decode(b []byte, n *Needles) bool {
 	if !mayHide(b, n) {
 		return false
 	}
+	v.fill(b)
+	return true
+}
+
+// fill makes v the view of b.
+func (v *view) fill(b []byte) {
 	v.dec, v.units = v.dec[:0], v.units[:0]
+	var next stops
 	for i := 0; i < len(b); {
-		j := nextEscape(b, i)
+		j := next.from(b, i)
 		v.dec = append(v.dec, b[i:j]...)
 		if j == len(b) {
 			break
 		}
 		i = j
+		if isBreak(b[i]) {
+			if v.wrapped() { // a line break inside wrapped base64: not part of the text
+				v.units = append(v.units, unit{dec: len(v.dec), raw: i, rawLen: 1})
+			} else {
+				v.dec = append(v.dec, b[i])
+			}
+			i++
+			continue
+		}
 		dec, rawLen := escapeAt(b, i)
 		if rawLen == 0 { // not an escape: the byte stands for itself
 			v.dec = append(v.dec, b[i])
 			i++
 			continue
 		}
+		if len(dec) == 1 && isBreak(dec[0]) && v.wrapped() {
+			dec = nil // an escaped line break inside wrapped base64
+		}
 		v.units = append(v.units, unit{dec: len(v.dec), decLen: len(dec), raw: i, rawLen: rawLen})
 		v.dec = append(v.dec, dec...)
 		i += rawLen
 	}
-	return true
 }
 
-// mayHide is the quick check of decode: is there an escape a needle's byte could hide in?
+// wrapped reports whether a line break here would break base64 text: the view so far ends in a
+// base64 character (earlier breaks after it are already left out).
+func (v *view) wrapped() bool { return len(v.dec) > 0 && base64Char[v.dec[len(v.dec)-1]] }
+
+func isBreak(c byte) bool { return c == '\n' || c == '\r' }
+
+// base64Char holds the characters of the standard and URL base64 alphabets.
+var base64Char = func() (t [256]bool) {
+	for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_") {
+		t[c] = true
+	}
+	return t
+}()
+
+// mayHide is the quick check of decode: is there an escape a needle's byte could hide in? (A
+// text with line breaks but no such escape is read around its breaks only: wrapped.go.)
 func mayHide(b []byte, n *Needles) bool {
 	for i := bytes.IndexByte(b, '\\'); i >= 0 && i+1 < len(b); {
 		if n.escapable[b[i+1]] {
@@ -73,19 +112,37 @@ func mayHide(b []byte, n *Needles) bool {
 	return false
 }
 
-// nextEscape is the index of the next '\' or '%' at or after i, or len(b).
-func nextEscape(b []byte, i int) int {
-	j, k := bytes.IndexByte(b[i:], '\\'), bytes.IndexByte(b[i:], '%')
-	switch {
-	case j < 0 && k < 0:
-		return len(b)
-	case j < 0 || k >= 0 && k < j:
-		return i + k
-	}
-	return i + j
+// stops finds where the view's plain runs end: the next '\', '%', LF and CR of a text, each
+// with bytes.IndexByte and remembered until passed, so that a long text is not searched to
+// its end again at each escape.
+type stops struct {
+	at    [4]int // -1: none left
+	valid bool
 }
 
-var shortEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+var stopBytes = [4]byte{'\\', '%', '\n', '\r'}
+
+// from is the index of the first '\', '%' or raw line break at or after i in b, or len(b).
+func (s *stops) from(b []byte, i int) int {
+	k := len(b)
+	for x, c := range stopBytes {
+		if !s.valid || s.at[x] >= 0 && s.at[x] < i {
+			s.at[x] = -1
+			if j := bytes.IndexByte(b[i:], c); j >= 0 {
+				s.at[x] = i + j
+			}
+		}
+		if s.at[x] >= 0 {
+			k = min(k, s.at[x])
+		}
+	}
+	s.valid = true
+	return k
+}
+
+// shortEscapes is the byte each short JSON escape (the character after its backslash) stands
+// for; 0 for a character that begins none.
+var shortEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // escapeAt decodes the escape at b[i] ('\' or '%'); rawLen is 0 when there is none.
 func escapeAt(b []byte, i int) (dec []byte, rawLen int) {
@@ -98,7 +155,7 @@ func escapeAt(b []byte, i int) (dec []byte, rawLen int) {
 	if i+1 >= len(b) {
 		return nil, 0
 	}
-	if c, ok := shortEscapes[b[i+1]]; ok {
+	if c := shortEscapes[b[i+1]]; c != 0 {
 		return []byte{c}, 2
 	}
 	r, ok := hex4(b, i)
