@@ -16,13 +16,20 @@ const DefaultLimit = 100
 const (
 	DecisionAllow = "allow"
 	DecisionDeny  = "deny"
+	// DecisionReportOnly selects the calls a report-only template's policy denied and let
+	// through (Decision.WouldDeny set); they are also allowed calls.
+	DecisionReportOnly = "report"
 )
 
 // Filter selects events. Empty fields match everything; set fields must all match.
 type Filter struct {
 	Namespace string
-	Sandbox   string
-	Template  string
+	// Sandbox is a sandbox's name, or NAMESPACE/NAME (the form the table prints), which sets
+	// the namespace too.
+	Sandbox  string
+	Template string
+	// Credential is the name of the credential the call injected.
+	Credential string
 	// Kind is an exact kind ("mcp.tools_call") or a family without a dot ("mcp", "http").
 	Kind string
 	// Decision is "", DecisionAllow or DecisionDeny.
@@ -41,9 +48,12 @@ type Filter struct {
 func (f Filter) Validate() error {
 	var errs []error
 	switch f.Decision {
-	case "", DecisionAllow, DecisionDeny:
+	case "", DecisionAllow, DecisionDeny, DecisionReportOnly:
 	default:
-		errs = append(errs, fmt.Errorf("decision: %q is not allow or deny", f.Decision))
+		errs = append(errs, fmt.Errorf("decision: %q is not allow, deny or report", f.Decision))
+	}
+	if ns, _, ok := strings.Cut(f.Sandbox, "/"); ok && f.Namespace != "" && ns != f.Namespace {
+		errs = append(errs, fmt.Errorf("sandbox %q is in namespace %q, not %q", f.Sandbox, ns, f.Namespace))
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		errs = append(errs, fmt.Errorf("since (%s) must be before until (%s)",
@@ -55,10 +65,16 @@ func (f Filter) Validate() error {
 // Match reports whether ev passes the filter (Limit aside).
 func (f Filter) Match(ev *Event) bool {
 	id := &ev.Identity
+	namespace, sandbox := f.Namespace, f.Sandbox
+	if ns, name, ok := strings.Cut(sandbox, "/"); ok {
+		namespace, sandbox = ns, name
+	}
 	switch {
-	case f.Namespace != "" && id.Namespace != f.Namespace,
-		f.Sandbox != "" && id.Sandbox != f.Sandbox,
+	case namespace != "" && id.Namespace != namespace,
+		sandbox != "" && id.Sandbox != sandbox,
 		f.Template != "" && id.Template != f.Template,
+		f.Credential != "" && ev.Credential != f.Credential,
+		f.Decision == DecisionReportOnly && ev.Decision.WouldDeny == "",
 		f.Kind != "" && !matchKind(string(ev.Kind), f.Kind),
 		f.Decision == DecisionAllow && !ev.Decision.Allow,
 		f.Decision == DecisionDeny && ev.Decision.Allow,
