@@ -119,19 +119,38 @@ type QueryResult struct {
 // memory holds at most Limit events, whatever the size of the log. Lines are parsed, not verified;
 // run Verify to trust them. The writer's own records (KindChain, KindCheckpoint) are skipped.
 func Query(ctx context.Context, dir string, f Filter) (*QueryResult, error) {
-	if err := f.Validate(); err != nil {
-		return nil, fmt.Errorf("query audit log: %w", err)
-	}
 	limit := f.Limit
 	if limit == 0 {
 		limit = DefaultLimit
 	}
-	files, err := logFiles(dir)
-	if err != nil {
-		return nil, fmt.Errorf("query audit log: %w", err)
-	}
 	res := &QueryResult{}
 	keep := newestN{limit: limit}
+	malformed, err := Scan(ctx, dir, f, func(ev *Event) error {
+		res.Matched++
+		keep.add(*ev)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Malformed = malformed
+	res.Events = keep.inOrder()
+	return res, nil
+}
+
+// Scan calls fn with every event of the log in dir that matches f (Limit aside), oldest first,
+// and returns how many malformed lines it skipped. It streams, holding one event at a time;
+// an error from fn stops it and is returned. The writer's own records are skipped.
+func Scan(ctx context.Context, dir string, f Filter, fn func(*Event) error) (int, error) {
+	if err := f.Validate(); err != nil {
+		return 0, fmt.Errorf("query audit log: %w", err)
+	}
+	files, err := logFiles(dir)
+	if err != nil {
+		return 0, fmt.Errorf("query audit log: %w", err)
+	}
+	malformed := 0
+	var stopped error // fn's error, returned as it is
 	for _, path := range files {
 		err := scanLines(path, func(n int, line []byte, lineErr error) error {
 			if n%1024 == 0 {
@@ -140,29 +159,28 @@ func Query(ctx context.Context, dir string, f Filter) (*QueryResult, error) {
 				}
 			}
 			if lineErr != nil {
-				res.Malformed++
+				malformed++
 				return nil
 			}
 			ev, err := ParseLine(line)
 			if err != nil {
-				res.Malformed++
+				malformed++
 				return nil
 			}
-			if isRecordKind(ev.Kind) {
+			if isRecordKind(ev.Kind) || !f.Match(&ev) {
 				return nil // the writer's own records (chain, checkpoints) are not calls
 			}
-			if f.Match(&ev) {
-				res.Matched++
-				keep.add(ev)
-			}
-			return nil
+			stopped = fn(&ev)
+			return stopped
 		})
+		if stopped != nil {
+			return malformed, stopped
+		}
 		if err != nil {
-			return nil, fmt.Errorf("query audit log: %w", err)
+			return malformed, fmt.Errorf("query audit log: %w", err)
 		}
 	}
-	res.Events = keep.inOrder()
-	return res, nil
+	return malformed, nil
 }
 
 // newestN keeps the last limit events added (all of them when limit < 0) in a ring.
