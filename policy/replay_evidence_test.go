@@ -128,7 +128,7 @@ func TestReplayOfTheAuditLogNamesWhatAnEventLacks(t *testing.T) {
 			Target: audit.Target{Upstream: "everything", Tool: "echo"}, Decision: audit.Decision{Allow: true}},
 			"reads input.grants, input.mcp.arguments, which audit events do not hold"},
 		{"a model request's max_tokens", audit.Event{Kind: audit.KindHTTPRequest, Identity: triageID,
-			Target: audit.Target{Method: "POST", Host: "api.anthropic.com", Path: "/v1/messages", Route: "anthropic", Model: "claude-haiku-4-5"},
+			Target:   audit.Target{Method: "POST", Host: "api.anthropic.com", Path: "/v1/messages", Route: "anthropic", Model: "claude-haiku-4-5"},
 			Decision: audit.Decision{Allow: true}},
 			"reads input.http.max_tokens, which audit events do not hold"},
 	}
