@@ -475,3 +475,37 @@ func factsOf(input any) decisionFacts {
 	}
 	return f
 }
+
+// ScanDecisionLog calls fn with every enforced decision of the decision log whose active file
+// is path (rotated files first, a shadow's divergences left out): its id, time, logged input
+// and result. An error from fn stops it and is returned.
+func ScanDecisionLog(ctx context.Context, path string, fn func(id string, at time.Time, input any, d Decision) error) error {
+	files, err := DecisionLogFiles(path)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no decision log at %s (policy.decision_log.file)", path)
+	}
+	seq := 0
+	for _, name := range files {
+		err := scanDecisionFile(name, func(line []byte) error {
+			seq++
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			ev, err := ReadDecisionEvent(line)
+			if err != nil {
+				return fmt.Errorf("decision %d of the log: %w", seq, err)
+			}
+			if ev.Path == ShadowPath {
+				return nil
+			}
+			return fn(ev.DecisionID, ev.Timestamp, *ev.Input, DecisionFromResult(ev.Result, ev.Bundles[BundleName].Revision))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
