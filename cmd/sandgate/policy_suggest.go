@@ -124,7 +124,7 @@ func printSuggestion(w io.Writer, s *suggest.Suggestion, from, path, dir, out st
 	}
 	section("remove, granted and never used:", len(s.Remove))
 	for _, e := range s.Remove {
-		fmt.Fprintf(tw, "  - %s\tno call used it in these %d decisions%s\n", e, s.Decisions, noTest(e))
+		fmt.Fprintf(tw, "  - %s\tno call used it in these %s%s\n", e, plural(s.Decisions, "decision"), noTest(e))
 	}
 	section("not a data change:", len(s.Unlifted))
 	for _, u := range s.Unlifted {

@@ -268,13 +268,16 @@ func (a *analysis) denied(o *Observation, f facts) {
 		a.suggest(o, Entry{Section: SectionHosts, Value: f.host})
 	case "port_not_allowed":
 		a.suggest(o, Entry{Section: SectionPorts, Scope: f.host, Value: strconv.Itoa(f.port)})
+		a.used.hosts[f.host] = true // the host the new port is for stays
 	case "provider_not_allowed", "model_not_allowed", "max_tokens_exceeded":
 		p := a.providerOf(f)
 		if p == "" || f.model == "" {
 			a.cannot(o, f, "the request names no model of a known provider")
 			return
 		}
-		if o.Code != "max_tokens_exceeded" {
+		if o.Code == "max_tokens_exceeded" {
+			a.used.models[[2]string{p, f.model}] = true // the model a raised cap is for stays
+		} else {
 			a.suggest(o, Entry{Section: SectionModels, Scope: p, Value: f.model})
 		}
 		if f.maxTokens > a.tmpl.Models[p].MaxTokens {

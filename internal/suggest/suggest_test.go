@@ -179,3 +179,18 @@ func TestSuggestFromTheAuditLog(t *testing.T) {
 	assert.Equal(t, "rate_limited", s.Unlifted[0].Code)
 	assert.Contains(t, s.Tests, "test_allows_hosts_proxy_golang_org")
 }
+
+// A cap raised for a model keeps the model: a request over the cap is the model's use.
+func TestSuggestRaisesACapWithoutRemovingItsModel(t *testing.T) {
+	dir := shippedFolder(t)
+	log := record(t, dir, []*policy.Input{model(triage, "claude-haiku-4-5", 8192)})
+	s, err := suggest.Suggest(context.Background(), suggest.Options{Template: "triage-agent", PolicyDir: dir}, suggest.FromDecisionLog(log))
+	require.NoError(t, err)
+	require.Len(t, s.Add, 1)
+	assert.Equal(t, "max_tokens anthropic 8192", s.Add[0].String())
+	for _, e := range s.Remove {
+		assert.NotEqual(t, "models", e.Section, "%s", e)
+	}
+	assert.Empty(t, s.Unlifted, "the raised cap lifts the denial")
+	assert.Contains(t, s.Tests, "test_allows_max_tokens_anthropic_8192")
+}

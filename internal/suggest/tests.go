@@ -106,7 +106,11 @@ func (e Evidence) Summary(what string) string {
 
 // unusedSummary is the evidence of a removal: the window no call used it in.
 func (s *Suggestion) unusedSummary() string {
-	return fmt.Sprintf("no call used it in %d decisions of %s, first %s, last %s", s.Decisions, s.Template,
+	decisions := "decisions"
+	if s.Decisions == 1 {
+		decisions = "decision"
+	}
+	return fmt.Sprintf("no call used it in %d %s of %s, first %s, last %s", s.Decisions, decisions, s.Template,
 		s.First.UTC().Format(time.RFC3339), s.Last.UTC().Format(time.RFC3339))
 }
 
