@@ -193,3 +193,45 @@ func TestReportOnlyTemplateSeesWhatItMayCall(t *testing.T) {
 	assert.True(t, list("observed"))
 	assert.False(t, list("enforced"))
 }
+
+// The shadow policy sees what the enforced one sees: a call of a hidden tool (as the gateway
+// decides it, input.mcp.visible false) is evaluated under a candidate that gives the template
+// the tool, and the divergence is on the event.
+func TestShadowSeesTheCallOfAHiddenTool(t *testing.T) {
+	serving := shippedPolicies(t)
+	candidate := shippedPolicies(t)
+	require.NoError(t, os.WriteFile(filepath.Join(candidate, "data.yaml"), []byte(`providers: {}
+templates:
+  enforced:
+    tools: [{upstream: everything, allow: [echo, add]}]
+`), 0o644))
+	shadowEngine, err := policy.NewShadowEngine(t.Context(), candidate)
+	require.NoError(t, err)
+	shadow := policy.NewShadow(shadowEngine, policy.ShadowConfig{})
+	go func() { _ = shadow.Run(t.Context()) }()
+	r := newReportRun(t, serving)
+	core, err := call.New(call.Options{Audit: r.writer, Policy: policyEngineAt(t, serving), Shadow: shadow})
+	require.NoError(t, err)
+	r.core = core
+
+	id := identity.Identity{Namespace: "agents", Sandbox: "enforced-1", Template: "enforced", Known: true}
+	ctx, cl := core.Begin(context.Background(), audit.KindToolsCall, id)
+	_, rf := cl.Authorize(ctx, &policy.Input{Kind: audit.KindToolsCall, Identity: id,
+		MCP: &policy.MCP{Upstream: "everything", Tool: "add", Hidden: true}}, false)
+	require.NotNil(t, rf)
+	<-cl.Shadow().Done()
+	cl.Hide(rf)
+	evs := r.events(t)
+	require.Len(t, evs, 1)
+	assert.Equal(t, 404, evs[0].Outcome.Status, "a hidden tool answers as a missing one")
+	assert.Contains(t, evs[0].Decision.Reason, "not in the sandbox's list")
+	require.NotNil(t, evs[0].Shadow)
+	assert.True(t, evs[0].Shadow.Allow, "the candidate that gives the template the tool allows the hidden call")
+}
+
+func policyEngineAt(t *testing.T, dir string) *policy.Engine {
+	t.Helper()
+	e, err := policy.New(t.Context(), dir)
+	require.NoError(t, err)
+	return e
+}
