@@ -235,3 +235,21 @@ func policyEngineAt(t *testing.T, dir string) *policy.Engine {
 	require.NoError(t, err)
 	return e
 }
+
+// A changed tool definition is one event: the upstream and tool, a denial that says what changed,
+// outcome tool_changed, the serving revision, and no caller.
+func TestToolChangedIsOneEvent(t *testing.T) {
+	r := newReportRun(t, shippedPolicies(t))
+	require.NoError(t, r.core.ToolChanged("everything", "echo", "description"))
+	evs := r.events(t)
+	require.Len(t, evs, 1)
+	ev := evs[0]
+	assert.Equal(t, audit.KindToolChanged, ev.Kind)
+	assert.Equal(t, audit.Target{Upstream: "everything", Tool: "echo"}, ev.Target)
+	assert.False(t, ev.Decision.Allow)
+	assert.Contains(t, ev.Decision.Reason, "(description)")
+	assert.NotEmpty(t, ev.Decision.PolicyRevision)
+	assert.Equal(t, audit.ToolChangedCode, ev.Outcome.Error)
+	assert.False(t, ev.Identity.Known)
+	assert.NotEmpty(t, ev.ID)
+}
