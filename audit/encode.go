@@ -31,6 +31,7 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = jsonenc.AppendString(b, e.Decision.Reason)
 	b = append(b, `,"policy_revision":`...)
 	b = jsonenc.AppendString(b, e.Decision.PolicyRevision)
+	b = appendOptString(b, `,"would_deny":`, e.Decision.WouldDeny)
 	b = append(b, '}')
 	b = appendOptString(b, `,"credential":`, e.Credential)
 	b = appendOptString(b, `,"limits":`, e.Limits)

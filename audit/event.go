@@ -49,6 +49,16 @@ const (
 	KindTasks      Kind = "mcp.tasks"                // tasks/get, tasks/result, tasks/list, tasks/cancel, tasks/update
 )
 
+// KindToolChanged is not a request: the gateway found that an upstream's live definition of a
+// tool differs from its pin (the pins file of the policy folder, `sandgate policy pin`) and
+// hides the tool from every sandbox until it is pinned again. One event per change: Target
+// names the upstream and the tool, Decision says it is hidden (allow false) and why, and
+// Outcome.Error is ToolChangedCode. The identity is empty: no sandbox asked.
+const KindToolChanged Kind = "mcp.tool_changed"
+
+// ToolChangedCode is the outcome code of a KindToolChanged event.
+const ToolChangedCode = "tool_changed"
+
 // Kinds of requests refused before they could be read as a call (protocol-level rejections).
 const (
 	KindMCPRejected  Kind = "mcp.rejected"
@@ -121,6 +131,10 @@ type Decision struct {
 	Allow          bool   `json:"allow"`
 	Reason         string `json:"reason"`
 	PolicyRevision string `json:"policy_revision"`
+	// WouldDeny is the code of the denial the policy made but did not enforce: the caller's
+	// template is in report-only mode (enforce: false in the policy data), so the call was
+	// allowed; Reason is the policy's reason for the denial. Empty for an enforced decision.
+	WouldDeny string `json:"would_deny,omitempty"`
 }
 
 // ShadowDecision is what a shadow policy decided for the call where it differs from the

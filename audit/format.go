@@ -26,6 +26,9 @@ func WriteTable(w io.Writer, events []Event) error {
 		if ev.Decision.Allow {
 			decision = DecisionAllow
 		}
+		if ev.Decision.WouldDeny != "" {
+			decision = "allow (report: " + cell(ev.Decision.WouldDeny) + ")"
+		}
 		status := "-"
 		if ev.Outcome.Status != 0 {
 			status = strconv.Itoa(ev.Outcome.Status)

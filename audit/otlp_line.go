@@ -143,6 +143,8 @@ func (r *lineReader) decision(k []byte, m *fastjson.Value) {
 		d.Reason = r.str(m, "decision.reason")
 	case "policy_revision":
 		d.PolicyRevision = r.str(m, "decision.policy_revision")
+	case "would_deny":
+		d.WouldDeny = r.str(m, "decision.would_deny")
 	}
 }
 

@@ -31,6 +31,7 @@ const (
 	AttrUpstream       = "sandgate.upstream"
 	AttrRoute          = "sandgate.route"
 	AttrLimits         = "sandgate.limits"
+	AttrWouldDeny      = "sandgate.decision.would_deny"
 )
 
 // mcpMethods names the JSON-RPC method of each MCP kind that has one (mcp.method.name).
@@ -106,6 +107,7 @@ func appendEventAttributes(a []attribute.KeyValue, ev *Event) []attribute.KeyVal
 	a = append(a, attribute.String(AttrDecision, decision))
 	str(AttrReason, ev.Decision.Reason)
 	str(AttrPolicyRevision, ev.Decision.PolicyRevision)
+	str(AttrWouldDeny, ev.Decision.WouldDeny)
 	str(AttrCredential, ev.Credential)
 	str(AttrLimits, ev.Limits)
 

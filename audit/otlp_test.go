@@ -81,7 +81,7 @@ func mappingEvents() []Event {
 				Labels: map[string]string{"team": "a"}, SourceIP: "10.0.0.7", Known: true},
 			Target: Target{Upstream: "github", Tool: tool, ArgsSHA256: strings.Repeat("ab", 32), Method: "POST",
 				Host: "api.example.com:8443", Path: "/v1/messages", Route: "anthropic", Model: "claude-haiku-4-5"},
-			Decision:   Decision{Allow: true, Reason: "policy ok", PolicyRevision: "rev-1"},
+			Decision:   Decision{Allow: true, Reason: "policy ok", PolicyRevision: "rev-1", WouldDeny: "tool_not_allowed"},
 			Credential: "github-token",
 			Limits:     LimitsUnavailable,
 			Outcome:    Outcome{Status: 502, Error: "upstream_unreachable", DurationMS: 12.5, BytesIn: 100, BytesOut: 2000, TokensIn: 11, TokensOut: 7},

@@ -16,13 +16,20 @@ const DefaultLimit = 100
 const (
 	DecisionAllow = "allow"
 	DecisionDeny  = "deny"
+	// DecisionReportOnly selects the calls a report-only template's policy denied and let
+	// through (Decision.WouldDeny set); they are also allowed calls.
+	DecisionReportOnly = "report"
 )
 
 // Filter selects events. Empty fields match everything; set fields must all match.
 type Filter struct {
 	Namespace string
-	Sandbox   string
-	Template  string
+	// Sandbox is a sandbox's name, or NAMESPACE/NAME (the form the table prints), which sets
+	// the namespace too.
+	Sandbox  string
+	Template string
+	// Credential is the name of the credential the call injected.
+	Credential string
 	// Kind is an exact kind ("mcp.tools_call") or a family without a dot ("mcp", "http").
 	Kind string
 	// Decision is "", DecisionAllow or DecisionDeny.
@@ -41,9 +48,12 @@ type Filter struct {
 func (f Filter) Validate() error {
 	var errs []error
 	switch f.Decision {
-	case "", DecisionAllow, DecisionDeny:
+	case "", DecisionAllow, DecisionDeny, DecisionReportOnly:
 	default:
-		errs = append(errs, fmt.Errorf("decision: %q is not allow or deny", f.Decision))
+		errs = append(errs, fmt.Errorf("decision: %q is not allow, deny or report", f.Decision))
+	}
+	if ns, _, ok := strings.Cut(f.Sandbox, "/"); ok && f.Namespace != "" && ns != f.Namespace {
+		errs = append(errs, fmt.Errorf("sandbox %q is in namespace %q, not %q", f.Sandbox, ns, f.Namespace))
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
 		errs = append(errs, fmt.Errorf("since (%s) must be before until (%s)",
@@ -55,10 +65,16 @@ func (f Filter) Validate() error {
 // Match reports whether ev passes the filter (Limit aside).
 func (f Filter) Match(ev *Event) bool {
 	id := &ev.Identity
+	namespace, sandbox := f.Namespace, f.Sandbox
+	if ns, name, ok := strings.Cut(sandbox, "/"); ok {
+		namespace, sandbox = ns, name
+	}
 	switch {
-	case f.Namespace != "" && id.Namespace != f.Namespace,
-		f.Sandbox != "" && id.Sandbox != f.Sandbox,
+	case namespace != "" && id.Namespace != namespace,
+		sandbox != "" && id.Sandbox != sandbox,
 		f.Template != "" && id.Template != f.Template,
+		f.Credential != "" && ev.Credential != f.Credential,
+		f.Decision == DecisionReportOnly && ev.Decision.WouldDeny == "",
 		f.Kind != "" && !matchKind(string(ev.Kind), f.Kind),
 		f.Decision == DecisionAllow && !ev.Decision.Allow,
 		f.Decision == DecisionDeny && ev.Decision.Allow,
@@ -103,19 +119,38 @@ type QueryResult struct {
 // memory holds at most Limit events, whatever the size of the log. Lines are parsed, not verified;
 // run Verify to trust them. The writer's own records (KindChain, KindCheckpoint) are skipped.
 func Query(ctx context.Context, dir string, f Filter) (*QueryResult, error) {
-	if err := f.Validate(); err != nil {
-		return nil, fmt.Errorf("query audit log: %w", err)
-	}
 	limit := f.Limit
 	if limit == 0 {
 		limit = DefaultLimit
 	}
-	files, err := logFiles(dir)
-	if err != nil {
-		return nil, fmt.Errorf("query audit log: %w", err)
-	}
 	res := &QueryResult{}
 	keep := newestN{limit: limit}
+	malformed, err := Scan(ctx, dir, f, func(ev *Event) error {
+		res.Matched++
+		keep.add(*ev)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Malformed = malformed
+	res.Events = keep.inOrder()
+	return res, nil
+}
+
+// Scan calls fn with every event of the log in dir that matches f (Limit aside), oldest first,
+// and returns how many malformed lines it skipped. It streams, holding one event at a time;
+// an error from fn stops it and is returned. The writer's own records are skipped.
+func Scan(ctx context.Context, dir string, f Filter, fn func(*Event) error) (int, error) {
+	if err := f.Validate(); err != nil {
+		return 0, fmt.Errorf("query audit log: %w", err)
+	}
+	files, err := logFiles(dir)
+	if err != nil {
+		return 0, fmt.Errorf("query audit log: %w", err)
+	}
+	malformed := 0
+	var stopped error // fn's error, returned as it is
 	for _, path := range files {
 		err := scanLines(path, func(n int, line []byte, lineErr error) error {
 			if n%1024 == 0 {
@@ -124,29 +159,28 @@ func Query(ctx context.Context, dir string, f Filter) (*QueryResult, error) {
 				}
 			}
 			if lineErr != nil {
-				res.Malformed++
+				malformed++
 				return nil
 			}
 			ev, err := ParseLine(line)
 			if err != nil {
-				res.Malformed++
+				malformed++
 				return nil
 			}
-			if isRecordKind(ev.Kind) {
+			if isRecordKind(ev.Kind) || !f.Match(&ev) {
 				return nil // the writer's own records (chain, checkpoints) are not calls
 			}
-			if f.Match(&ev) {
-				res.Matched++
-				keep.add(ev)
-			}
-			return nil
+			stopped = fn(&ev)
+			return stopped
 		})
+		if stopped != nil {
+			return malformed, stopped
+		}
 		if err != nil {
-			return nil, fmt.Errorf("query audit log: %w", err)
+			return malformed, fmt.Errorf("query audit log: %w", err)
 		}
 	}
-	res.Events = keep.inOrder()
-	return res, nil
+	return malformed, nil
 }
 
 // newestN keeps the last limit events added (all of them when limit < 0) in a ring.

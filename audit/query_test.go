@@ -29,11 +29,11 @@ func queryLog(t *testing.T) string {
 		{TraceID: "e1", Kind: KindToolsCall, Identity: sb("team-a", "sb-2", "coder"),
 			Target: Target{Upstream: "github", Tool: "delete_repo"}, Decision: Decision{Reason: "tool not granted"}},
 		{TraceID: "e2", Kind: KindHTTPRequest, Identity: sb("team-a", "sb-1", "coder"),
-			Target: Target{Method: "POST", Host: "api.anthropic.com", Path: "/v1/messages"}, Decision: Decision{Allow: true}},
+			Target: Target{Method: "POST", Host: "api.anthropic.com", Path: "/v1/messages"}, Decision: Decision{Allow: true}, Credential: "anthropic"},
 		{TraceID: "e3", Kind: KindHTTPConnect, Identity: sb("team-b", "sb-3", "research"),
 			Target: Target{Host: "evil.example:443"}, Decision: Decision{Reason: "host not allowed"}},
 		{TraceID: "e4", Kind: KindToolsList, Identity: sb("team-b", "sb-3", "research"),
-			Target: Target{Upstream: "jira"}, Decision: Decision{Allow: true}},
+			Target: Target{Upstream: "jira"}, Decision: Decision{Allow: true, WouldDeny: "tool_not_allowed"}},
 		{TraceID: "e5", Kind: KindHTTPRequest, Identity: identity.Identity{SourceIP: "10.9.9.9"},
 			Target: Target{Method: "GET", Host: "API.Anthropic.com:443"}, Decision: Decision{Reason: "anonymous"}},
 	}
@@ -55,6 +55,10 @@ func TestQueryFilters(t *testing.T) {
 	}{
 		{"no filter returns everything oldest first", Filter{}, []string{"e0", "e1", "e2", "e3", "e4", "e5"}},
 		{"sandbox selects one sandbox", Filter{Sandbox: "sb-1"}, []string{"e0", "e2"}},
+		{"sandbox as NAMESPACE/NAME, as the table prints it", Filter{Sandbox: "team-a/sb-1"}, []string{"e0", "e2"}},
+		{"sandbox as NAMESPACE/NAME of another namespace matches nothing", Filter{Sandbox: "team-b/sb-1"}, nil},
+		{"credential selects the calls that injected it", Filter{Credential: "anthropic"}, []string{"e2"}},
+		{"decision report selects report-only denials, which are allowed", Filter{Decision: DecisionReportOnly}, []string{"e4"}},
 		{"namespace selects its sandboxes", Filter{Namespace: "team-b"}, []string{"e3", "e4"}},
 		{"template selects its sandboxes", Filter{Template: "coder"}, []string{"e0", "e1", "e2"}},
 		{"kind matches exactly", Filter{Kind: string(KindHTTPRequest)}, []string{"e2", "e5"}},
@@ -108,6 +112,7 @@ func TestQueryRejectsImpossibleFilters(t *testing.T) {
 		want   string
 	}{
 		{"an unknown decision names the field", Filter{Decision: "maybe"}, "decision"},
+		{"a sandbox of another namespace than --namespace", Filter{Namespace: "team-a", Sandbox: "team-b/sb-3"}, "namespace"},
 		{"since after until is refused", Filter{Since: queryBase, Until: queryBase.Add(-time.Hour)}, "since"},
 	}
 	for _, tt := range tests {

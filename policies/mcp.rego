@@ -4,13 +4,25 @@
 # may see and call. Tools listed under grant_scoped additionally need a grant: the call's
 # arguments.owner/arguments.repo must name a repository in input.grants.github_repos, which the
 # dispatcher registers for the session through the admin API.
+#
+# Every call is decided, also one of a target the sandbox cannot see (input.mcp.visible is
+# false) or that no upstream offers (input.mcp.exists is false): the sandbox gets the same "not
+# found" for both, and the decision on record says which it was. A hidden target is decided by
+# the same rules as a visible one, so that a replay under data that adds the tool shows the call
+# as allowed.
 package sandgate.mcp
 
 template := data.templates[input.identity.template]
 
 # The allow path is one rule body that reads data directly (no intermediate set of the
 # template's entries is built); the reasons for a deny are worked out only when it fails.
-decision := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"} if {
+decision := {
+	"allow": false,
+	"reason": sprintf("no upstream offers %q", [input.mcp.tool]),
+	"code": "not_found",
+} if {
+	input.mcp.exists == false
+} else := {"allow": true, "reason": "tool allowed for template", "code": "tool_allowed"} if {
 	some entry in template.tools
 	entry.upstream == input.mcp.upstream
 	some p in entry.allow
@@ -24,7 +36,7 @@ decision := {"allow": true, "reason": "tool allowed for template", "code": "tool
 	not template
 } else := {
 	"allow": false,
-	"reason": sprintf("tool %q of upstream %q is not allowed for template %q", [input.mcp.tool, input.mcp.upstream, input.identity.template]),
+	"reason": sprintf("tool %q of upstream %q is not allowed for template %q%s", [input.mcp.tool, input.mcp.upstream, input.identity.template, hidden_note]),
 	"code": "tool_not_allowed",
 } if {
 	not tool_permitted
@@ -59,3 +71,8 @@ grant_scoped if {
 }
 
 repo := sprintf("%s/%s", [input.mcp.arguments.owner, input.mcp.arguments.repo])
+
+# A denied call of a target the sandbox's list does not show was answered "not found".
+hidden_note := " (not in the sandbox's list: answered as not found)" if input.mcp.visible == false
+
+default hidden_note := ""

@@ -48,6 +48,8 @@ const (
 	renderUpstream
 	renderTool
 	renderArgument
+	renderExists
+	renderVisible
 	renderMethod
 	renderHost
 	renderPort
@@ -66,6 +68,7 @@ var fieldOps = map[[2]string]renderOp{
 	{"identity", "template"}: renderTemplate, {"identity", "claim"}: renderClaim,
 	{"identity", "source_ip"}: renderSourceIP, {"identity", "known"}: renderKnown,
 	{"identity", "labels"}: renderLabels, {"mcp", "upstream"}: renderUpstream, {"mcp", "tool"}: renderTool,
+	{"mcp", "exists"}: renderExists, {"mcp", "visible"}: renderVisible,
 	{"http", "method"}: renderMethod, {"http", "host"}: renderHost, {"http", "port"}: renderPort,
 	{"http", "path"}: renderPath, {"http", "route"}: renderRoute, {"http", "model"}: renderModel,
 	{"http", "max_tokens"}: renderMaxTokens, {"http", "stream"}: renderStream,
@@ -189,7 +192,7 @@ func (p *keyPart) render(b []byte, in *Input) ([]byte, bool) {
 		return appendJSONAt(b, in.Grants, p.keys)
 	case renderField:
 		return b, false
-	case renderUpstream, renderTool, renderArgument:
+	case renderUpstream, renderTool, renderArgument, renderExists, renderVisible:
 		if m == nil {
 			return append(b, '-'), true
 		}
@@ -210,6 +213,10 @@ func (p *keyPart) renderMCP(b []byte, m *MCP) ([]byte, bool) {
 		return quote(b, m.Tool), true
 	case renderArgument:
 		return appendJSONAt(b, m.Arguments, p.keys)
+	case renderExists:
+		return strconv.AppendBool(b, !m.NotFound), true
+	case renderVisible:
+		return strconv.AppendBool(b, !m.Hidden), true
 	}
 	return b, false
 }

@@ -63,7 +63,7 @@ func cacheOf(paths ...string) *decisionCache {
 var (
 	directPaths = []string{"kind", "identity.namespace", "identity.sandbox", "identity.template", "identity.claim",
 		"identity.source_ip", "identity.known", "identity.labels", "identity.labels.team", "identity.labels.a",
-		"mcp.upstream", "mcp.tool", "mcp.arguments.owner", "mcp.arguments.list", "mcp.arguments.nested.deep",
+		"mcp.upstream", "mcp.tool", "mcp.exists", "mcp.visible", "mcp.arguments.owner", "mcp.arguments.list", "mcp.arguments.nested.deep",
 		"mcp.arguments.owner.x", "http.method", "http.host", "http.port", "http.path", "http.route", "http.model",
 		"http.max_tokens", "http.stream", "usage.requests_per_minute", "usage.nope", "grants.github_repos",
 		"grants.team.name", "grants.odd", "grants.odd.k", "grants.nope"}
@@ -123,7 +123,7 @@ func randomKeyInput(r *rand.Rand) *Input {
 		return str()
 	}
 	if r.IntN(3) > 0 {
-		in.MCP = &MCP{Upstream: str(), Tool: str()}
+		in.MCP = &MCP{Upstream: str(), Tool: str(), NotFound: r.IntN(2) == 0, Hidden: r.IntN(2) == 0}
 		if r.IntN(4) > 0 {
 			in.MCP.Arguments = map[string]any{"owner": json(), "list": json(), "nested": json()}
 		}

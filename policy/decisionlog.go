@@ -294,6 +294,9 @@ func ResultDocument(d Decision) any {
 	if d.Credential != "" {
 		r["credential"] = d.Credential
 	}
+	if d.ReportOnly {
+		r["enforce"] = false
+	}
 	return r
 }
 
@@ -308,5 +311,8 @@ func DecisionFromResult(result *any, revision string) Decision {
 	d.Reason, _ = r["reason"].(string)
 	d.Code, _ = r["code"].(string)
 	d.Credential, _ = r["credential"].(string)
+	if enforce, ok := r["enforce"].(bool); ok && !enforce && !d.Allow {
+		d.ReportOnly = true
+	}
 	return d
 }

@@ -22,10 +22,11 @@ var (
 	inputKeysBoth    = []string{"grants", "http", "identity", "kind", "mcp", "usage"}
 	inputKeysNeither = []string{"grants", "identity", "kind", "usage"}
 	identityNames    = []string{"claim", "known", "labels", "namespace", "sandbox", "source_ip", "template"}
-	mcpNames         = []string{"arguments", "tool", "upstream"}
+	mcpNames         = []string{"arguments", "exists", "tool", "upstream", "visible"}
 	httpNames        = []string{"host", "max_tokens", "method", "model", "path", "port", "route", "stream"}
 	resultKeys       = []string{"allow", "code", "reason"}
 	resultKeysCred   = []string{"allow", "code", "credential", "reason"}
+	resultKeysReport = []string{"allow", "code", "enforce", "reason"}
 	kindKeys         = []string{"kind"}
 )
 
@@ -52,8 +53,11 @@ func (e *eventEncoder) keysOf(node any) []string {
 	case *HTTP:
 		return httpNames
 	case *Decision:
-		if n.Credential != "" {
-			return resultKeysCred
+		switch {
+		case n.Credential != "":
+			return resultKeysCred // a report-only decision is a denial: it names no credential
+		case n.ReportOnly:
+			return resultKeysReport
 		}
 		return resultKeys
 	case map[string]string:
@@ -105,6 +109,10 @@ func child(node any, k string) (any, bool) {
 			return n.Tool, true
 		case "upstream":
 			return n.Upstream, true
+		case "exists":
+			return !n.NotFound, true
+		case "visible":
+			return !n.Hidden, true
 		}
 	case *HTTP:
 		return httpChild(n, k)
@@ -191,6 +199,8 @@ func resultChild(d *Decision, k string) (any, bool) {
 		return d.Code, true
 	case "credential":
 		return d.Credential, d.Credential != ""
+	case "enforce":
+		return false, d.ReportOnly
 	case "reason":
 		return d.Reason, true
 	}
@@ -234,8 +244,10 @@ func (e *eventEncoder) mcp(b []byte, m *MCP, rel []int, d int) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
+	b = e.boolean(b, false, "exists", !m.NotFound, rel, d)
 	b = e.str(b, false, "tool", m.Tool, rel, d)
 	b = e.str(b, false, "upstream", m.Upstream, rel, d)
+	b = e.boolean(b, false, "visible", !m.Hidden, rel, d)
 	return append(b, '}'), nil
 }
 
@@ -256,6 +268,8 @@ func (e *eventEncoder) result(b []byte, r *Decision, rel []int, d int) []byte {
 	b = e.str(b, false, "code", r.Code, rel, d)
 	if r.Credential != "" {
 		b = e.str(b, false, "credential", r.Credential, rel, d)
+	} else if r.ReportOnly {
+		b = e.boolean(b, false, "enforce", false, rel, d)
 	}
 	b = e.str(b, false, "reason", r.Reason, rel, d)
 	return append(b, '}')

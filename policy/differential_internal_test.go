@@ -164,7 +164,7 @@ func randomInput(r *rand.Rand) *Input {
 				args[k] = pick("acme", "evil", "x")
 			}
 		}
-		in.MCP = &MCP{Upstream: pick("github", "jira"), Tool: pick("echo", "team", "tier", "create"), Arguments: args}
+		in.MCP = &MCP{Upstream: pick("github", "jira"), Tool: pick("echo", "team", "tier", "create"), Arguments: args, Hidden: r.IntN(2) == 0}
 		in.Grants = map[string]any{"github_repos": []any{pick("acme/api", "acme/web")}}
 	}
 	if r.IntN(3) > 0 {

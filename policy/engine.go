@@ -43,6 +43,11 @@ type Decision struct {
 	Code string
 	// Credential names the credential to inject, if the policy chose one.
 	Credential string
+	// ReportOnly marks a denial the policy does not enforce (its result says "enforce":
+	// false: the template is in report-only mode). The request path lets such a call through
+	// and records the denial it would have made (internal/call). Engine-made denials (errors,
+	// no policy) are never report-only.
+	ReportOnly bool
 	// Revision identifies the policy files that made the decision ("none" when none is loaded).
 	Revision string
 	// Err is the evaluation error behind an engine-made deny, for logs.
@@ -251,6 +256,9 @@ func decisionFromResult(v any) Decision {
 	reason, _ := obj["reason"].(string)
 	d.Reason = truncate(reason, maxReasonBytes)
 	d.Credential, _ = obj["credential"].(string)
+	if enforce, ok := obj["enforce"].(bool); ok && !enforce && !allow {
+		d.ReportOnly = true
+	}
 	d.Code, _ = obj["code"].(string)
 	if d.Code == "" || len(d.Code) > maxCodeBytes {
 		d.Code = CodePolicyDeny

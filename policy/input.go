@@ -22,12 +22,25 @@ type Input struct {
 	Usage map[string]int64
 }
 
-// MCP is input.mcp: the upstream server, the tool (or resource URI, prompt name) and the
-// call's arguments as decoded JSON.
+// MCP is input.mcp: the upstream server, the tool (or resource URI, prompt name), the call's
+// arguments as decoded JSON, and whether the target exists and the caller can see it.
+//
+// Every tools/call, prompts/get and resources/read is decided, also of a target the caller's
+// list does not show or that no upstream offers: policy sees input.mcp.visible and
+// input.mcp.exists, the decision is on record (audit event, decision log, shadow, replay), and
+// the sandbox's answer for a hidden target is the one for a missing target, byte for byte
+// (docs/policies.md, "Hidden and missing targets"). The zero value is a target that exists and
+// is visible.
 type MCP struct {
 	Upstream  string
 	Tool      string
 	Arguments map[string]any
+	// NotFound says no upstream offers the target: input.mcp.exists is false, Upstream is
+	// empty and Tool is the name (or URI) as the sandbox sent it.
+	NotFound bool
+	// Hidden says the caller's list does not show the target (policy's list decision, or a
+	// client capability the sandbox did not declare): input.mcp.visible is false.
+	Hidden bool
 }
 
 // HTTP is input.http. Model, MaxTokens and Stream are read from a model-API request body;
@@ -60,6 +73,8 @@ var (
 	kUpstream  = ast.StringTerm("upstream")
 	kTool      = ast.StringTerm("tool")
 	kArguments = ast.StringTerm("arguments")
+	kExists    = ast.StringTerm("exists")
+	kVisible   = ast.StringTerm("visible")
 	kMethod    = ast.StringTerm("method")
 	kHost      = ast.StringTerm("host")
 	kPort      = ast.StringTerm("port")
@@ -92,7 +107,7 @@ func (in *Input) Value() (ast.Value, error) {
 var (
 	sectionKeys  = []*ast.Term{kKind, kIdentity, kGrants, kUsage, kMCP, kHTTP}
 	identityKeys = []*ast.Term{kNamespace, kSandbox, kTemplate, kClaim, kLabels, kSourceIP, kKnown}
-	mcpKeys      = []*ast.Term{kUpstream, kTool, kArguments}
+	mcpKeys      = []*ast.Term{kUpstream, kTool, kArguments, kExists, kVisible}
 	httpKeys     = []*ast.Term{kMethod, kHost, kPort, kPath, kRoute, kModel, kMaxTokens, kStream}
 )
 
@@ -177,6 +192,10 @@ func mcpField(m *MCP, k *ast.Term) (*ast.Term, error) {
 			return nil, fmt.Errorf("input.mcp.arguments: %w", err)
 		}
 		return t, nil
+	case kExists:
+		return ast.BooleanTerm(!m.NotFound), nil
+	case kVisible:
+		return ast.BooleanTerm(!m.Hidden), nil
 	}
 	return nil, nil
 }

@@ -23,27 +23,36 @@ type ReplayOptions struct {
 	Since time.Time
 	// Namespace and Sandbox, when set, keep only that sandbox's decisions.
 	Namespace, Sandbox string
+	// Template, when set, keeps only the decisions of that template's sandboxes.
+	Template string
 	// Examples is how many changed decisions the report shows, the first ones in the log.
 	Examples int
 	// Workers evaluates in parallel (default GOMAXPROCS).
 	Workers int
 }
 
-// Outcome is the part of a decision a replay compares: allow and code. Reason texts are shown
-// but not compared, since policies may put per-call detail in them.
+// Outcome is the part of a decision a replay compares: allow, code and whether a denial was
+// enforced. Reason texts are shown but not compared, since policies may put per-call detail
+// in them. An empty Code is unknown (an audit event does not record an allow's code) and is
+// not compared.
 type Outcome struct {
-	Allow  bool   `json:"allow"`
-	Code   string `json:"code"`
-	Reason string `json:"reason,omitempty"`
+	Allow      bool   `json:"allow"`
+	Code       string `json:"code"`
+	Reason     string `json:"reason,omitempty"`
+	ReportOnly bool   `json:"report_only,omitempty"`
 }
 
-func outcomeOf(d Decision) Outcome { return Outcome{Allow: d.Allow, Code: d.Code, Reason: d.Reason} }
+func outcomeOf(d Decision) Outcome {
+	return Outcome{Allow: d.Allow, Code: d.Code, Reason: d.Reason, ReportOnly: d.ReportOnly}
+}
 
 // Change directions.
 const (
 	AllowToDeny = "allow→deny"
 	DenyToAllow = "deny→allow"
 	CodeChanged = "code changed"
+	// EnforceChanged is a denial that stays a denial but becomes enforced or report-only.
+	EnforceChanged = "enforce changed"
 )
 
 // ReplayChange counts the changed decisions that share a kind, template and change of code.
@@ -54,7 +63,18 @@ type ReplayChange struct {
 	FromCode  string `json:"from_code"`
 	ToCode    string `json:"to_code"`
 	Count     int    `json:"count"`
+	// Targets are the most frequent targets of the row (upstream/tool, METHOD host/path), at
+	// most maxChangeTargets, most frequent first: what the change is about.
+	Targets []ReplayTarget `json:"targets"`
 }
+
+// ReplayTarget is one target of a ReplayChange and how many of its decisions it had.
+type ReplayTarget struct {
+	Target string `json:"target"`
+	Count  int    `json:"count"`
+}
+
+const maxChangeTargets = 5
 
 // ReplayExample is one changed decision.
 type ReplayExample struct {
@@ -70,17 +90,29 @@ type ReplayExample struct {
 	seq        int
 }
 
+// Replay sources.
+const (
+	SourceDecisionLog = "decision log"
+	SourceAuditLog    = "audit log"
+)
+
 // ReplayReport is what a replay found.
 type ReplayReport struct {
+	// Source is SourceDecisionLog or SourceAuditLog.
+	Source   string `json:"source"`
 	Revision string `json:"revision"`
-	// Read counts the logged decisions; Filtered those outside Since/Sandbox; Replayed the rest.
+	// Baseline is the revision whose decisions an audit log replay compares with (audit events
+	// do not hold a decision's code, so both are evaluated); empty for the decision log.
+	Baseline string `json:"baseline,omitempty"`
+	// Read counts the logged decisions; Filtered those outside Since/Sandbox/Template;
+	// Replayed the rest.
 	Read        int `json:"read"`
 	Filtered    int `json:"filtered"`
 	Replayed    int `json:"replayed"`
 	Unchanged   int `json:"unchanged"`
 	AllowToDeny int `json:"allow_to_deny"`
 	DenyToAllow int `json:"deny_to_allow"`
-	// CodeChanged counts decisions whose allow stayed but whose code changed.
+	// CodeChanged counts decisions whose allow stayed but whose code (or enforcement) changed.
 	CodeChanged int `json:"code_changed"`
 	// MaskedChanged counts changed decisions whose logged input had masked values: the replay
 	// saw "**masked**" where the call had the real value, so the change may be an artefact.
@@ -88,38 +120,81 @@ type ReplayReport struct {
 	Changes       []ReplayChange  `json:"changes"`
 	Examples      []ReplayExample `json:"examples"`
 	Elapsed       time.Duration   `json:"elapsed_ns"`
+
+	changes map[changeKey]map[string]int // merged into Changes
 }
+
+type changeKey struct{ direction, kind, template, from, to string }
 
 // Changed reports whether any replayed decision differs from the logged one.
 func (r *ReplayReport) Changed() bool { return r.AllowToDeny+r.DenyToAllow+r.CodeChanged > 0 }
+
+// pastDecision is one decision as a log recorded it: its input and what was decided.
+type pastDecision struct {
+	id     string
+	at     time.Time
+	input  any
+	logged Outcome
+	masked bool
+	// missing are the input paths the source does not hold (an audit event's arguments):
+	// a policy that reads one cannot be replayed on it faithfully.
+	missing [][]string
+	facts   decisionFacts
+}
+
+// replaySource reads a log's records in batches and decodes one into the decision it holds
+// (nil: a record that is not a decision to replay, such as a shadow's).
+type replaySource interface {
+	read(ctx context.Context, out chan<- replayBatch) error
+	decode(ctx context.Context, item any, seq int) (*pastDecision, error)
+}
+
+type replayBatch struct {
+	seq   int
+	items []any
+}
+
+const replayBatchLines = 256
 
 // Replay re-evaluates every decision in the decision log whose active file is path under the
 // engine's current revision and reports what would change. The engine should have its cache
 // off (WithDecisionCache(0)): every input is seen once.
 func Replay(ctx context.Context, e *Engine, path string, opts ReplayOptions) (*ReplayReport, error) {
+	r, err := replay(ctx, e, decisionLogSource{path: path}, opts)
+	if err != nil {
+		return nil, err
+	}
+	r.Source = SourceDecisionLog
+	return r, nil
+}
+
+func replay(ctx context.Context, e *Engine, src replaySource, opts ReplayOptions) (*ReplayReport, error) {
 	start := time.Now()
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.GOMAXPROCS(0)
 	}
-	lines := make(chan replayBatch, opts.Workers*2)
+	batches := make(chan replayBatch, opts.Workers*2)
 	parts := make([]*ReplayReport, opts.Workers)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	for i := range parts {
-		parts[i] = &ReplayReport{}
+		parts[i] = &ReplayReport{changes: map[changeKey]map[string]int{}}
 		wg.Go(func() {
-			for b := range lines {
-				for j, line := range b.lines {
-					if err := replayLine(ctx, e, line, b.seq+j, &opts, parts[i]); err != nil {
+			for b := range batches {
+				for j, item := range b.items {
+					if ctx.Err() != nil {
+						continue // drain: the reader stops at the cancellation
+					}
+					if err := replayItem(ctx, e, src, item, b.seq+j, &opts, parts[i]); err != nil {
 						cancel(err)
 					}
 				}
 			}
 		})
 	}
-	readErr := readDecisionLines(ctx, path, lines)
-	close(lines)
+	readErr := src.read(ctx, batches)
+	close(batches)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return nil, err
@@ -132,46 +207,124 @@ func Replay(ctx context.Context, e *Engine, path string, opts ReplayOptions) (*R
 	return r, nil
 }
 
-type replayBatch struct {
-	seq   int
-	lines [][]byte
+func replayItem(ctx context.Context, e *Engine, src replaySource, item any, seq int, opts *ReplayOptions, r *ReplayReport) error {
+	p, err := src.decode(ctx, item, seq)
+	if err != nil || p == nil {
+		return err
+	}
+	r.Read++
+	f := &p.facts
+	if (!opts.Since.IsZero() && p.at.Before(opts.Since)) ||
+		(opts.Sandbox != "" && (f.namespace != opts.Namespace || f.sandbox != opts.Sandbox)) ||
+		(opts.Template != "" && f.template != opts.Template) {
+		r.Filtered++
+		return nil
+	}
+	var after Outcome
+	if len(p.missing) == 0 {
+		after = outcomeOf(e.DecideDocument(ctx, p.input))
+	} else {
+		d, read := e.decideReading(ctx, p.input, p.missing)
+		if len(read) > 0 {
+			return missingInputError(p, read, e.Revision())
+		}
+		after = outcomeOf(d)
+	}
+	r.Replayed++
+	r.compare(p, after, seq, opts.Examples)
+	return nil
 }
 
-const replayBatchLines = 256
+// compare counts one replayed decision.
+func (r *ReplayReport) compare(p *pastDecision, after Outcome, seq, examples int) {
+	before := p.logged
+	dir := ""
+	switch {
+	case before.Allow && !after.Allow:
+		dir, r.AllowToDeny = AllowToDeny, r.AllowToDeny+1
+	case !before.Allow && after.Allow:
+		dir, r.DenyToAllow = DenyToAllow, r.DenyToAllow+1
+	case before.Code != "" && before.Code != after.Code:
+		dir, r.CodeChanged = CodeChanged, r.CodeChanged+1
+	case !before.Allow && before.ReportOnly != after.ReportOnly:
+		dir, r.CodeChanged = EnforceChanged, r.CodeChanged+1
+	default:
+		r.Unchanged++
+		return
+	}
+	if p.masked {
+		r.MaskedChanged++
+	}
+	f := &p.facts
+	k := changeKey{direction: dir, kind: f.kind, template: f.template, from: before.Code, to: after.Code}
+	if r.changes[k] == nil {
+		r.changes[k] = map[string]int{}
+	}
+	r.changes[k][f.target]++
+	if examples > 0 {
+		ex := ReplayExample{DecisionID: p.id, Time: p.at, Kind: f.kind, Sandbox: f.namespace + "/" + f.sandbox,
+			Template: f.template, Target: f.target, Masked: p.masked, Logged: before, Replayed: after, seq: seq}
+		r.Examples = keepFirst(r.Examples, ex, examples)
+	}
+}
 
-// readDecisionLines sends the log's lines, oldest file first, in batches.
-func readDecisionLines(ctx context.Context, path string, out chan<- replayBatch) error {
-	files, err := DecisionLogFiles(path)
+// decisionLogSource reads the decision log whose active file is path, oldest file first.
+type decisionLogSource struct{ path string }
+
+func (s decisionLogSource) read(ctx context.Context, out chan<- replayBatch) error {
+	files, err := DecisionLogFiles(s.path)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
-		return fmt.Errorf("no decision log at %s (policy.decision_log.file)", path)
+		return fmt.Errorf("no decision log at %s (policy.decision_log.file)", s.path)
 	}
-	seq := 0
-	b := replayBatch{}
+	b := &batcher{out: out}
 	for _, name := range files {
-		err := scanDecisionFile(name, func(line []byte) error {
-			b.lines = append(b.lines, line)
-			if len(b.lines) == replayBatchLines {
-				select {
-				case out <- b:
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				}
-				seq += len(b.lines)
-				b = replayBatch{seq: seq}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := scanDecisionFile(name, func(line []byte) error { return b.add(ctx, line) }); err != nil {
 			return err
 		}
 	}
-	if len(b.lines) > 0 {
-		out <- b
-	}
+	b.flush()
 	return nil
+}
+
+func (decisionLogSource) decode(_ context.Context, item any, seq int) (*pastDecision, error) {
+	ev, err := ReadDecisionEvent(item.([]byte))
+	if err != nil {
+		return nil, fmt.Errorf("decision %d of the log: %w", seq+1, err)
+	}
+	if ev.Path == ShadowPath {
+		return nil, nil // a shadow policy's divergence, not a decision that was enforced
+	}
+	return &pastDecision{id: ev.DecisionID, at: ev.Timestamp, input: *ev.Input,
+		logged: outcomeOf(DecisionFromResult(ev.Result, "")), masked: len(ev.Masked) > 0, facts: factsOf(*ev.Input)}, nil
+}
+
+// batcher sends items in batches of replayBatchLines, numbering them.
+type batcher struct {
+	out chan<- replayBatch
+	b   replayBatch
+}
+
+func (b *batcher) add(ctx context.Context, item any) error {
+	b.b.items = append(b.b.items, item)
+	if len(b.b.items) < replayBatchLines {
+		return nil
+	}
+	select {
+	case b.out <- b.b:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	b.b = replayBatch{seq: b.b.seq + len(b.b.items)}
+	return nil
+}
+
+func (b *batcher) flush() {
+	if len(b.b.items) > 0 {
+		b.out <- b.b
+	}
 }
 
 // scanDecisionFile calls fn with a copy of every non-empty line of the file.
@@ -206,7 +359,10 @@ func ReadDecisionEvent(line []byte) (*logs.EventV1, error) {
 		return nil, fmt.Errorf("decision log line: %w", err)
 	}
 	if ev.Input == nil {
-		return nil, fmt.Errorf("decision %s has no input", ev.DecisionID)
+		if bytes.Contains(line, []byte(`"prev_hash"`)) {
+			return nil, errors.New("this is an audit log, not a decision log: name the audit folder (policy replay --from var/audit), or the decision log (policy.decision_log.file)")
+		}
+		return nil, fmt.Errorf("decision %q has no input", ev.DecisionID)
 	}
 	return &ev, nil
 }
@@ -242,52 +398,6 @@ func FindDecision(path, id string) (*logs.EventV1, error) {
 	return nil, fmt.Errorf("no decision %s in the decision log at %s", id, path)
 }
 
-func replayLine(ctx context.Context, e *Engine, line []byte, seq int, opts *ReplayOptions, r *ReplayReport) error {
-	ev, err := ReadDecisionEvent(line)
-	if err != nil {
-		return fmt.Errorf("decision %d of the log: %w", seq+1, err)
-	}
-	if ev.Path == ShadowPath {
-		// A shadow policy's divergence, not a decision that was enforced.
-		return nil
-	}
-	r.Read++
-	facts := factsOf(*ev.Input)
-	if (!opts.Since.IsZero() && ev.Timestamp.Before(opts.Since)) ||
-		(opts.Sandbox != "" && (facts.namespace != opts.Namespace || facts.sandbox != opts.Sandbox)) {
-		r.Filtered++
-		return nil
-	}
-	r.Replayed++
-	before := outcomeOf(DecisionFromResult(ev.Result, ""))
-	after := outcomeOf(e.DecideDocument(ctx, *ev.Input))
-	dir := ""
-	switch {
-	case before.Allow && !after.Allow:
-		dir, r.AllowToDeny = AllowToDeny, r.AllowToDeny+1
-	case !before.Allow && after.Allow:
-		dir, r.DenyToAllow = DenyToAllow, r.DenyToAllow+1
-	case before.Code != after.Code:
-		dir, r.CodeChanged = CodeChanged, r.CodeChanged+1
-	default:
-		r.Unchanged++
-		return nil
-	}
-	masked := len(ev.Masked) > 0
-	if masked {
-		r.MaskedChanged++
-	}
-	r.Changes = append(r.Changes, ReplayChange{Direction: dir, Kind: facts.kind, Template: facts.template,
-		FromCode: before.Code, ToCode: after.Code, Count: 1})
-	if opts.Examples > 0 {
-		ex := ReplayExample{DecisionID: ev.DecisionID, Time: ev.Timestamp, Kind: facts.kind,
-			Sandbox: facts.namespace + "/" + facts.sandbox, Template: facts.template, Target: facts.target,
-			Masked: masked, Logged: before, Replayed: after, seq: seq}
-		r.Examples = keepFirst(r.Examples, ex, opts.Examples)
-	}
-	return nil
-}
-
 // keepFirst adds ex to the examples with the smallest sequence numbers, at most n of them.
 func keepFirst(examples []ReplayExample, ex ReplayExample, n int) []ReplayExample {
 	if len(examples) < n {
@@ -307,7 +417,7 @@ func keepFirst(examples []ReplayExample, ex ReplayExample, n int) []ReplayExampl
 
 func mergeReplay(parts []*ReplayReport, examples int) *ReplayReport {
 	r := &ReplayReport{Changes: []ReplayChange{}, Examples: []ReplayExample{}}
-	counts := map[ReplayChange]int{}
+	changes := map[changeKey]map[string]int{}
 	for _, p := range parts {
 		r.Read += p.Read
 		r.Filtered += p.Filtered
@@ -317,14 +427,26 @@ func mergeReplay(parts []*ReplayReport, examples int) *ReplayReport {
 		r.DenyToAllow += p.DenyToAllow
 		r.CodeChanged += p.CodeChanged
 		r.MaskedChanged += p.MaskedChanged
-		for _, c := range p.Changes {
-			c.Count = 0
-			counts[c]++
+		for k, targets := range p.changes {
+			if changes[k] == nil {
+				changes[k] = map[string]int{}
+			}
+			for t, n := range targets {
+				changes[k][t] += n
+			}
 		}
 		r.Examples = append(r.Examples, p.Examples...)
 	}
-	for c, n := range counts {
-		c.Count = n
+	for k, targets := range changes {
+		c := ReplayChange{Direction: k.direction, Kind: k.kind, Template: k.template, FromCode: k.from, ToCode: k.to}
+		for t, n := range targets {
+			c.Count += n
+			c.Targets = append(c.Targets, ReplayTarget{Target: t, Count: n})
+		}
+		slices.SortFunc(c.Targets, func(a, b ReplayTarget) int {
+			return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Target, b.Target))
+		})
+		c.Targets = c.Targets[:min(len(c.Targets), maxChangeTargets)]
 		r.Changes = append(r.Changes, c)
 	}
 	slices.SortFunc(r.Changes, func(a, b ReplayChange) int {
@@ -352,4 +474,38 @@ func factsOf(input any) decisionFacts {
 		f.target = str(h, "method") + " " + str(h, "host") + str(h, "path")
 	}
 	return f
+}
+
+// ScanDecisionLog calls fn with every enforced decision of the decision log whose active file
+// is path (rotated files first, a shadow's divergences left out): its id, time, logged input
+// and result. An error from fn stops it and is returned.
+func ScanDecisionLog(ctx context.Context, path string, fn func(id string, at time.Time, input any, d Decision) error) error {
+	files, err := DecisionLogFiles(path)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no decision log at %s (policy.decision_log.file)", path)
+	}
+	seq := 0
+	for _, name := range files {
+		err := scanDecisionFile(name, func(line []byte) error {
+			seq++
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			ev, err := ReadDecisionEvent(line)
+			if err != nil {
+				return fmt.Errorf("decision %d of the log: %w", seq, err)
+			}
+			if ev.Path == ShadowPath {
+				return nil
+			}
+			return fn(ev.DecisionID, ev.Timestamp, *ev.Input, DecisionFromResult(ev.Result, ev.Bundles[BundleName].Revision))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

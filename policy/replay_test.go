@@ -101,7 +101,7 @@ func TestReplayFindsExactlyTheChangesOfAnEdit(t *testing.T) {
 		{"a no-op edit changes nothing", replayBase + "\n# reviewed 2026-12-01\nunused := true\n", 0, []policy.ReplayChange{}, nil},
 		{"denying writes to triage changes exactly those", replayEdited, 100,
 			[]policy.ReplayChange{{Direction: policy.AllowToDeny, Kind: "mcp.tools_call", Template: "triage",
-				FromCode: "tool_allowed", ToCode: "triage_read_only", Count: 100}},
+				FromCode: "tool_allowed", ToCode: "triage_read_only", Count: 100, Targets: []policy.ReplayTarget{{Target: "db/write", Count: 100}}}},
 			[]string{"id-000001", "id-000007", "id-000013"}},
 	}
 	for _, tt := range tests {
@@ -137,6 +137,10 @@ func TestReplayFiltersBySandboxAndTime(t *testing.T) {
 	r, err = policy.Replay(context.Background(), e, path, policy.ReplayOptions{Since: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	assert.Equal(t, 0, r.Replayed)
+	r, err = policy.Replay(context.Background(), e, path, policy.ReplayOptions{Template: "triage"})
+	require.NoError(t, err)
+	assert.Equal(t, 25, r.Replayed)
+	assert.Equal(t, 25, r.Filtered)
 }
 
 // TestReplayThroughput measures inputs/s on a generated log; SANDGATE_REPLAY_N=100000 sets its size.

@@ -45,10 +45,11 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 	queryRedis := auditRedisFlags(fs)
 	var f audit.Filter
 	fs.StringVar(&f.Namespace, "namespace", "", "only this sandbox namespace")
-	fs.StringVar(&f.Sandbox, "sandbox", "", "only this sandbox")
+	fs.StringVar(&f.Sandbox, "sandbox", "", "only this sandbox: `NAME` or NAMESPACE/NAME")
 	fs.StringVar(&f.Template, "template", "", "only sandboxes of this template")
+	fs.StringVar(&f.Credential, "credential", "", "only calls that injected this credential (its `name`)")
 	fs.StringVar(&f.Kind, "kind", "", "only this kind (mcp.tools_call …) or family (mcp, http)")
-	decision := choiceFlag(fs, "decision", "", "only calls with this `decision`: allow or deny", "allow", "deny")
+	decision := choiceFlag(fs, "decision", "", "only calls with this `decision`: allow, deny, or report (denials a report-only template let through)", "allow", "deny", "report")
 	fs.StringVar(&f.Tool, "tool", "", "only this MCP tool")
 	fs.StringVar(&f.Host, "host", "", "only this HTTP host")
 	since := fs.String("since", "", "from this RFC 3339 `time`, or this long ago (1h)")
@@ -74,7 +75,7 @@ func runAuditQuery(ctx context.Context, env *cliEnv, args []string) error {
 		return usagef("--until: %v", err)
 	}
 	if err := f.Validate(); err != nil {
-		return usagef("--since and --until: %v", err)
+		return usagef("%v", err)
 	}
 	res, err := queryRedis(ctx, f)
 	if errors.Is(err, errNoRedis) {

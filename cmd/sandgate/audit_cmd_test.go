@@ -35,6 +35,9 @@ func auditFixture(t *testing.T) string {
 			Identity: identity.Identity{Namespace: "ns", Sandbox: name, Known: true},
 			Target:   audit.Target{Upstream: "github", Tool: "create_issue"},
 			Decision: audit.Decision{Allow: i != 1, Reason: "reason-" + name}}
+		if i == 2 {
+			ev.Credential, ev.Decision.WouldDeny = "github", "tool_not_allowed"
+		}
 		require.NoError(t, w.Record(&ev))
 	}
 	require.NoError(t, w.Close(context.Background()))
@@ -73,6 +76,12 @@ func TestAuditCommands(t *testing.T) {
 			wantOut: []string{"TIME", "ns/sb-1", "ns/sb-2", "github/create_issue"}},
 		{name: "query filters by sandbox", args: []string{"query", "--dir", dir, "--sandbox", "sb-2"},
 			wantOut: []string{"ns/sb-2", "deny"}, notOut: []string{"ns/sb-1"}},
+		{name: "query takes the sandbox as NAMESPACE/NAME, as the table prints it", args: []string{"query", "--dir", dir, "--sandbox", "ns/sb-2"},
+			wantOut: []string{"ns/sb-2"}, notOut: []string{"ns/sb-1"}},
+		{name: "query filters by credential", args: []string{"query", "--dir", dir, "--credential", "github", "-o", "json"},
+			wantOut: []string{`"credential":"github"`}, notOut: []string{"sb-2"}},
+		{name: "query shows and selects report-only denials", args: []string{"query", "--dir", dir, "--decision", "report"},
+			wantOut: []string{"allow (report: tool_not_allowed)"}, notOut: []string{"ns/sb-2"}},
 		{name: "query filters by decision and prints JSON lines", args: []string{"query", "--dir", dir, "--decision", "allow", "-o", "json"},
 			wantOut: []string{`"sandbox":"sb-1"`, `"hash":"`}, notOut: []string{"sb-2", "TIME"}},
 		{name: "query takes a relative --since", args: []string{"query", "--dir", dir, "--since", "1h", "--limit", "1"},

@@ -85,7 +85,7 @@ func TestTopLevelUsageVersionAndUnknownCommands(t *testing.T) {
 		{name: "the usage lists -v", args: []string{"--help"}, wantOut: "-v, --version", emptyErrs: true},
 		{name: "unknown command", args: []string{"frobnicate"}, wantCode: 2, wantErr: `unknown command "frobnicate"`, emptyOut: true},
 		{name: "help of an unknown command", args: []string{"help", "frobnicate"}, wantCode: 2, wantErr: `unknown command "frobnicate"`, emptyOut: true},
-		{name: "unknown subcommand", args: []string{"policy", "nope"}, wantCode: 2, wantErr: `sandgate policy: unknown subcommand "nope" (want one of test, eval, replay)`, emptyOut: true},
+		{name: "unknown subcommand", args: []string{"policy", "nope"}, wantCode: 2, wantErr: `sandgate policy: unknown subcommand "nope" (want one of test, eval, replay, suggest, pin)`, emptyOut: true},
 		{name: "a group without a subcommand", args: []string{"audit"}, wantCode: 2, wantErr: "sandgate audit: name a subcommand: query, verify", emptyOut: true},
 		{name: "an extra argument is a usage error", args: []string{"ca", "init", "--dir", "x", "extra"}, wantCode: 2, wantErr: `sandgate ca init: unexpected argument "extra"`, emptyOut: true},
 		{name: "a missing required flag is a usage error", args: []string{"policy", "eval"}, wantCode: 2, wantErr: "sandgate policy eval: --input is required", emptyOut: true},

@@ -6,6 +6,8 @@
 //	sandgate policy test  run the Rego tests of a policy folder
 //	sandgate policy eval  print the decision for one input or one logged decision
 //	sandgate policy replay re-evaluate the decision log under a policy folder, print what changes
+//	sandgate policy suggest the least data change for a template, from its decisions
+//	sandgate policy pin    pin the upstreams' tool definitions (or --diff: what changed)
 //	sandgate audit query  read the audit log with filters
 //	sandgate audit verify check the audit log's hash chain and checkpoints
 //	sandgate audit keygen write the keys that key the chain and sign checkpoints
@@ -69,10 +71,12 @@ type cliEnv struct {
 func commands() []*command {
 	return []*command{
 		{name: "serve", summary: "run the gateway: admin, MCP and proxy listeners", run: runServe},
-		{name: "policy", summary: "test, evaluate or replay Rego policies", subs: []*command{
+		{name: "policy", summary: "test, evaluate, replay, suggest and pin policies", subs: []*command{
 			{name: "test", summary: "run the Rego tests of policy folders (like opa test)", run: runPolicyTest},
 			{name: "eval", summary: "print the decision for one input document or logged decision", run: runPolicyEval},
 			{name: "replay", summary: "re-evaluate the decision log under a policy folder and count what changes", run: runPolicyReplay},
+			{name: "suggest", summary: "suggest the least data change for a template from what its sandboxes did", run: runPolicySuggest},
+			{name: "pin", summary: "pin the upstreams' tool definitions in the policy folder (--diff: what changed)", run: runPolicyPin},
 		}},
 		{name: "audit", summary: "query or verify the audit log", subs: []*command{
 			{name: "query", summary: "print audit events, filtered", run: runAuditQuery},

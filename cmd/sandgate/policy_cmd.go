@@ -127,6 +127,9 @@ func decisionOutput(d policy.Decision) map[string]any {
 	if d.Credential != "" {
 		out["credential"] = d.Credential
 	}
+	if d.ReportOnly {
+		out["enforce"] = false // a report-only template's denial: let through and recorded
+	}
 	return out
 }
 

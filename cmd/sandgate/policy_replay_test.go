@@ -119,3 +119,30 @@ func TestPolicyEvalReRunsOneLoggedDecision(t *testing.T) {
 	code, _, _ = runCLI(t, nil, "policy", "eval", "--decision-id", "no-such-id", "--from", logPath, "--dir", dir)
 	assert.Equal(t, 1, code)
 }
+
+// --from names an audit log (its folder, or its file): its calls are decided under --baseline
+// and --policies, and what differs is reported, per template and kind with its targets.
+func TestPolicyReplayOfTheAuditLog(t *testing.T) {
+	auditDir := t.TempDir()
+	sink, err := audit.OpenFileSink(audit.FileConfig{Dir: auditDir, Fsync: audit.FsyncNever})
+	require.NoError(t, err)
+	w := audit.NewWriter(sink)
+	for _, tool := range []string{"read", "write", "drop"} {
+		ev := audit.Event{Kind: audit.KindToolsCall, Identity: identity.Identity{Namespace: "ns", Sandbox: "sb", Template: "coder", Known: true},
+			Target: audit.Target{Upstream: "db", Tool: tool}, Decision: audit.Decision{Allow: tool != "drop"}}
+		require.NoError(t, w.Record(&ev))
+	}
+	require.NoError(t, w.Close(context.Background()))
+	dir := t.TempDir()
+	writePolicyFile(t, filepath.Join(dir, "serving", "p.rego"), replayPolicy)
+	writePolicyFile(t, filepath.Join(dir, "edited", "p.rego"), replayPolicyEdited)
+
+	for _, from := range []string{auditDir, filepath.Join(auditDir, audit.ActiveFile)} {
+		code, out, errOut := runCLI(t, nil, "policy", "replay", "--policies", filepath.Join(dir, "edited"), "--baseline", filepath.Join(dir, "serving"),
+			"--from", from, "--fail-on-change")
+		assert.Equal(t, 1, code, "%s%s", out, errOut)
+		assert.Contains(t, out, "replayed 3 of 3 audited calls (audit log")
+		assert.Contains(t, out, "allow→deny 1, deny→allow 0")
+		assert.Regexp(t, `1\s+allow→deny\s+mcp.tools_call\s+coder\s+read_ok → not_allowed\s+db/write \(1\)`, out)
+	}
+}

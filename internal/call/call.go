@@ -109,8 +109,16 @@ func (c *Core) Admission() *admission.Admission { return c.opts.Admission }
 // mcp-go applies the visibility filter to tools/call too, and a tool hidden because the log
 // failed between the call's start and the filter answered "tool not found" instead of the
 // call's own "audit log unavailable".
+//
+// A report-only denial (policy.Decision.ReportOnly) comes back allowed: in report-only mode a
+// sandbox sees what it will be able to call, and its calls are decided, and recorded, by
+// Authorize.
 func (c *Core) Decide(ctx context.Context, in *policy.Input) policy.Decision {
-	return c.opts.Policy.Decide(ctx, in)
+	d := c.opts.Policy.Decide(ctx, in)
+	if d.ReportOnly {
+		d.Allow = true
+	}
+	return d
 }
 
 // Call is one sandbox-facing request on its way to exactly one audit event. Run begins and
@@ -235,14 +243,24 @@ func (cl *Call) authorize(ctx context.Context, in *policy.Input, admit bool) (po
 	}
 	cl.ev.Decision = audit.Decision{Allow: d.Allow, Reason: d.Reason, PolicyRevision: d.Revision}
 	cl.span.SetAttributes(attribute.Bool("sandgate.decision.allow", d.Allow), attribute.String("sandgate.decision.code", d.Code))
-	if !d.Allow {
-		code := d.Code
-		if code == "" {
-			code = "deny"
-		}
-		return d, &Refusal{Code: code, Reason: d.Reason}
+	if d.Allow {
+		return d, nil
 	}
-	return d, nil
+	code := d.Code
+	if code == "" {
+		code = "deny"
+	}
+	if d.ReportOnly {
+		// Report-only mode: the denial is recorded (event, metric, decision log as the policy
+		// answered) and the call goes on as allowed. Only a policy's own denial can be
+		// report-only; an engine's (error, no policy) always refuses.
+		d.Allow = true
+		cl.ev.Decision.Allow, cl.ev.Decision.WouldDeny = true, code
+		cl.span.SetAttributes(attribute.String("sandgate.decision.would_deny", code))
+		core.metrics.reportOnly(ctx, in.Kind, code)
+		return d, nil
+	}
+	return d, &Refusal{Code: code, Reason: d.Reason}
 }
 
 // refuse ends the call as refused by r: the event says deny with r's reason and code and the

@@ -21,6 +21,9 @@ type metrics struct {
 	tokens      metric.Int64Counter
 	auditErrors metric.Int64Counter
 	suppressed  metric.Int64Counter
+	// reportOnlys counts the denials a report-only template's calls were let through with.
+	reportOnlys metric.Int64Counter
+	reportAttrs *telemetry.AttrSets[callAttrs]
 	attrs       *telemetry.AttrSets[callAttrs]
 	codes       *telemetry.LabelSet
 	tokensIn    telemetry.Measurement
@@ -50,6 +53,9 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		attrs: telemetry.NewAttrSets(func(k callAttrs) metric.MeasurementOption {
 			return metric.WithAttributes(attribute.String("kind", string(k.kind)), attribute.Bool("allow", k.allow), attribute.String("code", k.code))
 		}),
+		reportAttrs: telemetry.NewAttrSets(func(k callAttrs) metric.MeasurementOption {
+			return metric.WithAttributes(attribute.String("kind", string(k.kind)), attribute.String("code", k.code))
+		}),
 		tokensIn:  metric.WithAttributes(attribute.String("direction", "in")),
 		tokensOut: metric.WithAttributes(attribute.String("direction", "out")),
 	}
@@ -73,7 +79,15 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 		metric.WithDescription("Protocol-level rejections whose events were folded into a counted suppressed event")); err != nil {
 		return nil, fmt.Errorf("call metrics: %w", err)
 	}
+	if x.reportOnlys, err = m.Int64Counter("sandgate.policy.report_only",
+		metric.WithDescription("Calls a policy denied but did not enforce (report-only template), let through, by kind and the denial's code")); err != nil {
+		return nil, fmt.Errorf("call metrics: %w", err)
+	}
 	return x, nil
+}
+
+func (m *metrics) reportOnly(ctx context.Context, kind audit.Kind, code string) {
+	m.reportOnlys.Add(ctx, 1, m.reportAttrs.Get(callAttrs{kind: kind, code: m.codes.Value(code)}))
 }
 
 func (m *metrics) call(ctx context.Context, ev *audit.Event, code string, elapsed time.Duration) {

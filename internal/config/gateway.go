@@ -50,7 +50,18 @@ type Gateway struct {
 	MaxSessions int `json:"max_sessions"`
 	// Upstreams are the MCP servers whose tools, resources and prompts are aggregated.
 	Upstreams []Upstream `json:"upstreams"`
+	// Unpinned is what sandboxes see of an upstream tool that has no pin in the policy
+	// folder's pins file (tool-pins.yaml, written by `sandgate policy pin`): allow (the
+	// default, so that a config without pins keeps working) or hide. A pinned tool whose
+	// definition changed is hidden either way (docs/policies.md, "Pin tool definitions").
+	Unpinned string `json:"unpinned"`
 }
+
+// gateway.unpinned values (internal/pins.UnpinnedAllow, UnpinnedHide).
+const (
+	UnpinnedAllow = "allow"
+	UnpinnedHide  = "hide"
+)
 
 // Prefix modes of an upstream's tool and prompt names.
 const (
@@ -178,6 +189,9 @@ func (x *Gateway) applyDefaults(c *Config) {
 	if x.SessionIdleTimeout == 0 {
 		x.SessionIdleTimeout = Duration(30 * time.Minute)
 	}
+	if x.Unpinned == "" {
+		x.Unpinned = UnpinnedAllow
+	}
 	for i := range x.Upstreams {
 		u := &x.Upstreams[i]
 		if u.Prefix == "" {
@@ -224,6 +238,15 @@ func (x *Gateway) validate(c *Config, errs *fieldErrors) {
 	}
 	if x.SessionIdleTimeout.D() < time.Second {
 		errs.add("gateway.session_idle_timeout", "must be at least 1s, got %s", x.SessionIdleTimeout.D())
+	}
+	switch x.Unpinned {
+	case UnpinnedAllow:
+	case UnpinnedHide:
+		if c.Policy.Bundle.Configured() {
+			errs.add("gateway.unpinned", "hide needs the pins file of policy.dir (tool-pins.yaml), and policy.bundle serves no folder: use allow, or serve policy.dir")
+		}
+	default:
+		errs.add("gateway.unpinned", "%q is not allow or hide", x.Unpinned)
 	}
 	for i, h := range x.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, "/ :") && !strings.HasPrefix(h, "[") {

@@ -49,6 +49,7 @@ gateway:
 	assert.Equal(t, int64(16<<20), g.Upstreams[0].MaxMessageBytes)
 	assert.Equal(t, int64(64<<20), g.Upstreams[0].MaxResponseBytes)
 	assert.Equal(t, 1000.0, g.Upstreams[2].MaxNotificationRate)
+	assert.Equal(t, UnpinnedAllow, g.Unpinned, "a config without pins keeps working")
 }
 
 func TestGatewayValidation(t *testing.T) {
@@ -81,6 +82,7 @@ func TestGatewayValidation(t *testing.T) {
 		{"sub-second idle timeout is refused", `session_idle_timeout: 10ms`, "gateway.session_idle_timeout"},
 		{"allowed host with a port is refused", `allowed_hosts: ["sandgate:8080"]`, "gateway.allowed_hosts[0]"},
 		{"allowed origin without scheme is refused", `allowed_origins: ["app.example.com"]`, "gateway.allowed_origins[0]"},
+		{"an unpinned mode that is not allow or hide is refused", `unpinned: warn`, "gateway.unpinned"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,4 +91,13 @@ func TestGatewayValidation(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.field+":")
 		})
 	}
+}
+
+func TestGatewayUnpinned(t *testing.T) {
+	c, err := Parse([]byte("gateway: {unpinned: hide}\n"), "/etc/sandgate")
+	require.NoError(t, err)
+	assert.Equal(t, UnpinnedHide, c.Gateway.Unpinned)
+	_, err = Parse([]byte("policy: {bundle: {file: b.tar.gz, public_key_file: k.pem}}\ngateway: {unpinned: hide}\n"), "/etc/sandgate")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "gateway.unpinned: hide needs the pins file of policy.dir")
 }

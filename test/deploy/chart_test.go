@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/kube"
 )
 
@@ -371,4 +372,29 @@ func readFile(t testing.TB, path string) string {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// The decision log is on by default, beside the audit log on its volume, bounded; off when
+// asked; and a size that does not fit the volume with the audit reserve fails the rendering.
+func TestChartDecisionLogIsOnByDefaultAndBounded(t *testing.T) {
+	configOf := func(set ...string) *config.Config {
+		args := append([]string{"template", "sandgate", chartDir}, valuesArgs(chartCase{}, set...)...)
+		out, errOut, err := helm(t, args...)
+		require.NoError(t, err, errOut)
+		doc := configMapData(t, one(t, parseObjects(t, out), "ConfigMap", "-config"))["sandgate.yaml"]
+		cfg, err := config.Parse([]byte(doc), "/etc/sandgate/config")
+		require.NoError(t, err, doc)
+		return cfg
+	}
+	dl := configOf().Policy.DecisionLog
+	assert.Equal(t, "/var/lib/sandgate/audit/decisions/decisions.log", dl.File, "on the audit volume, under the audit folder")
+	assert.Equal(t, 64, dl.MaxSizeMB)
+	assert.Equal(t, 4, dl.MaxFiles)
+	assert.Nil(t, dl.Mask, "Sandgate's default mask: every tool-call argument value")
+	assert.Equal(t, []string{"/input/grants"}, configOf("policies.decisionLog.mask[0]=/input/grants").Policy.DecisionLog.Mask)
+	assert.Empty(t, configOf("policies.decisionLog.enabled=false").Policy.DecisionLog.File)
+
+	_, errOut, err := helm(t, append([]string{"template", "sandgate", chartDir}, valuesArgs(chartCase{}, "policies.decisionLog.maxSizeMB=1000")...)...)
+	require.Error(t, err)
+	assert.Contains(t, errOut, "policies.decisionLog (maxSizeMB × (maxFiles + 1) = 5000 MiB) and the audit reserve (32 MiB) do not fit the audit volume (2Gi)")
 }

@@ -1,18 +1,17 @@
 package sandgate.egress_test
 
-import data.sandgate
+import data.sandgate_fixtures as fixtures
+import data.sandgate_fixtures.coder
+import data.sandgate_fixtures.triage
 
-coder := {"namespace": "agents", "sandbox": "sb-1", "template": "coding-agent", "labels": {}, "known": true}
+connect(id, host) := fixtures.decide({"kind": "http.connect", "identity": id, "http": {"method": "CONNECT", "host": host, "port": 443}})
 
-triage := {"namespace": "agents", "sandbox": "sb-2", "template": "triage-agent", "labels": {}, "known": true}
+request(id, http) := request_in(fixtures.templates, id, http)
 
-connect(id, host) := d if {
-	d := sandgate.decision with input as {"kind": "http.connect", "identity": id, "http": {"method": "CONNECT", "host": host, "port": 443}}
-}
-
-request(id, http) := d if {
-	d := sandgate.decision with input as {"kind": "http.request", "identity": id, "http": object.union({"method": "POST", "host": "", "port": 443, "path": "/", "route": "", "model": "", "max_tokens": -1, "stream": false}, http)}
-}
+request_in(tpls, id, http) := fixtures.decide_in(
+	{"kind": "http.request", "identity": id, "http": object.union({"method": "POST", "host": "", "port": 443, "path": "/", "route": "", "model": "", "max_tokens": -1, "stream": false}, http)},
+	tpls,
+)
 
 test_connect_to_model_host_is_allowed if connect(coder, "api.anthropic.com").allow
 
@@ -79,7 +78,8 @@ test_a_messages_request_without_max_tokens_is_refused if {
 }
 
 test_max_tokens_is_optional_where_the_api_says_so if {
-	d := request(coder, {"route": "openai", "host": "api.openai.com", "path": "/v1/chat/completions", "model": "gpt-5", "max_tokens": -1}) with data.templates["coding-agent"].models.openai as {"allow": ["gpt-5"], "max_tokens": 1000}
+	tpls := fixtures.with_template("coder", {"models": {"openai": {"allow": ["gpt-5"], "max_tokens": 1000}}})
+	d := request_in(tpls, coder, {"route": "openai", "host": "api.openai.com", "path": "/v1/chat/completions", "model": "gpt-5", "max_tokens": -1})
 	d.allow
 }
 
@@ -120,12 +120,12 @@ test_plain_http_to_a_listed_host_on_another_port_is_denied if {
 }
 
 test_a_port_data_lists_for_the_host_is_allowed if {
-	ports := {"proxy.golang.org": [8080]}
-	request(coder, {"method": "GET", "host": "proxy.golang.org", "port": 8080}).allow with data.templates["coding-agent"].ports as ports
-	d := request(coder, {"method": "GET", "host": "proxy.golang.org", "port": 80}) with data.templates["coding-agent"].ports as ports
+	tpls := fixtures.with_template("coder", {"ports": {"proxy.golang.org": [8080]}})
+	request_in(tpls, coder, {"method": "GET", "host": "proxy.golang.org", "port": 8080}).allow
+	d := request_in(tpls, coder, {"method": "GET", "host": "proxy.golang.org", "port": 80})
 	not d.allow
 	d.code == "port_not_allowed"
-	request(coder, {"method": "GET", "host": "registry.npmjs.org", "port": 80}).allow with data.templates["coding-agent"].ports as ports
+	request_in(tpls, coder, {"method": "GET", "host": "registry.npmjs.org", "port": 80}).allow
 }
 
 test_a_request_inside_a_tunnel_to_a_listed_host_on_443_is_allowed if {

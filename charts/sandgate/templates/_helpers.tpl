@@ -104,6 +104,14 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
 {{- $_ := set $audit "otlp" $o -}}
 {{- end -}}
 {{- end -}}
+{{- $policy := dict "dir" "/etc/sandgate/policies" -}}
+{{- with .Values.policies.decisionLog -}}
+{{- if .enabled -}}
+{{- $dl := dict "file" "/var/lib/sandgate/audit/decisions/decisions.log" "max_size_mb" (int .maxSizeMB) "max_files" (int .maxFiles) -}}
+{{- if kindIs "slice" .mask }}{{ $_ := set $dl "mask" .mask }}{{ end -}}
+{{- $_ := set $policy "decision_log" $dl -}}
+{{- end -}}
+{{- end -}}
 {{- $hosts := list $full (printf "%s.%s" $full $ns) (printf "%s.%s.svc" $full $ns) (printf "%s.%s.svc.%s" $full $ns .Values.clusterDomain) -}}
 {{- $kube := dict
   "enabled" .Values.kubernetes.enabled
@@ -121,7 +129,7 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
     "mcp" (printf ":%d" (int .Values.ports.mcp))
     "proxy" (printf ":%d" (int .Values.ports.proxy))
     "admin" (printf ":%d" (int .Values.ports.admin)))
-  "policy" (dict "dir" "/etc/sandgate/policies")
+  "policy" $policy
   "audit" $audit
   "gateway" (dict "allowed_hosts" $hosts)
   "shutdown" (dict "delay" (printf "%ds" (int .Values.shutdown.delaySeconds)) "drain" (printf "%ds" (int .Values.shutdown.drainSeconds)))
@@ -131,7 +139,8 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
 {{- if or .url .oci -}}
 {{- $b := dict "public_key_file" (printf "/etc/sandgate/bundle-key/%s" .publicKeySecret.key) "key_id" .keyId "algorithm" .algorithm "poll_interval" .pollInterval -}}
 {{- if .url }}{{ $_ := set $b "url" .url }}{{ else }}{{ $_ := set $b "oci" .oci }}{{ end -}}
-{{- $_ := set $base "policy" (dict "bundle" $b) -}}
+{{- $_ := unset $policy "dir" -}}
+{{- $_ := set $policy "bundle" $b -}}
 {{- end -}}
 {{- end -}}
 {{- if .Values.ca.secretName -}}
@@ -183,7 +192,8 @@ sandgate.mebibytes is a Kubernetes quantity in whole MiB (Ki, Mi, Gi, Ti, k, M, 
 
 {{/*
 sandgate.checkReserve fails a rendering whose audit reserve (config.audit.file.reserve_mb,
-default 32) does not fit the audit volume: serve would never become ready.
+default 32) does not fit the audit volume, alone or with the decision log that shares it
+(policies.decisionLog): serve would never become ready, or the log would fill the volume.
 */}}
 {{- define "sandgate.checkReserve" -}}
 {{- $reserve := int (dig "audit" "file" "reserve_mb" 32 (.Values.config | default dict)) -}}
@@ -192,6 +202,11 @@ default 32) does not fit the audit volume: serve would never become ready.
 {{- $volume := include "sandgate.mebibytes" $size | int -}}
 {{- if and (gt $volume 0) (ge $reserve $volume) -}}
 {{- fail (printf "config.audit.file.reserve_mb (%d MiB) does not fit the audit volume (%s): set it well below the volume's size, or make the volume larger" $reserve (toString $size)) -}}
+{{- end -}}
+{{- $dl := .Values.policies.decisionLog -}}
+{{- $dlSize := mul (int $dl.maxSizeMB) (add (int $dl.maxFiles) 1) -}}
+{{- if and $dl.enabled (gt $volume 0) (ge (add $reserve $dlSize) $volume) -}}
+{{- fail (printf "policies.decisionLog (maxSizeMB × (maxFiles + 1) = %d MiB) and the audit reserve (%d MiB) do not fit the audit volume (%s) they share: lower maxSizeMB or maxFiles, or make the volume larger" $dlSize $reserve (toString $size)) -}}
 {{- end -}}
 {{- end -}}
 
