@@ -43,6 +43,15 @@ const (
 	KindOtherMethod   Kind = "mcp.other" // a method Sandgate does not serve; answered by mcp-go's method-not-found
 )
 
+// Kinds of credential lifecycle events: a token minted for a sandbox run (the first of the
+// run, or a refresh before expiry) and its revocation when the run ends. They are no sandbox's
+// request: their identity is the run's (docs/credentials.md).
+const (
+	KindCredentialMint    Kind = "credential.mint"
+	KindCredentialRefresh Kind = "credential.refresh"
+	KindCredentialRevoke  Kind = "credential.revoke"
+)
+
 // Kinds of requests refused before they could be read as a call (protocol-level rejections).
 const (
 	KindMCPRejected  Kind = "mcp.rejected"
@@ -59,6 +68,9 @@ type Event struct {
 	Target     Target            `json:"target"`
 	Decision   Decision          `json:"decision"`
 	Credential string            `json:"credential,omitempty"`
+	// CredentialToken names the minted token a call used (or a lifecycle event is about) by
+	// its ID, never its value; nil for a static credential or none.
+	CredentialToken *CredentialToken `json:"credential_token,omitempty"`
 	// Limits is LimitsUnavailable when the call was admitted without being counted against its
 	// budgets and rate limits (their store was unreachable and limits.failure_mode is fail_open);
 	// empty otherwise.
@@ -90,6 +102,13 @@ func (ev *Event) AssignID() string {
 	ev.ID = newID(time.Now())
 	ev.assignedID = ev.ID
 	return ev.ID
+}
+
+// CredentialToken is a token minted for a sandbox run, as an event names it.
+type CredentialToken struct {
+	Provider string    `json:"provider"`
+	ID       string    `json:"id"`
+	Expires  time.Time `json:"expires"`
 }
 
 // LimitsUnavailable is Event.Limits of a call admitted uncounted.

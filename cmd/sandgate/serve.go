@@ -183,7 +183,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err := errors.Join(observeAudit(tel.MeterProvider(), writer), observeReadiness(tel.MeterProvider(), ready)); err != nil {
 		return err
 	}
-	resolver, kubeComps, err := newResolver(cfg, log, tel, ready, shared.sandboxGone(log))
+	resolver, kubeComps, err := newResolver(cfg, log, tel, ready, runGone(creds, shared.sandboxGone(log)))
 	if err != nil {
 		return err
 	}
@@ -198,6 +198,11 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer closeDecisions()
+	mintComps, err := mintedCredentials(d, shared, now)
+	if err != nil {
+		return err
+	}
+	kubeComps = append(kubeComps, mintComps...)
 	listeners, background, err := serveComponents(d, creds, shared, tel, append(kubeComps, export.components()...))
 	if err != nil {
 		return err
@@ -234,6 +239,9 @@ func finishAudit(d *serveDeps, writer *audit.Writer, shared *sharedState, export
 func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string, tel *telemetry.Telemetry) (func(), error) {
 	opts := call.Options{Policy: ps.engine, Audit: writer, Admission: d.admission,
 		Meters: d.meters, Tracer: d.tracer, Log: d.log.With("component", "call")}
+	if hasMinted(d.cfg) {
+		opts.Credentials = d.creds
+	}
 	decisions, err := openDecisionLog(d.cfg, replica, d.log, tel)
 	if err != nil {
 		return nil, err

@@ -49,6 +49,9 @@ type Options struct {
 	// Shadow, if set, evaluates each decided call under a shadow policy off the request path;
 	// a divergence ready when the event is written goes into it (*policy.Shadow).
 	Shadow ShadowSubmitter
+	// Credentials, if set, puts input.credential in the input of a call whose destination
+	// injects a credential minted per run (*credential.Store with minted credentials).
+	Credentials MintedCredentials
 }
 
 // ShadowSubmitter queues a decided call for a shadow policy without blocking (*policy.Shadow).
@@ -139,6 +142,10 @@ type Call struct {
 	release *Release
 	// outlives says act handed the call's end on (Outlive): Run does not finish it.
 	outlives bool
+	// minted is the scope Authorize put in the input as input.credential (nil: none); taken
+	// the minted token TakeCredential took, for the requests the call sends (CredentialValue).
+	minted *mintedScope
+	taken  *takenCredential
 }
 
 type callKey struct{}
@@ -219,6 +226,7 @@ func (cl *Call) Authorize(ctx context.Context, in *policy.Input, admit bool) (po
 			return policy.Decision{}, &Refusal{Code: string(r.Code), Reason: r.Reason, RetryAfter: r.RetryAfter}
 		}
 	}
+	cl.scopeCredential(in)
 	d := core.opts.Policy.Decide(ctx, in)
 	if core.opts.Decisions != nil {
 		core.opts.Decisions.Record(cl.ev.ID, in, d)

@@ -106,10 +106,13 @@ const (
 	CodeAdminFromSandbox        = "admin_from_sandbox"
 	CodeCredentialNotConfigured = "credential_not_configured"
 	CodeCredentialUnavailable   = "credential_unavailable"
-	CodeUpstreamError           = "upstream_error"
-	CodeUpstreamTimeout         = "upstream_timeout"
-	CodeUpstreamTruncated       = "upstream_truncated"
-	CodeUpstreamUnavailable     = "upstream_unavailable"
+	// CodeRevokeFailed is the outcome of a credential.revoke event whose provider did not
+	// confirm the revocation (no call has it).
+	CodeRevokeFailed        = "revoke_failed"
+	CodeUpstreamError       = "upstream_error"
+	CodeUpstreamTimeout     = "upstream_timeout"
+	CodeUpstreamTruncated   = "upstream_truncated"
+	CodeUpstreamUnavailable = "upstream_unavailable"
 	// An upstream's answer that Sandgate cannot pass on checked: in a content coding it does
 	// not decode, larger than its bound (a decompression bomb, a configured cap), or a part of
 	// a representation (206) answering a request that carried a credential.
@@ -159,7 +162,8 @@ var codes = map[string]Class{
 	CodeTooManyConnections:              ClassLimit,
 	CodeAdminFromSandbox:                ClassPolicy,
 	CodeCredentialNotConfigured:         ClassPolicy,
-	CodeCredentialUnavailable:           ClassUpstream,
+	CodeCredentialUnavailable:           ClassUpstream, // a static credential's; a minted one's is ClassUnavailable (credential.go)
+	CodeRevokeFailed:                    ClassUpstream,
 	CodeUpstreamError:                   ClassUpstream,
 	CodeUpstreamTimeout:                 ClassUpstreamTimeout,
 	CodeUpstreamTruncated:               ClassUpstream, // the sandbox got 200 headers; the event says 502
@@ -187,6 +191,11 @@ type Refusal struct {
 	RetryAfter time.Duration
 	// Close asks the half to close the connection after answering (the rest of a body unread).
 	Close bool
+	// class, when classSet, is the refusal's class instead of its code's: a minted credential
+	// its provider cannot mint now is Sandgate unable to act (503, retried later), while a
+	// static credential without a value stays the upstream failure it always was (502).
+	class    Class
+	classSet bool
 }
 
 // Refuse is the refusal for one of Sandgate's own codes.
@@ -196,6 +205,9 @@ func Refuse(code, format string, args ...any) *Refusal {
 
 // Class is the refusal's class: Sandgate's own codes from the table, any other code a policy's.
 func (r *Refusal) Class() Class {
+	if r.classSet {
+		return r.class
+	}
 	if c, ok := codes[r.Code]; ok {
 		return c
 	}

@@ -30,6 +30,7 @@ const (
 // percent escapes of any of them are found by the scanner, which reads decoded views too.
 type Needles struct {
 	values  []string // sorted: the set's key
+	gen     uint64   // the store's generation they were read at
 	header  []string
 	body    [][]byte
 	maxBody int // the longest body needle
@@ -71,12 +72,20 @@ func NewSource(store *credential.Store, refs ...*config.CredentialRef) *Source {
 	return s
 }
 
-// Current is the needle set of the store's values now.
+// Current is the needle set of the store's values now. The store's generation says when they
+// changed (a rotated value, a token minted for a run or ended): only then are they read again.
 func (s *Source) Current() *Needles {
+	gen := s.store.Generation()
+	if c := s.cur.Load(); c != nil && c.gen == gen {
+		return c
+	}
 	vals := s.store.Values()
 	slices.Sort(vals)
 	if c := s.cur.Load(); c != nil && slices.Equal(c.values, vals) {
-		return c
+		c2 := *c
+		c2.gen = gen
+		s.cur.Store(&c2)
+		return &c2
 	}
 	var rendered []string
 	for _, r := range s.refs {
@@ -85,6 +94,7 @@ func (s *Source) Current() *Needles {
 		}
 	}
 	n := Build(vals, rendered)
+	n.gen = gen
 	s.cur.Store(n)
 	return n
 }
