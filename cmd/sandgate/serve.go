@@ -198,7 +198,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer closeDecisions()
-	mintComps, err := mintedCredentials(d, shared, now)
+	mintComps, err := mintedCredentials(d, shared)
 	if err != nil {
 		return err
 	}

@@ -25,12 +25,13 @@ import (
 // the policy input, and a run's tokens end when its claim or sandbox is gone (sandboxGone) or
 // its grant is deleted through the admin API (the grants store returned, which tells the other
 // replicas through Redis when there is one). Without minted credentials it changes nothing.
-func mintedCredentials(d *serveDeps, shared *sharedState, now func() time.Time) (components []component, err error) {
+// Tokens live on the wall clock: serve's clock (budgets', pinned by tests) is not theirs.
+func mintedCredentials(d *serveDeps, shared *sharedState) (components []component, err error) {
 	if !hasMinted(d.cfg) {
 		return nil, nil
 	}
 	err = d.creds.EnableMinting(d.cfg, credential.MintOptions{Recorder: recorderFunc(func(e credential.Event) { d.core.CredentialEvent(e) }),
-		Meters: d.meters, Now: now})
+		Meters: d.meters})
 	if err != nil {
 		return nil, err
 	}
