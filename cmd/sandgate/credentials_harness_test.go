@@ -120,14 +120,28 @@ type mintServe struct {
 	echo       *echoUpstream
 }
 
-// startMintServe starts Sandgate with credentials (YAML list items, two-space indented under
-// credentials:), extra top-level YAML, the echo route and upstream injecting cred, and routes.
-func startMintServe(t *testing.T, credentials, extra, cred string, routes ...string) *mintServe {
+// mintConfig is what a minted-credential test's Sandgate serves.
+type mintConfig struct {
+	// credentials are YAML list items (two-space indented under credentials:), extra is
+	// top-level YAML, cred the credential of the echo route and MCP upstream, routes more
+	// proxy routes (flow mappings).
+	credentials, extra, cred string
+	routes                   []string
+	// admin is the admin listener's address (default: a free one), for an IdP started first.
+	admin string
+}
+
+// startMintServe starts Sandgate as c says, with the echo route and upstream.
+func startMintServe(t *testing.T, c mintConfig) *mintServe {
 	dir := t.TempDir()
 	policies := filepath.Join(dir, "policies")
 	require.NoError(t, os.MkdirAll(policies, 0o755))
 	writeFile(t, policies, "sandgate.rego", mintPolicy)
-	m := &mintServe{callPath: &callPath{mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit")},
+	if c.admin == "" {
+		c.admin = freeAddr(t)
+	}
+	credentials, extra, cred, routes := c.credentials, c.extra, c.cred, c.routes
+	m := &mintServe{callPath: &callPath{mcp: freeAddr(t), proxy: freeAddr(t), admin: c.admin, auditDir: filepath.Join(dir, "audit")},
 		adminToken: "admin-token-of-the-mint-tests", echo: startEcho(t)}
 	writeFile(t, dir, "admin-token", m.adminToken)
 	route := func(r string) string { return "    - " + r + "\n" }
