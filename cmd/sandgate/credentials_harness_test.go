@@ -129,6 +129,8 @@ type mintConfig struct {
 	routes                   []string
 	// admin is the admin listener's address (default: a free one), for an IdP started first.
 	admin string
+	// identity is the YAML of how callers are identified (default: five static sandboxes).
+	identity string
 }
 
 // startMintServe starts Sandgate as c says, with the echo route and upstream.
@@ -150,8 +152,13 @@ func startMintServe(t *testing.T, c mintConfig) *mintServe {
 		rs += route(r)
 	}
 	var ids strings.Builder
+	ids.WriteString("identity:\n  static:\n")
 	for i, a := range []string{runA, runB, runC, runD, runE} {
 		fmt.Fprintf(&ids, "    - {addresses: [%q], namespace: agents, sandbox: run-%c, template: coding-agent}\n", a, 'a'+i)
+	}
+	if c.identity != "" {
+		ids.Reset()
+		ids.WriteString(c.identity + "\n")
 	}
 	cfg := writeFile(t, dir, "sandgate.yaml", fmt.Sprintf(`listen: {mcp: %q, proxy: %q, admin: %q}
 policy: {dir: %q}
@@ -167,9 +174,7 @@ gateway:
     - {name: echo, url: %q, prefix: never, credential: {name: %s}}
 proxy:
   routes:
-%sidentity:
-  static:
-%slog: {level: warn, format: text}
+%s%slog: {level: warn, format: text}
 `, m.mcp, m.proxy, m.admin, policies, m.auditDir, credentials, extra, echoMCP(t), cred, rs, ids.String()))
 	startServe(t, cfg, func(string) string { return "" })
 	m.waitReady(t)
@@ -241,7 +246,9 @@ func (m *mintServe) waitRevoke(t *testing.T, sandbox, token string) audit.Event 
 	t.Helper()
 	var found audit.Event
 	require.Eventually(t, func() bool {
-		for _, ev := range m.lifecycle(t, audit.KindCredentialRevoke, sandbox) {
+		for _, ev := range m.eventsWhere(t, func(ev audit.Event) bool {
+			return ev.Kind == audit.KindCredentialRevoke && (sandbox == "" || ev.Identity.Sandbox == sandbox)
+		}) {
 			if ev.CredentialToken != nil && ev.CredentialToken.ID == credential.TokenID(token) {
 				found = ev
 				return true
