@@ -152,7 +152,9 @@ func idpDown(t *testing.T, m *mintServe, src, sandbox, reason string) {
 	t.Helper()
 	code, body, h := m.get(t, src, "echo/items")
 	assert.Equal(t, http.StatusServiceUnavailable, code, body)
-	var refusal struct{ Error struct{ Code, Message string } }
+	var refusal struct {
+		Error struct{ Code, Message string }
+	}
 	require.NoError(t, json.Unmarshal([]byte(body), &refusal), body)
 	assert.Equal(t, "credential_unavailable", refusal.Error.Code)
 	assert.Contains(t, refusal.Error.Message, reason)

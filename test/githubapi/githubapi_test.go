@@ -84,7 +84,7 @@ func TestEveryAnswerFollowsGitHubsDescription(t *testing.T) {
 // would pass a stand-in that drifted from GitHub.
 func TestTheDescriptionCheckCatchesADrift(t *testing.T) {
 	for name, a := range map[string]Answer{
-		"a token answer without expires_at": {Method: "post", Path: "/app/installations/{installation_id}/access_tokens", Status: 201, Body: []byte(`{"token":"ghs_x"}`)},
+		"a token answer without expires_at":        {Method: "post", Path: "/app/installations/{installation_id}/access_tokens", Status: 201, Body: []byte(`{"token":"ghs_x"}`)},
 		"a status the operation does not document": {Method: "get", Path: "/repos/{owner}/{repo}/git/ref/{ref}", Status: 401, Body: []byte(`{"message":"Bad credentials"}`)},
 		"a ref whose object has no sha":            {Method: "get", Path: "/repos/{owner}/{repo}/git/ref/{ref}", Status: 200, Body: []byte(`{"ref":"r","node_id":"n","url":"u","object":{"type":"commit","url":"u"}}`)},
 		"an operation GitHub does not have":        {Method: "put", Path: "/installation/token", Status: 204},
