@@ -149,7 +149,7 @@ hydra_tool() {
   stamp=$(cat "$root/test/hydra/go.mod" "$root/test/hydra/go.sum" | sha256sum | cut -c1-16)
   [ ! -x "$bin/hydra" ] || [ "$(cat "$bin/.hydra.stamp" 2>/dev/null)" != "$stamp" ] || return 0
   log "building hydra v2.3.0 from test/hydra (a few minutes when cold)"
-  (cd "$root/test/hydra" && GOFLAGS= CGO_ENABLED=1 go build -tags sqlite -o "$bin/.hydra.tmp" -ldflags "-s -w" github.com/ory/hydra/v2)
+  (cd "$root/test/hydra" && CGO_ENABLED=1 go build -tags sqlite -o "$bin/.hydra.tmp" -ldflags "-s -w" github.com/ory/hydra/v2)
   mv -f "$bin/.hydra.tmp" "$bin/hydra"
   echo "$stamp" > "$bin/.hydra.stamp"
 }
@@ -159,7 +159,7 @@ oidc_op() {
   stamp=$(cat "$root/test/oidc-op/go.mod" "$root/test/oidc-op/go.sum" "$root/test/oidc-op/main.go" | sha256sum | cut -c1-16)
   [ ! -x "$bin/oidc-op" ] || [ "$(cat "$bin/.oidc-op.stamp" 2>/dev/null)" != "$stamp" ] || return 0
   log "building zitadel/oidc v3.52.0's example OP from test/oidc-op"
-  (cd "$root/test/oidc-op" && GOFLAGS= go build -o "$bin/.oidc-op.tmp" -ldflags "-s -w" .)
+  (cd "$root/test/oidc-op" && go build -o "$bin/.oidc-op.tmp" -ldflags "-s -w" .)
   mv -f "$bin/.oidc-op.tmp" "$bin/oidc-op"
   echo "$stamp" > "$bin/.oidc-op.stamp"
 }
