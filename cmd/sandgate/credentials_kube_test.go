@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -56,12 +57,27 @@ func TestAClaimsTokenLivesAsLongAsTheClaim(t *testing.T) {
 	gh := githubapi.Start(t, &key.PublicKey, "acme", "widgets", "other")
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "app-key"), keyPEM, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "run-key"), runKeyPEM(t), 0o600))
 	m := startMintServe(t, mintConfig{cred: "github", credentials: fmt.Sprintf(`  - {name: github-app-key, file: %q}
+  - {name: run-key, file: %q}
   - name: github
     github_app: {api_url: %q, app_id: %d, installation_id: %d, owner: acme, private_key_credential: github-app-key,
-      permissions: {contents: read}}`, filepath.Join(dir, "app-key"), gh.URL, gh.AppID, gh.InstallationID),
+      permissions: {contents: read}}`, filepath.Join(dir, "app-key"), filepath.Join(dir, "run-key"), gh.URL, gh.AppID, gh.InstallationID),
+		extra:    "run_tokens: {issuer: https://sandgate.test, key_credential: run-key, jwks_secret: {namespace: default, name: sandgate-run-token-keys}}",
 		routes:   []string{fmt.Sprintf("{name: github, upstream: %q, allow_private: true, credential: {name: github}}", gh.URL)},
 		identity: fmt.Sprintf("kubernetes: {enabled: true, kubeconfig: %q, namespaces: [%s]}", kubetest.WriteKubeconfig(t, cluster.Admin), ns)})
+
+	t.Run("the run tokens' keys are published in the Secret, as on the admin listener", func(t *testing.T) {
+		resp, err := http.Get("http://" + m.admin + "/.well-known/jwks.json")
+		require.NoError(t, err)
+		served, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			s, err := cs.CoreV1().Secrets("default").Get(ctx, "sandgate-run-token-keys", metav1.GetOptions{})
+			require.NoError(ct, err)
+			assert.JSONEq(ct, string(served), string(s.Data["jwks.json"]))
+		}, 30*time.Second, 100*time.Millisecond)
+	})
 
 	claim := func(name string) string { // the claim's sandbox address, once it has one
 		kubetest.Claim(t, dyn, ns, name, "wp")
