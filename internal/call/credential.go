@@ -152,7 +152,7 @@ func (c *Core) CredentialEvent(e credential.Event) {
 	if e.Failed {
 		ev.Outcome.Error = CodeCredentialUnavailable
 		if e.Kind == credential.EventRevoke {
-			ev.Outcome.Error = CodeRevokeFailed
+			ev.Outcome.Error = OutcomeRevokeFailed
 		}
 	}
 	ev.AssignID()

@@ -106,13 +106,10 @@ const (
 	CodeAdminFromSandbox        = "admin_from_sandbox"
 	CodeCredentialNotConfigured = "credential_not_configured"
 	CodeCredentialUnavailable   = "credential_unavailable"
-	// CodeRevokeFailed is the outcome of a credential.revoke event whose provider did not
-	// confirm the revocation (no call has it).
-	CodeRevokeFailed        = "revoke_failed"
-	CodeUpstreamError       = "upstream_error"
-	CodeUpstreamTimeout     = "upstream_timeout"
-	CodeUpstreamTruncated   = "upstream_truncated"
-	CodeUpstreamUnavailable = "upstream_unavailable"
+	CodeUpstreamError           = "upstream_error"
+	CodeUpstreamTimeout         = "upstream_timeout"
+	CodeUpstreamTruncated       = "upstream_truncated"
+	CodeUpstreamUnavailable     = "upstream_unavailable"
 	// An upstream's answer that Sandgate cannot pass on checked: in a content coding it does
 	// not decode, larger than its bound (a decompression bomb, a configured cap), or a part of
 	// a representation (206) answering a request that carried a credential.
@@ -128,6 +125,10 @@ const (
 	CodeResolveFailed            = "resolve_failed"
 	CodeNoAddress                = "no_address"
 )
+
+// OutcomeRevokeFailed is the outcome of a credential.revoke event whose provider did not
+// confirm the revocation: no call is refused with it, so it is no refusal code.
+const OutcomeRevokeFailed = "revoke_failed"
 
 // codes gives the class of every code Sandgate makes. A code not listed is a policy's own.
 var codes = map[string]Class{
@@ -163,7 +164,6 @@ var codes = map[string]Class{
 	CodeAdminFromSandbox:                ClassPolicy,
 	CodeCredentialNotConfigured:         ClassPolicy,
 	CodeCredentialUnavailable:           ClassUpstream, // a static credential's; a minted one's is ClassUnavailable (credential.go)
-	CodeRevokeFailed:                    ClassUpstream,
 	CodeUpstreamError:                   ClassUpstream,
 	CodeUpstreamTimeout:                 ClassUpstreamTimeout,
 	CodeUpstreamTruncated:               ClassUpstream, // the sandbox got 200 headers; the event says 502
