@@ -351,12 +351,19 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // or the response refused.
 func (x *exchange) reads() bool { return x.up.api != config.APINone || x.up.cred != nil }
 
+// needles are what the answer to x's sandbox is scrubbed of: the static credentials and its
+// run's minted tokens (respguard.Source.For).
+func (x *exchange) needles() *respguard.Needles {
+	id := x.c.Identity()
+	return x.p.scrub.For(id.Namespace, id.Sandbox)
+}
+
 // errPartial refuses a partial response to a credentialed request (upstream_partial).
 var errPartial = errors.New("partial response to a request that carried a credential")
 
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := exchangeFrom(resp.Request.Context())
-	set := p.scrub.Current()
+	set := x.needles()
 	if set.ScrubHeader(resp.Header) {
 		x.credentialEchoed()
 	}
@@ -529,7 +536,7 @@ type statusWriter struct {
 }
 
 func (s *statusWriter) WriteHeader(code int) {
-	if code < 200 && s.x.p.scrub.Current().ScrubHeader(s.ResponseWriter.Header()) {
+	if code < 200 && s.x.needles().ScrubHeader(s.ResponseWriter.Header()) {
 		s.x.credentialEchoed()
 	}
 	if s.status == 0 && code >= 200 {

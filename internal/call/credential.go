@@ -21,9 +21,10 @@ type Credentials interface {
 type MintedCredentials interface {
 	Credentials
 	Minted(name string) bool
-	// Scope is input.credential for in (nil: its destination injects no minted credential),
-	// with its fingerprint.
-	Scope(in *policy.Input) (*policy.Credential, string)
+	// Destination is the minted credential in's destination injects ("" none).
+	Destination(in *policy.Input) string
+	// ScopeOf is input.credential of a call of run to a destination injecting name, with its
+	// fingerprint.
 	ScopeOf(name string, run credential.Run) (*policy.Credential, string)
 	Take(ctx context.Context, name string, run credential.Run, scope *policy.Credential, fp string) (credential.Lease, error)
 }
@@ -122,12 +123,14 @@ func (cl *Call) scopeCredential(in *policy.Input) {
 	if m == nil {
 		return
 	}
-	sc, fp := m.Scope(in)
-	if sc == nil {
+	name := m.Destination(in)
+	if name == "" {
 		return
 	}
+	run := credential.RunOf(in.Identity, in.Grants)
+	sc, fp := m.ScopeOf(name, run)
 	in.Credential = sc
-	cl.minted = &mintedScope{scope: sc, fp: fp, run: credential.RunOf(in.Identity, in.Grants)}
+	cl.minted = &mintedScope{scope: sc, fp: fp, run: run}
 }
 
 // CredentialEvent writes one lifecycle event of a minted token (credential.mint,

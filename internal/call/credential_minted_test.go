@@ -26,16 +26,19 @@ type mintedSource struct {
 
 func (m *mintedSource) Get(string) (string, bool) { return "", false }
 func (m *mintedSource) Minted(name string) bool   { return name == "github" }
-func (m *mintedSource) Scope(in *policy.Input) (*policy.Credential, string) {
-	repos, _ := in.Grants["github_repos"].([]any)
+func (m *mintedSource) Destination(in *policy.Input) string {
+	if in.HTTP != nil && in.HTTP.Route == "github" {
+		return "github"
+	}
+	return ""
+}
+func (m *mintedSource) ScopeOf(_ string, run credential.Run) (*policy.Credential, string) {
+	repos, _ := run.Grants["github_repos"].([]any)
 	sc := &policy.Credential{Name: "github", Provider: "github_app"}
 	for _, r := range repos {
 		sc.Repositories = append(sc.Repositories, r.(string))
 	}
 	return sc, "fp"
-}
-func (m *mintedSource) ScopeOf(string, credential.Run) (*policy.Credential, string) {
-	return &policy.Credential{Name: "github"}, ""
 }
 func (m *mintedSource) Take(_ context.Context, _ string, run credential.Run, _ *policy.Credential, _ string) (credential.Lease, error) {
 	m.runs = append(m.runs, run)

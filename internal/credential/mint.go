@@ -41,14 +41,28 @@ type minter struct {
 	now       func() time.Time
 	events    *lifecycle
 
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	entries map[entryKey]*entry
 	// dead are revoked or replaced tokens, kept in the scrub set until they expire.
-	dead []Lease
-	// live is what the response guard scrubs: every token of every entry, and dead; gen counts
-	// its changes.
-	live atomic.Pointer[[]string]
+	dead []deadLease
+	// live is what the response guard scrubs: every token of every entry, and dead, in all and
+	// by sandbox; gen counts its changes.
+	live atomic.Pointer[liveTokens]
 	gen  atomic.Uint64
+}
+
+// SandboxKey names a sandbox without building a string: the key of a response's needles.
+type SandboxKey struct{ Namespace, Sandbox string }
+
+// liveTokens are the minted tokens a response guard looks for.
+type liveTokens struct {
+	all   []string
+	bySbx map[SandboxKey][]string
+}
+
+type deadLease struct {
+	Lease
+	sbx SandboxKey
 }
 
 type entryKey struct{ credential, run string }
@@ -97,7 +111,7 @@ func (u *Unavailable) Error() string {
 func newMinter(now func() time.Time, events *lifecycle) *minter {
 	m := &minter{providers: map[string]provider{}, timeouts: map[string]time.Duration{}, refresh: map[string]time.Duration{},
 		now: now, events: events, entries: map[entryKey]*entry{}}
-	m.live.Store(&[]string{})
+	m.live.Store(&liveTokens{bySbx: map[SandboxKey][]string{}})
 	return m
 }
 
@@ -149,9 +163,15 @@ func (m *minter) backoff(e *entry) time.Duration {
 // entry is the (name, run) entry, made on first use.
 func (m *minter) entry(name string, run Run) *entry {
 	k := entryKey{name, run.Key}
+	m.mu.RLock()
+	e := m.entries[k]
+	m.mu.RUnlock()
+	if e != nil {
+		return e
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.entries[k]
+	e = m.entries[k]
 	if e == nil {
 		e = &entry{name: name, run: run}
 		m.entries[k] = e
@@ -279,7 +299,7 @@ func (m *minter) forget(key, reason string) int {
 // and keeps it in the scrub set until it expires.
 func (m *minter) revoke(e *entry, p provider, l Lease, reason string) {
 	m.mu.Lock()
-	m.dead = append(pruned(m.dead, m.now()), l)
+	m.dead = append(prunedDead(m.dead, m.now()), deadLease{l, SandboxKey{e.run.Namespace, e.run.Sandbox}})
 	m.mu.Unlock()
 	m.changed()
 	go func() {
@@ -294,10 +314,14 @@ func (m *minter) revoke(e *entry, p provider, l Lease, reason string) {
 func (m *minter) changed() {
 	m.mu.Lock()
 	now := m.now()
-	m.dead = pruned(m.dead, now)
-	vals := make([]string, 0, len(m.entries)+len(m.dead))
+	m.dead = prunedDead(m.dead, now)
+	live := &liveTokens{bySbx: map[SandboxKey][]string{}}
+	add := func(k SandboxKey, v string) {
+		live.all = append(live.all, v)
+		live.bySbx[k] = append(live.bySbx[k], v)
+	}
 	for _, l := range m.dead {
-		vals = append(vals, l.Value)
+		add(l.sbx, l.Value)
 	}
 	entries := make([]*entry, 0, len(m.entries))
 	for _, e := range m.entries {
@@ -305,17 +329,28 @@ func (m *minter) changed() {
 	}
 	m.mu.Unlock()
 	for _, e := range entries {
+		k := SandboxKey{e.run.Namespace, e.run.Sandbox}
 		e.mu.Lock()
 		if h := e.cur.Load(); h != nil {
-			vals = append(vals, h.lease.Value)
+			add(k, h.lease.Value)
 		}
 		for _, l := range e.retired {
-			vals = append(vals, l.Value)
+			add(k, l.Value)
 		}
 		e.mu.Unlock()
 	}
-	m.live.Store(&vals)
+	m.live.Store(live)
 	m.gen.Add(1)
+}
+
+func prunedDead(ls []deadLease, now time.Time) []deadLease {
+	out := ls[:0]
+	for _, l := range ls {
+		if now.Before(l.Expires) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // pruned is ls without the leases expired at now.
@@ -331,8 +366,8 @@ func pruned(ls []Lease, now time.Time) []Lease {
 
 // leaseCount is how many runs hold a token of each credential (a gauge).
 func (m *minter) leaseCount() map[string]int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	out := map[string]int64{}
 	for name := range m.providers {
 		out[name] = 0

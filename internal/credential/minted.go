@@ -129,18 +129,13 @@ func (d destinations) of(in *policy.Input) string {
 	return d.hosts[net.JoinHostPort(in.HTTP.Host, strconv.Itoa(in.HTTP.Port))]
 }
 
-// Scope is input.credential of a call: the minted credential its destination injects and what
-// a token of the caller's run may reach, with the scope's fingerprint (Take's). Nil when the
-// destination injects no minted credential (static credentials are not in the input).
-func (s *Store) Scope(in *policy.Input) (*policy.Credential, string) {
+// Destination is the minted credential a call's destination injects ("" none: static
+// credentials are not in the input).
+func (s *Store) Destination(in *policy.Input) string {
 	if s.minter == nil {
-		return nil, ""
+		return ""
 	}
-	name := s.dest.of(in)
-	if name == "" {
-		return nil, ""
-	}
-	return s.minter.providers[name].scope(RunOf(in.Identity, in.Grants))
+	return s.dest.of(in)
 }
 
 // ScopeOf is Scope for a named credential and a run (a call whose destination was not in its
@@ -201,7 +196,19 @@ func (s *Store) mintedValues() []string {
 	if s.minter == nil {
 		return nil
 	}
-	return *s.minter.live.Load()
+	return s.minter.live.Load().all
+}
+
+// HasMinted reports whether any credential is minted per run.
+func (s *Store) HasMinted() bool { return s.minter != nil }
+
+// SandboxValues are the live minted tokens of the runs of sandbox k (a response to it can
+// betray no other run's token: its upstream got none), without the static values.
+func (s *Store) SandboxValues(k SandboxKey) []string {
+	if s.minter == nil {
+		return nil
+	}
+	return s.minter.live.Load().bySbx[k]
 }
 
 // IsUnavailable reports err as a minted credential that cannot be had, with its details.

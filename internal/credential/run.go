@@ -24,7 +24,8 @@ type Run struct {
 
 // RunOf is the run of a known caller with its grants.
 func RunOf(id identity.Identity, grants map[string]any) Run {
-	r := Run{Key: id.Key(), SandboxKey: id.Key(), Namespace: id.Namespace, Sandbox: id.Sandbox,
+	key := id.Key()
+	r := Run{Key: key, SandboxKey: key, Namespace: id.Namespace, Sandbox: id.Sandbox,
 		Claim: id.Claim, Template: id.Template, Grants: grants}
 	if id.Claim != "" {
 		r.Key = ClaimKey(id.Namespace, id.Claim)

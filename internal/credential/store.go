@@ -107,10 +107,14 @@ func (s *Store) Get(name string) (string, bool) {
 // credential, and every live minted token of every run, once each, for code that must make
 // sure none leaves towards a sandbox (response scrubbing, leak tests).
 func (s *Store) Values() []string {
-	minted := s.mintedValues()
+	return append(s.StaticValues(), s.mintedValues()...)
+}
+
+// StaticValues is Values without the minted tokens.
+func (s *Store) StaticValues() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.values)+len(minted))
+	out := make([]string, 0, len(s.values))
 	for _, v := range s.values {
 		out = append(out, v)
 	}
@@ -121,7 +125,7 @@ func (s *Store) Values() []string {
 			}
 		}
 	}
-	return append(out, minted...)
+	return out
 }
 
 // Refresh re-reads the file-backed credentials. A file that fails to read keeps its last value

@@ -58,6 +58,7 @@ type Source struct {
 	store *credential.Store
 	refs  []*config.CredentialRef // credentials whose rendered header is not just the value
 	cur   atomic.Pointer[Needles]
+	runs  atomic.Pointer[runNeedles] // For's, of one generation of the store
 }
 
 // NewSource reads store's values; refs are the credential references whose rendered header
@@ -87,16 +88,21 @@ func (s *Source) Current() *Needles {
 		s.cur.Store(&c2)
 		return &c2
 	}
+	n := Build(vals, s.rendered())
+	n.gen = gen
+	s.cur.Store(n)
+	return n
+}
+
+// rendered are the rendered header values of the static credentials of refs.
+func (s *Source) rendered() []string {
 	var rendered []string
 	for _, r := range s.refs {
 		if v, ok := s.store.Get(r.Name); ok {
 			rendered = append(rendered, r.Render(v))
 		}
 	}
-	n := Build(vals, rendered)
-	n.gen = gen
-	s.cur.Store(n)
-	return n
+	return rendered
 }
 
 // Build makes the needles of values and of rendered header values.
