@@ -42,12 +42,12 @@ type Options struct {
 	// static key, measured interleaved on route: issue #57's cost target.
 	CredentialVariants bool
 	OtelcolBin         string
-	RelayBin       string // bench/cmd/relay
-	SmokescreenBin string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
-	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
-	OutDir         string // bench/results
-	RawDir         string // the raw dump's folder, git-ignored (RawDir)
-	Label          string // file name stem, e.g. 2026-11-29-34b6d5e
+	RelayBin           string // bench/cmd/relay
+	SmokescreenBin     string // Stripe's Smokescreen, from the tools cache (bench/setup.sh)
+	PolicyDir          string // the shipped policies (their rules; the bench supplies its own data)
+	OutDir             string // bench/results
+	RawDir             string // the raw dump's folder, git-ignored (RawDir)
+	Label              string // file name stem, e.g. 2026-11-29-34b6d5e
 
 	Sandboxes      int           // sandboxes of the main fixed-rate runs
 	Sweep          []int         // sandbox counts for the latency-vs-sandboxes chart
