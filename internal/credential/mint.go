@@ -225,6 +225,11 @@ func (e *entry) start(m *minter, p provider, scope *policy.Credential, fp string
 // minted ends the flight f with the provider's answer.
 func (m *minter) minted(e *entry, p provider, f *flight, tok string, exp time.Time, err error, refresh bool, took time.Duration) {
 	now := m.now()
+	if err == nil && exp.Sub(now) <= 2*expirySkew {
+		// A token that expires before it could serve a call would be minted again at every
+		// call: a failure, with its backoff.
+		err = reasonf("the token minted expires in %s, too soon to be used", exp.Sub(now).Round(time.Second))
+	}
 	e.mu.Lock()
 	e.inflight = nil
 	if err != nil {

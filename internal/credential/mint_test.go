@@ -253,3 +253,16 @@ func TestReasonsNeverCarryTheEndpointsText(t *testing.T) {
 	err := endpointReason("token endpoint", errors.New("dial tcp: secret-bytes-from-upstream"))
 	assert.NotContains(t, err.Error(), "secret-bytes")
 }
+
+func TestATokenThatExpiresAtOnceIsAFailureNotAMintPerCall(t *testing.T) {
+	s, p, _, _ := newTestMinter(t)
+	p.lifetime = time.Second
+	run := runOf("agents/claims/a", "acme/widgets")
+	for range 5 {
+		_, err := take(s, run)
+		u, ok := IsUnavailable(err)
+		require.True(t, ok)
+		assert.Contains(t, u.Reason, "too soon to be used")
+	}
+	assert.Equal(t, int64(1), p.mints.Load(), "the backoff holds: one request to the provider")
+}
