@@ -34,6 +34,15 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = appendOptString(b, `,"would_deny":`, e.Decision.WouldDeny)
 	b = append(b, '}')
 	b = appendOptString(b, `,"credential":`, e.Credential)
+	if c := e.CredentialToken; c != nil {
+		b = append(b, `,"credential_token":{"provider":`...)
+		b = jsonenc.AppendString(b, c.Provider)
+		b = append(b, `,"id":`...)
+		b = jsonenc.AppendString(b, c.ID)
+		b = append(b, `,"expires":"`...)
+		b = c.Expires.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `"}`...)
+	}
 	b = appendOptString(b, `,"limits":`, e.Limits)
 	b = append(b, `,"outcome":`...)
 	b = appendOutcome(b, &e.Outcome)

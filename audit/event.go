@@ -59,6 +59,15 @@ const KindToolChanged Kind = "mcp.tool_changed"
 // ToolChangedCode is the outcome code of a KindToolChanged event.
 const ToolChangedCode = "tool_changed"
 
+// Kinds of credential lifecycle events: a token minted for a sandbox run (the first of the
+// run, or a refresh before expiry) and its revocation when the run ends. They are no sandbox's
+// request: their identity is the run's (docs/credentials.md).
+const (
+	KindCredentialMint    Kind = "credential.mint"
+	KindCredentialRefresh Kind = "credential.refresh"
+	KindCredentialRevoke  Kind = "credential.revoke"
+)
+
 // Kinds of requests refused before they could be read as a call (protocol-level rejections).
 const (
 	KindMCPRejected  Kind = "mcp.rejected"
@@ -75,6 +84,9 @@ type Event struct {
 	Target     Target            `json:"target"`
 	Decision   Decision          `json:"decision"`
 	Credential string            `json:"credential,omitempty"`
+	// CredentialToken names the minted token a call used (or a lifecycle event is about) by
+	// its ID, never its value; nil for a static credential or none.
+	CredentialToken *CredentialToken `json:"credential_token,omitempty"`
 	// Limits is LimitsUnavailable when the call was admitted without being counted against its
 	// budgets and rate limits (their store was unreachable and limits.failure_mode is fail_open);
 	// empty otherwise.
@@ -106,6 +118,13 @@ func (ev *Event) AssignID() string {
 	ev.ID = newID(time.Now())
 	ev.assignedID = ev.ID
 	return ev.ID
+}
+
+// CredentialToken is a token minted for a sandbox run, as an event names it.
+type CredentialToken struct {
+	Provider string    `json:"provider"`
+	ID       string    `json:"id"`
+	Expires  time.Time `json:"expires"`
 }
 
 // LimitsUnavailable is Event.Limits of a call admitted uncounted.

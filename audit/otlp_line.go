@@ -79,6 +79,9 @@ func (r *lineReader) member(k []byte, m *fastjson.Value) {
 		r.when = r.str(m, "time")
 	case "credential":
 		ev.Credential = r.str(m, "credential")
+	case "credential_token":
+		ev.CredentialToken = &CredentialToken{}
+		r.object(m, "credential_token", r.credentialToken)
 	case "limits":
 		ev.Limits = r.str(m, "limits")
 	case "trace_id":
@@ -131,6 +134,16 @@ func (r *lineReader) target(k []byte, m *fastjson.Value) {
 		t.Path = r.str(m, "target.path")
 	case "model":
 		t.Model = r.str(m, "target.model")
+	}
+}
+
+func (r *lineReader) credentialToken(k []byte, m *fastjson.Value) {
+	c := r.ev.CredentialToken
+	switch string(k) {
+	case "provider":
+		c.Provider = r.str(m, "credential_token.provider")
+	case "id":
+		c.ID = r.str(m, "credential_token.id")
 	}
 }
 

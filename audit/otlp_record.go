@@ -28,6 +28,8 @@ const (
 	AttrReason         = "sandgate.reason"
 	AttrPolicyRevision = "sandgate.policy.revision"
 	AttrCredential     = "sandgate.credential"
+	AttrCredentialProv = "sandgate.credential.provider"
+	AttrCredentialID   = "sandgate.credential.token_id"
 	AttrUpstream       = "sandgate.upstream"
 	AttrRoute          = "sandgate.route"
 	AttrLimits         = "sandgate.limits"
@@ -109,6 +111,10 @@ func appendEventAttributes(a []attribute.KeyValue, ev *Event) []attribute.KeyVal
 	str(AttrPolicyRevision, ev.Decision.PolicyRevision)
 	str(AttrWouldDeny, ev.Decision.WouldDeny)
 	str(AttrCredential, ev.Credential)
+	if c := ev.CredentialToken; c != nil {
+		str(AttrCredentialProv, c.Provider)
+		str(AttrCredentialID, c.ID)
+	}
 	str(AttrLimits, ev.Limits)
 
 	t := &ev.Target

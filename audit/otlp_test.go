@@ -83,10 +83,12 @@ func mappingEvents() []Event {
 				Host: "api.example.com:8443", Path: "/v1/messages", Route: "anthropic", Model: "claude-haiku-4-5"},
 			Decision:   Decision{Allow: true, Reason: "policy ok", PolicyRevision: "rev-1", WouldDeny: "tool_not_allowed"},
 			Credential: "github-token",
-			Limits:     LimitsUnavailable,
-			Outcome:    Outcome{Status: 502, Error: "upstream_unreachable", DurationMS: 12.5, BytesIn: 100, BytesOut: 2000, TokensIn: 11, TokensOut: 7},
-			TraceID:    "4bf92f3577b34da6a3ce929d0e0e4736",
-			SpanID:     "00f067aa0ba902b7",
+			CredentialToken: &CredentialToken{Provider: "github_app", ID: "sha256:0123456789abcdef",
+				Expires: time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)},
+			Limits:  LimitsUnavailable,
+			Outcome: Outcome{Status: 502, Error: "upstream_unreachable", DurationMS: 12.5, BytesIn: 100, BytesOut: 2000, TokensIn: 11, TokensOut: 7},
+			TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+			SpanID:  "00f067aa0ba902b7",
 		}
 	}
 	return []Event{full(KindToolsCall, "create_issue"), full(KindResourcesRead, "file:///repo/README.md"), full(KindPromptsGet, "triage")}

@@ -137,6 +137,9 @@ func lineBound(ev *Event) int64 {
 	for k, v := range ev.Identity.Labels {
 		n += len(k) + len(v) + 1 // and a comma, a colon and four quotes: within the six
 	}
+	if c := ev.CredentialToken; c != nil {
+		n += len(c.Provider) + len(c.ID) + 96 // the member names and the time
+	}
 	return int64(fixed + 6*n)
 }
 

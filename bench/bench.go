@@ -37,10 +37,14 @@ type Options struct {
 	// exported over OTLP (audit.otlp) to a Collector (OtelcolBin, test/otelcol's build) in a
 	// process of its own, measured interleaved on route and mcp: issue #37's cost target.
 	ExportVariants bool
-	OtelcolBin     string
-	RelayBin       string // bench/cmd/relay
-	SmokescreenBin string // Stripe's Smokescreen, from the tools cache (make setup)
-	PolicyDir      string // the shipped policies (their rules; the bench supplies its own data)
+	// CredentialVariants adds "minted" beside "sandgate": the route's credential minted per
+	// sandbox run (OAuth 2.0 client credentials at the stand-ins' token endpoint) instead of a
+	// static key, measured interleaved on route: issue #57's cost target.
+	CredentialVariants bool
+	OtelcolBin         string
+	RelayBin           string // bench/cmd/relay
+	SmokescreenBin     string // Stripe's Smokescreen, from the tools cache (make setup)
+	PolicyDir          string // the shipped policies (their rules; the bench supplies its own data)
 	// OutDir is where the report goes: var/bench (ignored by git), or with Publish
 	// bench/results, where the index and latest.json are rewritten too.
 	OutDir  string
@@ -86,6 +90,11 @@ func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstrea
 	}
 	if o.DeliveryVariants {
 		want = append(want, sandgate{o.SandgateBin, asyncDelivery})
+	}
+	if o.CredentialVariants {
+		v := mintedVariant
+		v.credentials = fmt.Sprintf(v.credentials, "http://"+up.HTTPAddr+tokenPath)
+		want = append(want, sandgate{o.SandgateBin, v})
 	}
 	var started []*Target
 	stopAll := func() {
@@ -158,6 +167,8 @@ func supports(target, w string) bool {
 		return w == WRoute || w == WMCP || w == WIntercept
 	case "declog", "shadow", "otlp", "otlp-baseline":
 		return w == WRoute || w == WMCP
+	case "minted":
+		return w == WRoute
 	case "relay":
 		// The bare CONNECT relay, a bare httputil.ReverseProxy for the route, and a bare mcp-go
 		// server forwarding to an mcp-go client for MCP.

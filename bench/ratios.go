@@ -107,6 +107,8 @@ var ratioSpecs = []ratioSpec{
 	// Issue #37: what exporting the audit log over OTLP costs (Options.ExportVariants).
 	{WRoute, "sandgate", "otlp", "CPU µs/request (c=64), audit OTLP export on vs off", 1.05, false, cpuC64, cpuOf},
 	{WMCP, "sandgate", "otlp", "CPU µs/request (c=64), audit OTLP export on vs off", 1.05, false, cpuC64, cpuOf},
+	// Issue #57: what a credential minted per run costs against a static one (Options.CredentialVariants).
+	{WRoute, "sandgate", "minted", "CPU µs/request (c=64), minted credential vs static", 1.05, false, cpuC64, cpuOf},
 }
 
 // readsRateCell reports whether a target reads w's fixed-rate cell at the main sandbox count.

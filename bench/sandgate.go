@@ -47,6 +47,8 @@ templates:
 type variant struct {
 	name, policy, audit string
 	omit                []string // top-level config keys left out (Options.BaselineOmit)
+	// credentials, when set, replaces the config's credentials section.
+	credentials string
 }
 
 // policyVariants are Options.PolicyVariants' targets.
@@ -58,6 +60,21 @@ var policyVariants = []variant{
 // asyncDelivery is Options.DeliveryVariants' target: the audit log's async delivery, against
 // "sandgate"'s blocking one (the default: an answer's end waits for its event's write).
 var asyncDelivery = variant{name: "async", audit: "delivery: async, "}
+
+// staticCredentials are "sandgate"'s: the model API key, from a file.
+const staticCredentials = `credentials:
+  - {name: anthropic, file: secrets/anthropic}
+`
+
+// mintedVariant is Options.CredentialVariants' target: the route's credential "anthropic"
+// minted per sandbox run (OAuth 2.0 client credentials at the stand-ins' token endpoint, %s its
+// URL) instead of read from a file: after a run's first call, what a minted credential costs
+// per request (issue #57).
+var mintedVariant = variant{name: "minted", credentials: `credentials:
+  - {name: idp-secret, file: secrets/anthropic}
+  - name: anthropic
+    oauth2_client_credentials: {token_url: %q, client_id: bench, client_secret_credential: idp-secret}
+`}
 
 // exportVariant is Options.ExportVariants' target: the audit log exported over OTLP/HTTP to a
 // Collector (%s: its URL).
@@ -125,9 +142,7 @@ admin: {pprof: true}
 policy: {dir: policies, watch: false%s}
 audit: {%sfile: {dir: audit, max_size_mb: 512, fsync: batch}}
 shutdown: {delay: 0s}
-credentials:
-  - {name: anthropic, file: secrets/anthropic}
-gateway:
+%sgateway:
   allowed_hosts: [sandgate]
   session_idle_timeout: 30m
   upstreams:
@@ -146,7 +161,7 @@ proxy:
 log: {level: warn, format: text}
 identity:
   static:
-`, mcp, prx, admin, v.policy, v.audit, up.MCPURL, caCert, caKey, modelHost, upstreamIP, modelHost, tlsPort, modelHost, tlsPort, upstreamIP, tlsPort)
+`, mcp, prx, admin, v.policy, v.audit, credentialsOf(v), up.MCPURL, caCert, caKey, modelHost, upstreamIP, modelHost, tlsPort, modelHost, tlsPort, upstreamIP, tlsPort)
 	for i := range sandboxes {
 		fmt.Fprintf(&b, "    - {addresses: [%q], namespace: bench, sandbox: sb-%d, template: bench-agent}\n", sandboxAddr(i), i)
 	}
@@ -155,6 +170,13 @@ identity:
 		return "", "", "", "", fmt.Errorf("sandgate config: %w", err)
 	}
 	return cfgPath, mcp, prx, admin, nil
+}
+
+func credentialsOf(v variant) string {
+	if v.credentials != "" {
+		return v.credentials
+	}
+	return staticCredentials
 }
 
 // startSandgate starts `sandgate serve` with the bench config and waits until /readyz is 200.

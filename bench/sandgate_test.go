@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -34,5 +35,22 @@ func TestBaselineConfigOmitsKeys(t *testing.T) {
 		require.NoError(t, err, "omit %v", tc.omit)
 		d := cfg.Shutdown.Delay
 		assert.Equal(t, tc.zeroDelay, d != nil && d.D() == 0, "omit %v: shutdown delay %v", tc.omit, d)
+	}
+}
+
+// The "minted" target's config loads, with the route's credential minted per run under the
+// name the shipped policy's decision names (a policy naming another would be refused).
+func TestMintedVariantConfigLoads(t *testing.T) {
+	up := &Upstreams{TLSAddr: "127.0.0.50:8443", HTTPAddr: "127.0.0.50:8080", MCPURL: "http://127.0.0.50:8081/mcp"}
+	v := mintedVariant
+	v.credentials = fmt.Sprintf(v.credentials, "http://"+up.HTTPAddr+tokenPath)
+	path, _, _, _, err := sandgateFiles(t.TempDir(), filepath.Join("..", "policies"), up, 2, v)
+	require.NoError(t, err)
+	cfg, err := config.Load(path)
+	require.NoError(t, err)
+	require.Len(t, cfg.Proxy.Routes, 1)
+	assert.Equal(t, "anthropic", cfg.Proxy.Routes[0].Credential.Name)
+	for _, c := range cfg.Credentials {
+		assert.Equal(t, c.Name == "anthropic", c.Minted(), c.Name)
 	}
 }

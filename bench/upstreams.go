@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -232,7 +233,10 @@ func StartUpstreams(ctx context.Context, dir string) (*Upstreams, error) {
 		return nil, fmt.Errorf("listen plain HTTP: %w", err)
 	}
 	u.HTTPAddr = httpLn.Addr().String()
-	httpSrv := &http.Server{Handler: http.HandlerFunc(serveModelAPI), ErrorLog: quiet}
+	httpMux := http.NewServeMux()
+	httpMux.HandleFunc("POST "+tokenPath, serveToken)
+	httpMux.HandleFunc("/", serveModelAPI)
+	httpSrv := &http.Server{Handler: httpMux, ErrorLog: quiet}
 	mcpLn, err := net.Listen("tcp", upstreamIP+":0")
 	if err != nil {
 		return nil, fmt.Errorf("listen MCP: %w", err)
@@ -269,6 +273,17 @@ func newMCPServer() *server.MCPServer {
 
 // serveModelAPI speaks enough of the Anthropic Messages API: POST /v1/messages answers JSON or,
 // with "stream": true, SSE (flushed per event); anything else gets a small JSON list.
+// tokenPath is the stand-ins' OAuth 2.0 token endpoint on the plain-HTTP listener: a new
+// access token for every request, living an hour (the "minted" target's provider).
+const tokenPath = "/oauth2/token"
+
+func serveToken(w http.ResponseWriter, _ *http.Request) {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = fmt.Fprintf(w, `{"access_token":"bench-minted-%x","token_type":"Bearer","expires_in":3600}`, b)
+}
+
 func serveModelAPI(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/v1/messages" || r.Method != http.MethodPost {
 		w.Header().Set("Content-Type", "application/json")

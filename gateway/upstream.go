@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandgate/sandgate/internal/breaker"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/sandgate/sandgate/internal/config"
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/mcpstdio"
@@ -497,13 +498,13 @@ func (u *upstream) list(ctx context.Context, cli *client.Client, gen uint64) err
 }
 
 // headers is the credential header of every request to an HTTP upstream, read at request
-// time so that a rotated credential applies at once.
-func (u *upstream) headers(context.Context) map[string]string {
+// time (a rotated credential applies at once; a minted one is the token of the call's run).
+func (u *upstream) headers(ctx context.Context) map[string]string {
 	c := u.cfg.Credential
 	if c == nil {
 		return nil
 	}
-	v, ok := u.creds.Get(c.Name)
+	v, ok := call.CredentialValue(ctx, u.creds, c.Name)
 	if !ok {
 		return nil
 	}

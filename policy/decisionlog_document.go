@@ -35,15 +35,21 @@ var (
 func (e *eventEncoder) keysOf(node any) []string {
 	switch n := node.(type) {
 	case *Input:
+		keys := inputKeysNeither
 		switch {
 		case n.MCP != nil && n.HTTP != nil:
-			return inputKeysBoth
+			keys = inputKeysBoth
 		case n.MCP != nil:
-			return inputKeysMCP
+			keys = inputKeysMCP
 		case n.HTTP != nil:
-			return inputKeysHTTP
+			keys = inputKeysHTTP
 		}
-		return inputKeysNeither
+		if n.Credential != nil { // "credential" sorts first
+			start := len(e.keys)
+			e.keys = append(append(e.keys, "credential"), keys...)
+			return e.keys[start:]
+		}
+		return keys
 	case kindOnly:
 		return kindKeys
 	case *identity.Identity:
@@ -133,6 +139,11 @@ func child(node any, k string) (any, bool) {
 
 func inputChild(in *Input, k string) (any, bool) {
 	switch k {
+	case "credential":
+		if in.Credential == nil {
+			return nil, false
+		}
+		return in.Credential.document(), true
 	case "grants":
 		return in.Grants, true
 	case "identity":
@@ -210,8 +221,15 @@ func resultChild(d *Decision, k string) (any, bool) {
 // The structured nodes' members written directly, keys in the order keysOf lists them.
 
 func (e *eventEncoder) input(b []byte, in *Input, rel []int, d int) ([]byte, error) {
-	b, err := e.field(append(b, '{'), true, "grants", in.Grants, rel, d)
-	if err != nil {
+	b, first := append(b, '{'), true
+	var err error
+	if in.Credential != nil {
+		if b, err = e.field(b, true, "credential", in.Credential.document(), rel, d); err != nil {
+			return b, err
+		}
+		first = false
+	}
+	if b, err = e.field(b, first, "grants", in.Grants, rel, d); err != nil {
 		return b, err
 	}
 	if in.HTTP != nil {

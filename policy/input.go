@@ -20,6 +20,42 @@ type Input struct {
 	Grants map[string]any
 	// Usage is the caller's current consumption (requests per minute, tokens today …), by name.
 	Usage map[string]int64
+	// Credential is input.credential: set only when the destination injects a credential
+	// minted per run, with what a token of the run may reach (nil: absent from the input).
+	Credential *Credential
+}
+
+// Credential is input.credential: the minted credential the call's destination injects and
+// the scope a token of the caller's run has (docs/credentials.md). A rule can refuse a call
+// whose target lies outside what the run's token could reach.
+type Credential struct {
+	Name     string
+	Provider string // oauth2_client_credentials, token_exchange or github_app
+	// Audience and Scopes are what an OAuth token is requested for.
+	Audience []string
+	Scopes   []string
+	// Repositories ("owner/repo") and Permissions (contents: read …) are a GitHub App
+	// installation token's.
+	Repositories []string
+	Permissions  map[string]string
+}
+
+// document is the credential as decoded JSON, for the decision log and the AST.
+func (c *Credential) document() map[string]any {
+	perms := make(map[string]any, len(c.Permissions))
+	for k, v := range c.Permissions {
+		perms[k] = v
+	}
+	return map[string]any{"name": c.Name, "provider": c.Provider, "audience": anyStrings(c.Audience),
+		"scopes": anyStrings(c.Scopes), "repositories": anyStrings(c.Repositories), "permissions": perms}
+}
+
+func anyStrings(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // MCP is input.mcp: the upstream server, the tool (or resource URI, prompt name), the call's
@@ -63,6 +99,7 @@ var (
 	kHTTP      = ast.StringTerm("http")
 	kGrants    = ast.StringTerm("grants")
 	kUsage     = ast.StringTerm("usage")
+	kCred      = ast.StringTerm("credential")
 	kNamespace = ast.StringTerm("namespace")
 	kSandbox   = ast.StringTerm("sandbox")
 	kTemplate  = ast.StringTerm("template")
@@ -105,7 +142,7 @@ func (in *Input) Value() (ast.Value, error) {
 // The document's layout, shared by Value (the whole input) and field (one part of it, for the
 // decision cache): one list of keys per object and one function giving each key's value.
 var (
-	sectionKeys  = []*ast.Term{kKind, kIdentity, kGrants, kUsage, kMCP, kHTTP}
+	sectionKeys  = []*ast.Term{kKind, kIdentity, kGrants, kUsage, kMCP, kHTTP, kCred}
 	identityKeys = []*ast.Term{kNamespace, kSandbox, kTemplate, kClaim, kLabels, kSourceIP, kKnown}
 	mcpKeys      = []*ast.Term{kUpstream, kTool, kArguments, kExists, kVisible}
 	httpKeys     = []*ast.Term{kMethod, kHost, kPort, kPath, kRoute, kModel, kMaxTokens, kStream}
@@ -140,6 +177,11 @@ func (in *Input) section(k *ast.Term) (*ast.Term, error) {
 			return nil, nil
 		}
 		return objectOf(httpKeys, func(k *ast.Term) (*ast.Term, error) { return httpField(in.HTTP, k), nil })
+	case kCred:
+		if in.Credential == nil {
+			return nil, nil
+		}
+		return anyTerm(in.Credential.document())
 	}
 	return nil, nil
 }

@@ -366,13 +366,20 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // or the response refused.
 func (x *exchange) reads() bool { return x.up.api != config.APINone || x.up.cred != nil }
 
+// needles are what the answer to x's sandbox is scrubbed of: the static credentials and its
+// run's minted tokens (respguard.Source.For).
+func (x *exchange) needles() *respguard.Needles {
+	id := x.c.Identity()
+	return x.p.scrub.For(id.Namespace, id.Sandbox)
+}
+
 // modifyResponse guards a response before any of it is relayed: its header and announced
 // trailers scrubbed, a partial answer to a credentialed request refused, and where Sandgate
 // reads the body, its media type taken from every Content-Type line (lines that disagree are
 // refused) and every coding decoded (respguard: fields.go, coding.go).
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	x := exchangeFrom(resp.Request.Context())
-	set := p.scrub.Current()
+	set := x.needles()
 	if set.ScrubHeader(resp.Header) || set.ScrubHeader(resp.Trailer) {
 		x.credentialEchoed()
 	}
@@ -502,7 +509,7 @@ type statusWriter struct {
 }
 
 func (s *statusWriter) WriteHeader(code int) {
-	if code < 200 && s.x.p.scrub.Current().ScrubHeader(s.ResponseWriter.Header()) {
+	if code < 200 && s.x.needles().ScrubHeader(s.ResponseWriter.Header()) {
 		s.x.credentialEchoed()
 	}
 	if s.status == 0 && code >= 200 {

@@ -13,9 +13,12 @@
 #         evaluator (NetworkPolicy cross-check, built from test/cyclonus), otelcol (an
 #         OpenTelemetry Collector built from test/otelcol: the audit export tests and the
 #         bench's export variant), smokescreen v0.1.0 (Stripe's egress proxy, a bench peer,
-#         from its own module)
+#         from its own module), hydra (Ory Hydra v2.3.0 from test/hydra: the OAuth 2.0 server
+#         of the client credentials tests), oidc-op (zitadel/oidc v3.52.0's example OpenID
+#         provider from test/oidc-op: the token exchange tests)
 #   npm:  node@22, @modelcontextprotocol/conformance, @modelcontextprotocol/server-everything
-#         (the TypeScript SDK's reference server: second conformance upstream), @anthropic-ai/sdk
+#         (the TypeScript SDK's reference server: second conformance upstream), @anthropic-ai/sdk,
+#         @octokit/openapi (GitHub's REST API description: the GitHub stand-in answers from it)
 #         (test/node, versions pinned in its package.json and package-lock.json)
 # Cold (empty Go, tool and npm caches) the Go builds are most of the time: opa, kube-apiserver,
 # helm and otelcol are built with Sandgate's own dependency versions so the build cache compiles
@@ -143,6 +146,33 @@ otel_collector() {
   fi
 }
 
+# The identity providers of the minted-credential tests (docs/credentials.md), each from a module
+# of its own pinned by its go.sum and stamped by its files like the collector: Ory Hydra v2.3.0
+# (test/hydra's tool; its in-memory database is SQLite, which needs cgo and the sqlite tag) and
+# zitadel/oidc's example OpenID provider with run-token exchange (test/oidc-op).
+hydra_tool() {
+  [ -d "$root/test/hydra" ] || return 0
+  local stamp
+  stamp=$(cat "$root/test/hydra/go.mod" "$root/test/hydra/go.sum" | sha256sum | cut -c1-16)
+  [ ! -x "$bin/hydra" ] || [ "$(cat "$bin/.hydra.stamp" 2>/dev/null)" != "$stamp" ] || return 0
+  log "building hydra v2.3.0 from test/hydra (a few minutes when cold)"
+  (cd "$root/test/hydra" && CGO_ENABLED=1 go build -tags sqlite -o "$bin/.hydra.tmp" -ldflags "-s -w" github.com/ory/hydra/v2)
+  mv -f "$bin/.hydra.tmp" "$bin/hydra"
+  echo "$stamp" > "$bin/.hydra.stamp"
+}
+oidc_op() {
+  [ -d "$root/test/oidc-op" ] || return 0
+  local stamp
+  stamp=$(cat "$root/test/oidc-op/go.mod" "$root/test/oidc-op/go.sum" "$root/test/oidc-op/main.go" | sha256sum | cut -c1-16)
+  [ ! -x "$bin/oidc-op" ] || [ "$(cat "$bin/.oidc-op.stamp" 2>/dev/null)" != "$stamp" ] || return 0
+  log "building zitadel/oidc v3.52.0's example OP from test/oidc-op"
+  (cd "$root/test/oidc-op" && go build -o "$bin/.oidc-op.tmp" -ldflags "-s -w" .)
+  mv -f "$bin/.oidc-op.tmp" "$bin/oidc-op"
+  echo "$stamp" > "$bin/.oidc-op.stamp"
+}
+
+idp_tools() { hydra_tool && oidc_op; }
+
 # module_zip MODULE VERSION SHA256 H1: downloads MODULE@VERSION from the Go module proxy, checks
 # its zip against the sha256 and module hash pinned below, and prints the zip's path.
 module_zip() {
@@ -250,7 +280,7 @@ warm_race() {
 # which overlaps compiling where fetching on first use would stall a build.
 download_modules() {
   local d
-  for d in "$root" "$root/test/kube-apiserver" "$root/test/otelcol" "$root/test/cyclonus"; do
+  for d in "$root" "$root/test/kube-apiserver" "$root/test/otelcol" "$root/test/cyclonus" "$root/test/hydra" "$root/test/oidc-op"; do
     [ -f "$d/go.mod" ] && (cd "$d" && go mod download) &
   done
   wait
@@ -281,6 +311,7 @@ shared_builds() {
   side_job everything-server timed everything-server go_tool everything-server v1.8.0 github.com/modelcontextprotocol/go-sdk/conformance/everything-server@v1.8.0
   # The bench's Go peer (bench/smokescreen.go names the version), from its own module.
   side_job smokescreen timed smokescreen go_tool smokescreen v0.1.0 github.com/stripe/smokescreen@v0.1.0
+  side_job idps timed idps idp_tools
   timed kube-apiserver kube_apiserver
   timed agent-sandbox agent_sandboxes
   timed cyclonus cyclonus

@@ -53,6 +53,7 @@ func newAdminComponent(d *serveDeps, metrics http.Handler) component {
 	})
 	mux.Handle("GET /metrics", metrics)
 	mux.Handle("/v1/grants/", grantsAPI(d))
+	mux.Handle("GET /.well-known/jwks.json", jwksHandler(d.creds))
 	if d.cfg.Admin.Pprof {
 		// Profiling for benchmarks and incidents; off by default. Like everything on this port,
 		// it is reachable only from the monitoring selector, never from sandboxes.

@@ -35,6 +35,9 @@ func checkConfig(ctx context.Context, env *cliEnv, path string, cfg *config.Conf
 	if _, err := auditWriterOptions(cfg, creds, slog.New(slog.DiscardHandler)); err != nil {
 		return err
 	}
+	if err := creds.EnableMinting(cfg, credential.MintOptions{}); err != nil { // the run tokens' key
+		return fmt.Errorf("config %s: %w", path, err)
+	}
 	if _, err := memoryLimitFromEnv(env.getenv); err != nil {
 		return err
 	}

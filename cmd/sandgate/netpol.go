@@ -63,7 +63,11 @@ func runNetpol(ctx context.Context, env *cliEnv, args []string) error {
 
 	if *rbac {
 		k.Controller.Enabled = true // print what serve with the controller needs
-		objs := kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: saNamespace, Name: saName})
+		var jwks string
+		if rt := cfg.RunTokens; rt != nil && rt.JWKSSecret != nil {
+			jwks = rt.JWKSSecret.Name
+		}
+		objs := kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: saNamespace, Name: saName}, jwks)
 		return kube.WriteDocuments(env.stdout, *output, objs)
 	}
 

@@ -159,10 +159,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer closeListeners(bound) // those no component took, when serve fails before running them
-	replica := getenv("SANDGATE_REPLICA")
-	if replica == "" {
-		replica = getenv("POD_NAME")
-	}
+	replica := replicaName(getenv)
 	tel, err := telemetry.New(telemetry.WithGetenv(getenv))
 	if err != nil {
 		return err
@@ -189,12 +186,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	if r, ok := sink.(audit.Recoverer); ok && r.Recovered() != nil {
-		rc := r.Recovered()
-		log.Warn("the audit log ended with a torn tail (a crash during a write): it was cut and kept aside, "+
-			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
-			"offset", rc.Offset, "reason", rc.Reason)
-	}
+	warnRecovered(sink, log)
 	export, err := newAuditExport(cfg, creds, replica, shared.mirror, log, getenv, tel.MeterProvider(), ready)
 	if err != nil {
 		return err
@@ -205,7 +197,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err := errors.Join(observeAudit(tel.MeterProvider(), writer), observeReadiness(tel.MeterProvider(), ready)); err != nil {
 		return err
 	}
-	resolver, kubeComps, err := newResolver(cfg, log, tel, ready, shared.sandboxGone(log))
+	resolver, kubeComps, err := newResolver(cfg, log, tel, ready, runGone(creds, shared.sandboxGone(log)))
 	if err != nil {
 		return err
 	}
@@ -220,6 +212,11 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer closeDecisions()
+	mintComps, err := mintedCredentials(d, shared)
+	if err != nil {
+		return err
+	}
+	kubeComps = append(kubeComps, mintComps...)
 	listeners, background, err := serveComponents(d, creds, shared, tel, append(kubeComps, export.components()...))
 	if err != nil {
 		return err
@@ -256,6 +253,9 @@ func finishAudit(d *serveDeps, writer *audit.Writer, shared *sharedState, export
 func newCore(d *serveDeps, ps *policySide, writer *audit.Writer, replica string, tel *telemetry.Telemetry) (func(), error) {
 	opts := call.Options{Policy: ps.engine, Audit: writer, Admission: d.admission, Credentials: d.creds,
 		Meters: d.meters, Tracer: d.tracer, Log: d.log.With("component", "call")}
+	if hasMinted(d.cfg) {
+		opts.Credentials = d.creds
+	}
 	decisions, err := openDecisionLog(d.cfg, replica, d.log, tel)
 	if err != nil {
 		return nil, err
@@ -539,5 +539,23 @@ func flushRejections(ctx context.Context, core *call.Core) {
 		case <-t.C:
 			core.FlushRejections(ctx, false)
 		}
+	}
+}
+
+// replicaName is this replica's name: SANDGATE_REPLICA, else the pod's.
+func replicaName(getenv func(string) string) string {
+	if r := getenv("SANDGATE_REPLICA"); r != "" {
+		return r
+	}
+	return getenv("POD_NAME")
+}
+
+// warnRecovered says so when the audit log ended with a torn tail that opening it cut.
+func warnRecovered(sink audit.Sink, log *slog.Logger) {
+	if r, ok := sink.(audit.Recoverer); ok && r.Recovered() != nil {
+		rc := r.Recovered()
+		log.Warn("the audit log ended with a torn tail (a crash during a write): it was cut and kept aside, "+
+			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
+			"offset", rc.Offset, "reason", rc.Reason)
 	}
 }

@@ -49,7 +49,9 @@ type Options struct {
 	// Shadow, if set, evaluates each decided call under a shadow policy off the request path;
 	// a divergence ready when the event is written goes into it (*policy.Shadow).
 	Shadow ShadowSubmitter
-	// Credentials are the values a call may inject (*credential.Store); nil holds none.
+	// Credentials are the values a call may inject (*credential.Store); nil holds none. One
+	// that also mints per run (MintedCredentials) puts input.credential in the input of a call
+	// whose destination injects a minted credential, and the call takes the run's token.
 	Credentials Credentials
 }
 
@@ -154,6 +156,10 @@ type Call struct {
 	outlives bool
 	// hidden says the decision's refusal is answered as absence (Question.Hidden).
 	hidden bool
+	// minted is the scope Authorize put in the input as input.credential (nil: none); taken
+	// the minted token takeCredential took, for the requests the call sends (CredentialValue).
+	minted *mintedScope
+	taken  *takenCredential
 }
 
 type callKey struct{}
@@ -234,6 +240,7 @@ func (cl *Call) authorize(ctx context.Context, in *policy.Input, admit bool) (po
 			return policy.Decision{}, &Refusal{Code: string(r.Code), Reason: r.Reason, RetryAfter: r.RetryAfter}
 		}
 	}
+	cl.scopeCredential(in)
 	d := core.opts.Policy.Decide(ctx, in)
 	if core.opts.Decisions != nil {
 		core.opts.Decisions.Record(cl.ev.ID, in, d)

@@ -142,6 +142,10 @@ const (
 	CodeUnsupportedVersion = "unsupported_protocol_version"
 )
 
+// OutcomeRevokeFailed is the outcome of a credential.revoke event whose provider did not
+// confirm the revocation: no call is refused with it, so it is no refusal code.
+const OutcomeRevokeFailed = "revoke_failed"
+
 // codes gives the class of every code Sandgate makes. A code not listed is a policy's own.
 var codes = map[string]Class{
 	CodeAuditUnavailable:                ClassUnavailable,
@@ -175,7 +179,7 @@ var codes = map[string]Class{
 	CodeTooManyConnections:              ClassLimit,
 	CodeAdminFromSandbox:                ClassPolicy,
 	CodeCredentialNotConfigured:         ClassPolicy,
-	CodeCredentialUnavailable:           ClassUpstream,
+	CodeCredentialUnavailable:           ClassUpstream, // a static credential's; a minted one's is ClassUnavailable (credential.go)
 	CodeUpstreamError:                   ClassUpstream,
 	CodeUpstreamTimeout:                 ClassUpstreamTimeout,
 	CodeUpstreamTruncated:               ClassUpstream, // the sandbox got 200 headers; the event says 502
@@ -210,6 +214,11 @@ type Refusal struct {
 	RetryAfter time.Duration
 	// Close asks the half to close the connection after answering (the rest of a body unread).
 	Close bool
+	// class, when classSet, is the refusal's class instead of its code's: a minted credential
+	// its provider cannot mint now is Sandgate unable to act (503, retried later), while a
+	// static credential without a value stays the upstream failure it always was (502).
+	class    Class
+	classSet bool
 }
 
 // Refuse is the refusal for one of Sandgate's own codes.
@@ -249,6 +258,9 @@ const maxDetail = 512
 
 // Class is the refusal's class: Sandgate's own codes from the table, any other code a policy's.
 func (r *Refusal) Class() Class {
+	if r.classSet {
+		return r.class
+	}
 	if c, ok := codes[r.Code]; ok {
 		return c
 	}

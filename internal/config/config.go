@@ -27,13 +27,15 @@ type Config struct {
 	Audit       Audit        `json:"audit"`
 	Identity    Identity     `json:"identity"`
 	Credentials []Credential `json:"credentials"`
-	Gateway     Gateway      `json:"gateway"`
-	Proxy       Proxy        `json:"proxy"`
-	Kubernetes  Kubernetes   `json:"kubernetes"`
-	Redis       Redis        `json:"redis"`
-	Limits      Limits       `json:"limits"`
-	Shutdown    Shutdown     `json:"shutdown"`
-	Log         Log          `json:"log"`
+	// RunTokens configures the JWTs Sandgate signs for sandbox runs (token_exchange).
+	RunTokens  *RunTokens `json:"run_tokens"`
+	Gateway    Gateway    `json:"gateway"`
+	Proxy      Proxy      `json:"proxy"`
+	Kubernetes Kubernetes `json:"kubernetes"`
+	Redis      Redis      `json:"redis"`
+	Limits     Limits     `json:"limits"`
+	Shutdown   Shutdown   `json:"shutdown"`
+	Log        Log        `json:"log"`
 
 	// Dir is the folder of the config file; relative paths in it are resolved against Dir.
 	Dir string `json:"-"`
@@ -168,15 +170,6 @@ type AuditFile struct {
 type Identity struct {
 	// Static is the embedded default: sandboxes listed by address.
 	Static []identity.StaticEntry `json:"static"`
-}
-
-// Credential is a named secret. Exactly one of File and Env is set.
-type Credential struct {
-	Name string `json:"name"`
-	// File is read at start and re-read when it changes (a mounted Secret).
-	File string `json:"file"`
-	// Env names an environment variable.
-	Env string `json:"env"`
 }
 
 // Redis connects replicas to shared state. Exactly one topology is set (Addr, Sentinel or
@@ -403,9 +396,10 @@ func (c *Config) applyDefaults() {
 	c.Audit.File.Dir = c.Path(c.Audit.File.Dir)
 	c.Audit.OTLP.applyDefaults(c)
 	for i := range c.Credentials {
-		if c.Credentials[i].File != "" {
-			c.Credentials[i].File = c.Path(c.Credentials[i].File)
-		}
+		c.Credentials[i].applyDefaults(c)
+	}
+	if c.RunTokens != nil {
+		c.RunTokens.applyDefaults()
 	}
 	c.Gateway.applyDefaults(c)
 	c.Proxy.applyDefaults(c)
@@ -483,19 +477,10 @@ func (c *Config) validate() error {
 	default:
 		errs.add("log.format", "%q is not one of json, text", c.Log.Format)
 	}
+	c.validateCredentials(&errs)
 	names := map[string]int{}
 	for i, cr := range c.Credentials {
-		f := fmt.Sprintf("credentials[%d]", i)
-		switch {
-		case cr.Name == "":
-			errs.add(f+".name", "must not be empty")
-		case !validName(cr.Name):
-			errs.add(f+".name", "%q may contain only letters, digits, '-', '_' and '.'", cr.Name)
-		}
-		errs.unique(names, "credentials", i, cr.Name)
-		if (cr.File == "") == (cr.Env == "") {
-			errs.add(f, "set exactly one of file or env (credential values are never written in the config)")
-		}
+		names[cr.Name] = i
 	}
 	if _, err := identity.NewStatic(c.Identity.Static); err != nil {
 		errs = append(errs, errors.New(strings.ReplaceAll(err.Error(), "sandboxes[", "identity.static[")))

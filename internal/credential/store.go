@@ -1,6 +1,9 @@
 // Package credential holds the secrets Sandgate injects on behalf of sandboxes: upstream MCP
-// tokens, model-API keys, the admin token. Values come from files (mounted Kubernetes Secrets)
-// or environment variables named in the config; the config itself never holds a value.
+// tokens, model-API keys, the admin token. Static values come from files (mounted Kubernetes
+// Secrets) or environment variables named in the config; the config itself never holds a
+// value. Minted credentials (OAuth 2.0 client credentials, RFC 8693 token exchange, GitHub App
+// installation tokens) are minted for each sandbox run, serve that run only and end with it
+// (minted.go, docs/credentials.md).
 //
 // A value is only ever handed to code that writes it into an outgoing request. It is never
 // logged: Store's errors and log lines name the credential, not its value.
@@ -15,6 +18,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/config"
@@ -34,6 +38,13 @@ type Store struct {
 	sources []config.Credential
 	getenv  func(string) string
 	log     *slog.Logger
+	// gen counts changes of the static values (Generation).
+	gen atomic.Uint64
+
+	// The minted credentials (EnableMinting): nil minter without any.
+	minter    *minter
+	runTokens *RunTokens
+	dest      destinations
 }
 
 // NewStore reads every credential once. A file that cannot be read, an empty value or an unset
@@ -44,6 +55,9 @@ func NewStore(sources []config.Credential, getenv func(string) string, log *slog
 	}
 	s := &Store{values: map[string]string{}, retired: map[string][]string{}, sources: sources, getenv: getenv, log: log}
 	for i, src := range sources {
+		if src.Minted() {
+			continue
+		}
 		v, err := s.read(src)
 		if err != nil {
 			return nil, fmt.Errorf("credentials[%d] (%s): %w", i, src.Name, err)
@@ -89,10 +103,15 @@ func (s *Store) Get(name string) (string, bool) {
 	return v, ok
 }
 
-// Values returns every current value and the last retainRetired values of each rotated
-// credential, once each, for code that must make sure none leaves towards a sandbox (response
-// scrubbing, leak tests).
+// Values returns every current value, the last retainRetired values of each rotated
+// credential, and every live minted token of every run, once each, for code that must make
+// sure none leaves towards a sandbox (response scrubbing, leak tests).
 func (s *Store) Values() []string {
+	return append(s.StaticValues(), s.mintedValues()...)
+}
+
+// StaticValues is Values without the minted tokens.
+func (s *Store) StaticValues() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]string, 0, len(s.values))
@@ -113,7 +132,7 @@ func (s *Store) Values() []string {
 // (a Secret being rotated is briefly absent); the failure is logged by name.
 func (s *Store) Refresh() (changed []string) {
 	for _, src := range s.sources {
-		if src.File == "" {
+		if src.File == "" || src.Minted() {
 			continue
 		}
 		v, err := s.read(src)
@@ -126,6 +145,7 @@ func (s *Store) Refresh() (changed []string) {
 			s.retire(src.Name, old)
 			s.values[src.Name] = v
 			changed = append(changed, src.Name)
+			s.gen.Add(1)
 		}
 		s.mu.Unlock()
 	}

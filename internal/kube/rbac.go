@@ -71,9 +71,18 @@ type RBACSubject struct {
 	Namespace string // of a ServiceAccount
 }
 
+// JWKSSecretRule lets Sandgate keep the run tokens' JWKS in the one Secret run_tokens.jwks_secret
+// names (server-side apply of a Secret the chart creates empty): patch by name, no read of any
+// Secret.
+func JWKSSecretRule(name string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{name}, Verbs: []string{"patch"}}
+}
+
 // RBAC renders a Role and RoleBinding per namespace of cfg.Namespaces and, when the controller
 // is enabled, in Sandgate's namespace, bound to subject. The Role is named "sandgate".
-func RBAC(cfg config.Kubernetes, subject RBACSubject) []any {
+// jwksSecret, when not empty, is the Secret in Sandgate's namespace it keeps the run tokens'
+// JWKS in (JWKSSecretRule), in that namespace's Role.
+func RBAC(cfg config.Kubernetes, subject RBACSubject, jwksSecret ...string) []any {
 	var out []any
 	add := func(ns string, rules []rbacv1.PolicyRule) {
 		meta := metav1.ObjectMeta{Name: "sandgate", Namespace: ns, Labels: map[string]string{LabelManagedBy: ManagedByValue}}
@@ -87,11 +96,27 @@ func RBAC(cfg config.Kubernetes, subject RBACSubject) []any {
 			})
 	}
 	controller := cfg.Controller.Enabled
-	for _, ns := range cfg.Namespaces {
-		add(ns, SandboxNamespaceRules(controller)) // a superset of SandgateNamespaceRules
+	var jwks []rbacv1.PolicyRule
+	for _, name := range jwksSecret {
+		if name != "" {
+			jwks = append(jwks, JWKSSecretRule(name))
+		}
 	}
-	if controller && !slices.Contains(cfg.Namespaces, cfg.Sandgate.Namespace) {
-		add(cfg.Sandgate.Namespace, SandgateNamespaceRules())
+	for _, ns := range cfg.Namespaces {
+		rules := SandboxNamespaceRules(controller) // a superset of SandgateNamespaceRules
+		if ns == cfg.Sandgate.Namespace {
+			rules = append(rules, jwks...)
+		}
+		add(ns, rules)
+	}
+	if !slices.Contains(cfg.Namespaces, cfg.Sandgate.Namespace) {
+		var rules []rbacv1.PolicyRule
+		if controller {
+			rules = SandgateNamespaceRules()
+		}
+		if rules = append(rules, jwks...); len(rules) > 0 {
+			add(cfg.Sandgate.Namespace, rules)
+		}
 	}
 	return out
 }

@@ -30,6 +30,7 @@ const (
 // percent escapes of any of them are found by the scanner, which reads decoded views too.
 type Needles struct {
 	values  []string // sorted: the set's key
+	gen     uint64   // the store's generation they were read at
 	header  []string
 	body    [][]byte
 	maxBody int // the longest body needle
@@ -58,6 +59,7 @@ type Source struct {
 	store *credential.Store
 	refs  []*config.CredentialRef // credentials whose rendered header is not just the value
 	cur   atomic.Pointer[Needles]
+	runs  atomic.Pointer[runNeedles] // For's, of one generation of the store
 }
 
 // NewSource reads store's values; refs are the credential references whose rendered header
@@ -72,22 +74,36 @@ func NewSource(store *credential.Store, refs ...*config.CredentialRef) *Source {
 	return s
 }
 
-// Current is the needle set of the store's values now.
+// Current is the needle set of the store's values now. The store's generation says when they
+// changed (a rotated value, a token minted for a run or ended): only then are they read again.
 func (s *Source) Current() *Needles {
+	gen := s.store.Generation()
+	if c := s.cur.Load(); c != nil && c.gen == gen {
+		return c
+	}
 	vals := s.store.Values()
 	slices.Sort(vals)
 	if c := s.cur.Load(); c != nil && slices.Equal(c.values, vals) {
-		return c
+		c2 := *c
+		c2.gen = gen
+		s.cur.Store(&c2)
+		return &c2
 	}
+	n := Build(vals, s.rendered())
+	n.gen = gen
+	s.cur.Store(n)
+	return n
+}
+
+// rendered are the rendered header values of the static credentials of refs.
+func (s *Source) rendered() []string {
 	var rendered []string
 	for _, r := range s.refs {
 		if v, ok := s.store.Get(r.Name); ok {
 			rendered = append(rendered, r.Render(v))
 		}
 	}
-	n := Build(vals, rendered)
-	s.cur.Store(n)
-	return n
+	return rendered
 }
 
 // Build makes the needles of values and of rendered header values.

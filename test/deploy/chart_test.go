@@ -175,7 +175,11 @@ func TestChartRBACAndNetworkPolicyMatchKubePackage(t *testing.T) {
 			} else {
 				wantRules := map[string][]rbacv1.PolicyRule{}
 				wantSubjects := map[string][]rbacv1.Subject{}
-				for _, o := range kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: "sandgate", Name: sa}) {
+				var jwks string
+				if rt := m.cfg.RunTokens; rt != nil && rt.JWKSSecret != nil {
+					jwks = rt.JWKSSecret.Name
+				}
+				for _, o := range kube.RBAC(k, kube.RBACSubject{Kind: rbacv1.ServiceAccountKind, Namespace: "sandgate", Name: sa}, jwks) {
 					switch o := o.(type) {
 					case *rbacv1.Role:
 						wantRules[o.Namespace] = o.Rules

@@ -50,9 +50,10 @@ func main() {
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
 	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ",")+
-		`; "declog": only route and mcp, with -policy-variants; "delivery": route, intercept and mcp, with -delivery-variants; "otlp": only route and mcp, with -export-variants`)
+		`; "declog": only route and mcp, with -policy-variants; "delivery": route, intercept and mcp, with -delivery-variants; "otlp": only route and mcp, with -export-variants; "minted": only route, with -credential-variants`)
 	flag.BoolVar(&o.PolicyVariants, "policy-variants", false, `also run Sandgate with the decision log on ("declog") and with a shadow policy ("shadow"), interleaved, on route and mcp`)
 	flag.BoolVar(&o.DeliveryVariants, "delivery-variants", false, `also run Sandgate with audit.delivery: async ("async") beside the default blocking one, interleaved, on route, intercept and mcp`)
+	flag.BoolVar(&o.CredentialVariants, "credential-variants", false, `also run Sandgate with the route's credential minted per sandbox run ("minted", OAuth 2.0 client credentials at the stand-ins' token endpoint), interleaved, on route`)
 	flag.BoolVar(&o.ExportVariants, "export-variants", false, `also run Sandgate exporting its audit log over OTLP to a Collector ("otlp"), interleaved, on route and mcp`)
 	flag.StringVar(&o.OtelcolBin, "otelcol", ".tools/bin/otelcol", "the OpenTelemetry Collector test/setup.sh builds (test/otelcol), for -export-variants")
 	flag.StringVar(&o.Label, "label", "", "report file name stem (default DATE-SHORTSHA)")
@@ -257,6 +258,8 @@ func workloadList(o *bench.Options, workloads string) []string {
 		workloads, o.DeliveryVariants = bench.WRoute+","+bench.WIntercept+","+bench.WMCP, true
 	case "otlp":
 		workloads, o.ExportVariants = bench.WRoute+","+bench.WMCP, true
+	case "minted":
+		workloads, o.CredentialVariants = bench.WRoute, true
 	}
 	if workloads == "" {
 		return o.Workloads

@@ -146,6 +146,16 @@ followed by any the user lists in config.credentials (env-backed ones, for examp
 {{- if .Values.ca.secretName -}}
 {{- $_ := set $base "proxy" (dict "ca" (dict "cert" "/etc/sandgate/ca/ca.crt" "key" "/etc/sandgate/ca/ca.key")) -}}
 {{- end -}}
+{{- range .Values.mintedCredentials -}}
+{{- $creds = append $creds . -}}
+{{- end -}}
+{{- with .Values.runTokens -}}
+{{- if .issuer -}}
+{{- $rt := dict "issuer" .issuer "key_credential" .keyCredential "lifetime" .lifetime -}}
+{{- if .jwksSecret }}{{ $_ := set $rt "jwks_secret" (dict "namespace" $ns "name" .jwksSecret) }}{{ end -}}
+{{- $_ := set $base "run_tokens" $rt -}}
+{{- end -}}
+{{- end -}}
 {{- $user := deepCopy (.Values.config | default dict) -}}
 {{- $userCreds := get $user "credentials" | default list -}}
 {{- $merged := mergeOverwrite $base $user -}}
