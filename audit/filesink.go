@@ -174,6 +174,9 @@ func openLocked(cfg FileConfig, lock *folderLock) (*FileSink, error) {
 	if s.recovered, err = healTail(s.path); err != nil {
 		return nil, err
 	}
+	if err := checkOneWriter(cfg.Dir, files); err != nil {
+		return nil, err
+	}
 	if err := s.open(); err != nil {
 		return nil, err
 	}
