@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +32,10 @@ type Holder struct {
 	PID     int       `json:"pid"`
 	Host    string    `json:"host"`
 	Started time.Time `json:"started"`
+	// Folder names the folder's log for as long as the lock file lasts: each holder keeps the
+	// one it found (a new one when there is none). The Redis Stream mirror leases the replica's
+	// stream under it, so that a restart over the same folder continues its stream at once.
+	Folder string `json:"folder"`
 }
 
 func (h *Holder) String() string {
@@ -138,10 +144,18 @@ func flock(f *os.File) error {
 	}
 }
 
-// writeHolder replaces the file's content with this process's name.
+// writeHolder replaces the file's content with this process's name, keeping the folder's.
 func (l *folderLock) writeHolder() error {
 	host, _ := os.Hostname()
-	b, err := json.Marshal(Holder{PID: os.Getpid(), Host: host, Started: time.Now().UTC()})
+	h := Holder{PID: os.Getpid(), Host: host, Started: time.Now().UTC()}
+	if before := readHolder(l.f); before != nil && before.Folder != "" {
+		h.Folder = before.Folder
+	} else {
+		var id [12]byte
+		_, _ = rand.Read(id[:])
+		h.Folder = hex.EncodeToString(id[:])
+	}
+	b, err := json.Marshal(h)
 	if err != nil {
 		return err
 	}
@@ -157,7 +171,7 @@ func (l *folderLock) writeHolder() error {
 // readHolder reads the holder's name from a lock file, nil when there is none that parses (the
 // holder is between taking the lock and writing its name).
 func readHolder(f *os.File) *Holder {
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, 4096))
 	if err != nil {
 		return nil
 	}
