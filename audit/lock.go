@@ -88,10 +88,10 @@ func lockFolder(dir string) (*folderLock, error) {
 		l, err := tryLock(path)
 		if !errors.Is(err, errLockMoved) {
 			if err == nil {
-				err = l.writeHolder()
-			}
-			if err != nil && l != nil {
-				l.release()
+				// The name is only for the refusals of others: a folder on a full disk (a
+				// Sandgate started there starts unready, and serves again once space is freed)
+				// is held all the same, its holder unnamed.
+				_ = l.writeHolder()
 			}
 			return l, err
 		}

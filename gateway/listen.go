@@ -60,21 +60,21 @@ func (g *Gateway) serveListener(w http.ResponseWriter, r *http.Request) {
 // flagged refuses a request before the guard reads it: one mcp.rejected event.
 func (g *Gateway) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
 	id := identity.FromRemoteAddr(g.opts.Identity, r.RemoteAddr)
-	status := g.core.Reject(r.Context(), audit.KindMCPRejected, id, audit.Target{Method: r.Method}, rf)
+	rf = g.core.Reject(r.Context(), audit.KindMCPRejected, id, audit.Target{Method: r.Method}, rf)
 	if rf.Close {
 		w.Header().Set("Connection", "close")
 	}
-	writeRPCError(w, status, nil, codeInvalidRequest, rf)
+	writeRPCError(w, rf.Status(), nil, codeInvalidRequest, rf)
 }
 
-// rejectConn audits a head refused before any request exists.
-func (g *Gateway) rejectConn(c net.Conn, rf *call.Refusal) {
-	g.core.Reject(context.Background(), audit.KindMCPRejected, identity.FromRemoteAddr(g.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
+// rejectConn audits a head refused before any request exists, and returns the refusal to answer.
+func (g *Gateway) rejectConn(c net.Conn, rf *call.Refusal) *call.Refusal {
+	return g.core.Reject(context.Background(), audit.KindMCPRejected, identity.FromRemoteAddr(g.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
 }
 
 // rpcRefusal is the answer to a head refused before any request exists.
 func rpcRefusal(rf *call.Refusal) *http.Response {
-	b := rpcErrorBody(nil, rpcError{Code: codeInvalidRequest, Message: rf.Reason, Data: refusalData{Code: rf.Code}})
+	b := rpcErrorBody(nil, rpcError{Code: rpcCode(codeInvalidRequest, rf), Message: rf.Reason, Data: refusalData{Code: rf.Code}})
 	status := rf.Status()
 	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)),
 		ProtoMajor: 1, ProtoMinor: 1, Close: true, ContentLength: int64(len(b)),

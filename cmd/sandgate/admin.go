@@ -76,9 +76,9 @@ func refuseSandboxes(d *serveDeps, next http.Handler) http.Handler {
 			return
 		}
 		rf := call.Refuse(call.CodeAdminFromSandbox, "the admin API is not for sandboxes")
-		status := d.core.Reject(r.Context(), audit.KindHTTPRejected, id, audit.Target{Method: r.Method, Path: r.URL.Path}, rf)
+		rf = d.core.Reject(r.Context(), audit.KindHTTPRejected, id, audit.Target{Method: r.Method, Path: r.URL.Path}, rf)
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
+		w.WriteHeader(rf.Status())
 		_ = json.NewEncoder(w).Encode(map[string]string{"error": rf.Reason, "code": rf.Code})
 	})
 }

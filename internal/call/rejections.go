@@ -81,24 +81,40 @@ func newRejections(lim RejectionLimit) *rejections {
 }
 
 // Reject writes the one event of a request refused before it could be read as a call, and
-// returns the status to answer with. kind is KindMCPRejected or KindHTTPRejected (or a call
-// kind whose request was malformed); target says what is known of the request. Events are
-// rate-limited per source address (RejectionLimit); suppressed ones are counted in a later
-// event and in sandgate.rejections.suppressed.
-func (c *Core) Reject(ctx context.Context, kind audit.Kind, id identity.Identity, target audit.Target, r *Refusal) int {
-	status := r.Status()
+// returns the refusal to answer with: r, or, when the audit log has no room for the event or
+// cannot write it (a full disk), the fail-closed refusal audit_unavailable in its place (with
+// r's Close), since nothing of a request is answered then but that refusal (docs/audit.md). kind
+// is KindMCPRejected or KindHTTPRejected (or a call kind whose request was malformed); target
+// says what is known of the request. Events are rate-limited per source address
+// (RejectionLimit); suppressed ones are counted in a later event and in
+// sandgate.rejections.suppressed.
+func (c *Core) Reject(ctx context.Context, kind audit.Kind, id identity.Identity, target audit.Target, r *Refusal) *Refusal {
 	pending, write := c.rejects.admit(kind, id, r.Code)
 	for _, ev := range pending {
 		c.writeSuppressed(ctx, ev)
 	}
 	if !write {
 		c.metrics.suppressed.Add(ctx, 1)
-		return status
+		if c.opts.Audit.Healthy() != nil {
+			return auditUnavailable(r)
+		}
+		return r
 	}
 	_, cl := c.Begin(ctx, kind, id)
 	cl.ev.Target = target
+	if cl.AuditRefusal() != nil || c.opts.Audit.Healthy() != nil {
+		r = auditUnavailable(r)
+	}
 	cl.Refuse(r)
-	return status
+	return r
+}
+
+// auditUnavailable is the refusal that answers a request in place of r while the audit log
+// cannot take its event; the connection closes after it when it would have after r.
+func auditUnavailable(r *Refusal) *Refusal {
+	rf := Refuse(CodeAuditUnavailable, "audit log unavailable")
+	rf.Close = r.Close
+	return rf
 }
 
 // admit decides whether a rejection of id's source is written now; it returns the suppressed

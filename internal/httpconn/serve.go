@@ -52,8 +52,10 @@ type Server struct {
 	// that was still read whole). It writes the refusal and its audit event.
 	Flagged func(w http.ResponseWriter, r *http.Request, rf *call.Refusal)
 	// Reject audits a head refused before any request exists: malformed, cut short by the
-	// client, past the header timeout, or far past MaxHeaderBytes.
-	Reject func(c net.Conn, rf *call.Refusal)
+	// client, past the header timeout, or far past MaxHeaderBytes. It returns the refusal to
+	// answer with: rf, or the one that takes its place (call.Core.Reject: the audit log has no
+	// room for the event).
+	Reject func(c net.Conn, rf *call.Refusal) *call.Refusal
 	// Refusal is the answer written for a head refused before any request exists.
 	Refusal func(rf *call.Refusal) *http.Response
 	// MaxHeaderBytes bounds a request head: over it, 431.
@@ -125,10 +127,11 @@ func (s *Server) newConn(g *guard) *conn {
 // guard wraps c in a head guard that audits through s.Reject.
 func (s *Server) wrap(c net.Conn) *guard {
 	var g *guard
-	g = newGuard(c, s.MaxHeaderBytes, func(rf *call.Refusal) {
+	g = newGuard(c, s.MaxHeaderBytes, func(rf *call.Refusal) *call.Refusal {
 		if s.Reject != nil {
-			s.Reject(g, rf)
+			return s.Reject(g, rf)
 		}
+		return rf
 	})
 	return g
 }
@@ -326,7 +329,9 @@ func (c *conn) refuseHead(err error, tooLarge bool) {
 		rf = &call.Refusal{Code: call.CodeMalformedRequest, Reason: "malformed request head: " + truncate(err.Error(), 120), Close: true}
 	}
 	if c.g.claim(false) {
-		c.g.onHard(rf)
+		rf = c.g.onHard(rf)
+	} else if answer := c.g.hardAnswer(); answer != nil {
+		rf = answer // the guard audited this head (far too large): as Reject said to answer it
 	}
 	bw := getWriter(c.g)
 	_ = c.g.SetWriteDeadline(time.Now().Add(5 * time.Second))
