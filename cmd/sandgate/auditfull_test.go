@@ -183,6 +183,13 @@ log: {level: warn, format: text}
 		})
 	}
 
+	t.Run("admin: a sandbox on the admin listener", func(t *testing.T) {
+		resp, body, err := rawExchange(t, admin, sandbox, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+		require.NoError(t, err, "answered, not a connection closed")
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
+		assert.Contains(t, string(body), `"code":"audit_unavailable"`)
+	})
+
 	model := `{"model":"claude-x","max_tokens":5,"messages":[]}`
 	proxyCases := []struct{ name, src, req string }{
 		{"a route request", sandbox, post("/routes/anthropic/v1/messages", "sandgate", "application/json", model)},
