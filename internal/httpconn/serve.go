@@ -343,14 +343,6 @@ func (c *conn) refuseHead(err error, tooLarge bool) {
 	}
 }
 
-// linger reads what the client still sends, for half a second at most, before the connection
-// closes: closing with unread input resets the connection, and the client could lose the
-// answer it was sent (net/http's server waits as long for the same reason).
-func (c *conn) linger() {
-	_ = c.g.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	_, _ = io.CopyN(io.Discard, c.br, 1<<20)
-}
-
 func truncate(s string, n int) string {
 	if len(s) > n {
 		return s[:n]
@@ -393,7 +385,7 @@ func checkHead(r *http.Request) error {
 // or whether the handler took it over.
 func (c *conn) serveOne(req *http.Request) (keep, hijacked bool) {
 	req.RemoteAddr = c.remote
-	body := &connBody{r: req.Body, continued: true, eof: req.Body == nil || req.Body == http.NoBody}
+	body := &connBody{r: req.Body, continued: true, eof: req.Body == nil || req.Body == http.NoBody, length: req.ContentLength}
 	if !body.eof {
 		body.continued = !req.ProtoAtLeast(1, 1) || !strings.EqualFold(req.Header.Get("Expect"), "100-continue")
 		body.c = c
@@ -419,7 +411,13 @@ func (c *conn) serveOne(req *http.Request) (keep, hijacked bool) {
 		return false, true
 	}
 	w.finish()
-	return !w.close && !req.Close && body.drain(), false
+	if !w.close && !req.Close && body.drain() {
+		return true, false
+	}
+	if w.complete() {
+		c.lingerBody(body) // an answer given before the body was read reaches its client
+	}
+	return false, false
 }
 
 // handle runs the handler for req, or Flagged when the guard refused its head.
@@ -468,6 +466,8 @@ type connBody struct {
 	continued bool
 	eof       bool
 	closed    bool
+	length    int64 // the declared Content-Length, -1 when unknown (chunked)
+	n         int64 // bytes read
 }
 
 func (b *connBody) Read(p []byte) (int, error) {
@@ -494,6 +494,7 @@ func (b *connBody) readLocked(p []byte) (int, error) {
 		}
 	}
 	n, err := b.r.Read(p)
+	b.n += int64(n)
 	if err == io.EOF {
 		b.eof = true
 	}
