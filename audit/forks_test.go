@@ -14,7 +14,7 @@ import (
 
 // openUnlocked opens a sink on a folder without taking it: what a second process did before
 // the folder was locked, and what a lock file removed under a running sink still allows.
-func openUnlocked(t *testing.T, cfg FileConfig) *FileSink {
+func openUnlocked(t testing.TB, cfg FileConfig) *FileSink {
 	t.Helper()
 	s, err := openLocked(cfg.withDefaults(), nil)
 	require.NoError(t, err)
@@ -24,7 +24,7 @@ func openUnlocked(t *testing.T, cfg FileConfig) *FileSink {
 // forkedLog writes what two processes write into one folder at once: writer 0 (the folder's
 // holder) records before events, then each of the others opens the folder as it is (reading its
 // last hash), writer 0 records lead more, and then all of them record in turn, rounds times.
-func forkedLog(t *testing.T, dir string, writers, before, lead, rounds int, opts ...Option) {
+func forkedLog(t testing.TB, dir string, writers, before, lead, rounds int, opts ...Option) {
 	t.Helper()
 	opts = append([]Option{WithDelivery(DeliveryBlocking)}, opts...)
 	sink, err := OpenFileSink(FileConfig{Dir: dir})
@@ -205,4 +205,37 @@ func rotateNow(t *testing.T, dir string) {
 	t.Helper()
 	require.NoError(t, os.Rename(filepath.Join(dir, ActiveFile), filepath.Join(dir, rotatedName(time.Now()))))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, ActiveFile), nil, 0o600))
+}
+
+// FuzzForkIn: any content of a log file, forked or not, is read by the restart's check and by
+// Verify without a panic, and a fork the check finds is one Verify reports too (or a break
+// before it).
+func FuzzForkIn(f *testing.F) {
+	dir := f.TempDir()
+	forkedLog(f, dir, 2, 2, 1, 3)
+	seed, err := os.ReadFile(filepath.Join(dir, ActiveFile))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte("{}\n{\"prev_hash\":\"\",\"hash\":\"\"}\n"))
+	logDir := f.TempDir() // one per fuzzing process, whose inputs run one after another
+	f.Fuzz(func(t *testing.T, log []byte) {
+		dir := logDir
+		path := filepath.Join(dir, ActiveFile)
+		if err := os.WriteFile(path, log, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fork, err := forkIn([]string{path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Verify(dir)
+		if err != nil {
+			return // a keyed log: Verify needs its key
+		}
+		if fork != nil && r.TwoWriters == nil && r.Break == nil {
+			t.Fatalf("the restart's check found two writers at %s, Verify nothing: %s", fork, r)
+		}
+	})
 }

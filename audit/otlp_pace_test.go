@@ -196,6 +196,7 @@ func TestRetryAfterReadsEveryLine(t *testing.T) {
 		{[]string{"nonsense", "4"}, 4 * time.Second, true},
 		{[]string{"99999999999999999999"}, MaxThrottle, true},
 		{[]string{"Sun, 06 Dec 2026 12:01:00 GMT"}, time.Minute, true},
+		{[]string{"Wed, 21 Oct 2126 07:28:00 GMT"}, MaxThrottle, true},
 		{[]string{"Sun, 06 Dec 2026 11:00:00 GMT"}, 0, true},
 		{[]string{"Sun, 06 Dec 2026 12:00:10 GMT", "5"}, 10 * time.Second, true},
 	} {
@@ -203,4 +204,22 @@ func TestRetryAfterReadsEveryLine(t *testing.T) {
 		assert.Equal(t, tc.ok, ok, "%q", tc.lines)
 		assert.Equal(t, tc.want, got, "%q", tc.lines)
 	}
+}
+
+// FuzzRetryAfter: whatever a Collector puts in Retry-After, the wait is never negative nor
+// longer than MaxThrottle, and a field that gives none is no throttle.
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"7", "0", "Wed, 21 Oct 2126 07:28:00 GMT", "soon", "-1", "99999999999999999999", " 3 ", ""} {
+		f.Add(s, "5")
+	}
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, a, b string) {
+		d, ok := retryAfter([]string{a, b}, now)
+		if d < 0 || d > MaxThrottle {
+			t.Fatalf("retryAfter(%q, %q) = %s", a, b, d)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("no throttle, but a wait of %s", d)
+		}
+	})
 }

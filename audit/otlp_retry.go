@@ -17,7 +17,8 @@ import (
 // (bounded by MaxThrottle) before its next attempt.
 
 // retryAfter reads an OTLP/HTTP Retry-After (RFC 9110, 10.2.3: seconds, or an HTTP date) from
-// every line of the field: the longest wait any of them asks for, none when none parses.
+// every line of the field: the longest wait any of them asks for, at most MaxThrottle; none
+// when none parses.
 func retryAfter(lines []string, now time.Time) (time.Duration, bool) {
 	var after time.Duration
 	found := false
@@ -30,7 +31,7 @@ func retryAfter(lines []string, now time.Time) (time.Duration, bool) {
 				d = time.Duration(secs) * time.Second
 			}
 		} else if t, err := http.ParseTime(v); err == nil {
-			d = max(t.Sub(now), 0)
+			d = min(max(t.Sub(now), 0), MaxThrottle)
 		} else {
 			continue
 		}
