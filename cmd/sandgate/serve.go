@@ -163,16 +163,18 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	sink, err := openAuditSink(cfg)
+	sink, err := openAuditSink(cfg, log)
 	if err != nil {
 		return err
 	}
-	if r, ok := sink.(audit.Recoverer); ok && r.Recovered() != nil {
-		rc := r.Recovered()
-		log.Warn("the audit log ended with a torn tail (a crash during a write): it was cut and kept aside, "+
-			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
-			"offset", rc.Offset, "reason", rc.Reason)
-	}
+	// The sink holds the audit folder (its lock) until it is closed: by finishAudit once serving
+	// began, here when serve gives up before.
+	serving := false
+	defer func() {
+		if !serving {
+			_ = sink.Close()
+		}
+	}()
 	export, err := newAuditExport(cfg, creds, replica, shared.mirror, log, getenv, tel.MeterProvider(), ready)
 	if err != nil {
 		return err
@@ -203,6 +205,7 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 
+	serving = true
 	log.Info("sandgate starting", "version", version, "policy_revision", ps.engine.Revision(),
 		"mcp", cfg.Listen.MCP, "proxy", cfg.Listen.Proxy, "admin", cfg.Listen.Admin)
 	runErr := errors.Join(runComponents(ctx, cfg.Shutdown, shutdown, d.core, listeners, background),
@@ -367,12 +370,23 @@ func auditWriterOptions(cfg *config.Config, creds *credential.Store, log *slog.L
 	return opts, nil
 }
 
-func openAuditSink(cfg *config.Config) (audit.Sink, error) {
+// openAuditSink opens the audit file sink, taking its folder (a folder another process holds is
+// an error that names it), and logs a torn tail it healed.
+func openAuditSink(cfg *config.Config, log *slog.Logger) (*audit.FileSink, error) {
 	fc, err := audit.FileConfigFrom(cfg.Audit.File)
 	if err != nil {
 		return nil, fmt.Errorf("audit.file: %w", err)
 	}
-	return audit.OpenFileSink(fc)
+	sink, err := audit.OpenFileSink(fc)
+	if err != nil {
+		return nil, err
+	}
+	if rc := sink.Recovered(); rc != nil {
+		log.Warn("the audit log ended with a torn tail (a crash during a write): it was cut and kept aside, "+
+			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
+			"offset", rc.Offset, "reason", rc.Reason)
+	}
+	return sink, nil
 }
 
 // newResolver picks the identity source: Kubernetes when enabled (with the NetworkPolicy
