@@ -171,6 +171,7 @@ func VerifyWith(dir string, o VerifyOptions) (*VerifyReport, error) {
 	}
 	v := &verifier{o: o, r: &VerifyReport{Files: len(files), Chain: ChainSHA256}, hashAt: map[uint64]string{}}
 	v.chain = plainChain
+	v.recent.states = true // a second chain is verified from where it forked
 	if o.ChainKey != nil {
 		v.keyed = newKeyedChain(o.ChainKey)
 	}
