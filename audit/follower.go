@@ -35,6 +35,29 @@ func (e *RejectedError) Error() string {
 	return fmt.Sprintf("the destination refused %d lines for good: %q", e.Lines, e.Reason)
 }
 
+// ThrottledError is what a Destination's Send returns when the destination said when to try
+// again (an OTLP/HTTP 429 or 503 with Retry-After, an OTLP/gRPC status with RetryInfo): the
+// Follower waits that long before its next attempt, or its own back-off when that is longer,
+// and at most MaxThrottle.
+type ThrottledError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *ThrottledError) Error() string {
+	return fmt.Sprintf("%v (the destination asks to wait %s)", e.Err, e.After)
+}
+
+func (e *ThrottledError) Unwrap() error { return e.Err }
+
+// MaxThrottle bounds the wait a destination can ask for (ThrottledError): a Collector that asks
+// for a day is retried after five minutes, since the events wait in the file meanwhile.
+const MaxThrottle = 5 * time.Minute
+
+// firstBackoff is the wait after a failed attempt, doubled after each further failure up to
+// FollowerConfig.RetryBackoff.
+const firstBackoff = 100 * time.Millisecond
+
 // FollowerConfig configures a Follower. Zero values take the defaults.
 type FollowerConfig struct {
 	// Dir is the audit folder the FileSink writes (audit.file.dir).
@@ -96,8 +119,9 @@ type Follower struct {
 	cfg  FollowerConfig
 	dest Destination
 	wake chan struct{}
-	// after makes the linger's timer (time.After; tests hold the linger open with their own);
-	// now tells when the cursor was last written (time.Now; tests stop it).
+	// after makes Run's timers: the poll, the linger, the back-off (time.After; tests count and
+	// fire them with their own); now tells when the cursor was last written (time.Now; tests
+	// stop it).
 	after func(time.Duration) <-chan time.Time
 	now   func() time.Time
 
@@ -136,35 +160,47 @@ func (f *Follower) Notify() {
 	}
 }
 
-// Run follows the log until ctx ends, retrying with backoff while the destination fails. It
+// Run follows the log until ctx ends, retrying with back-off while the destination fails. It
 // returns ctx's error.
+//
+// After a failed attempt only the back-off's end (or ctx's) starts the next one: neither a new
+// write (Notify) nor the poll cuts it short, so a failing destination gets one attempt per
+// back-off step (firstBackoff, doubling up to RetryBackoff, or what it asked for: ThrottledError),
+// not one per write or per second.
 func (f *Follower) Run(ctx context.Context) error {
-	poll := time.NewTicker(f.cfg.Poll)
-	defer poll.Stop()
-	backoff := 100 * time.Millisecond
+	backoff := firstBackoff
 	for {
-		err := f.catchUp(ctx)
-		wait := f.cfg.Poll
-		if err != nil {
-			wait, backoff = backoff, min(2*backoff, f.cfg.RetryBackoff)
-		} else {
-			backoff = 100 * time.Millisecond
+		if err := f.catchUp(ctx); err != nil {
+			wait := retryWait(err, backoff)
+			backoff = min(2*backoff, f.cfg.RetryBackoff)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-f.after(wait):
+			}
+			continue
 		}
-		timer := time.NewTimer(wait)
+		backoff = firstBackoff
 		select {
 		case <-ctx.Done():
-			timer.Stop()
 			return ctx.Err()
 		case <-f.wake:
-			timer.Stop()
 			if err := f.linger(ctx); err != nil {
 				return err
 			}
-		case <-poll.C:
-		case <-timer.C:
+		case <-f.after(f.cfg.Poll):
 		}
-		timer.Stop()
 	}
+}
+
+// retryWait is the wait after an attempt that failed with err: the back-off step, or what the
+// destination asked for when that is longer (at most MaxThrottle).
+func retryWait(err error, backoff time.Duration) time.Duration {
+	var throttled *ThrottledError
+	if errors.As(err, &throttled) {
+		return max(backoff, min(throttled.After, MaxThrottle))
+	}
+	return backoff
 }
 
 // linger waits cfg.Linger after a wake, or until ctx ends (its error).
@@ -192,7 +228,7 @@ func (f *Follower) Sync(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w (last error: %w)", f.cfg.Name, ctx.Err(), err)
-		case <-time.After(backoff):
+		case <-time.After(retryWait(err, backoff)):
 		}
 		backoff = min(2*backoff, f.cfg.RetryBackoff)
 	}

@@ -220,7 +220,14 @@ func (s *otlpSender) post(ctx context.Context, body []byte) error {
 		if msg == "" {
 			msg = "(empty)"
 		}
-		return fmt.Errorf("POST %s: %s (body: %q)", s.url, resp.Status, msg)
+		err := fmt.Errorf("POST %s: %s (body: %q)", s.url, resp.Status, msg)
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			// OTLP/HTTP throttling: the Collector says when to come back.
+			if after, ok := retryAfter(resp.Header.Values("Retry-After"), time.Now()); ok {
+				return &ThrottledError{After: after, Err: err}
+			}
+		}
+		return err
 	}
 	switch {
 	case err != nil:
@@ -247,7 +254,11 @@ func (s *otlpSender) export(ctx context.Context, body []byte) error {
 	}
 	var ack collogpb.ExportLogsServiceResponse
 	if err := s.conn.Invoke(ctx, otlpExportMethod, &body, &ack); err != nil {
-		return fmt.Errorf("gRPC Export to %s: %w", s.conn.Target(), err)
+		err = fmt.Errorf("gRPC Export to %s: %w", s.conn.Target(), err)
+		if after, ok := retryInfo(err); ok {
+			return &ThrottledError{After: after, Err: err}
+		}
+		return err
 	}
 	return partialSuccess(&ack)
 }

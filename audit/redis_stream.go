@@ -41,6 +41,10 @@ type StreamConfig struct {
 	Poll time.Duration
 	// RetryBackoff caps the wait between attempts while Redis fails (default 5s).
 	RetryBackoff time.Duration
+	// LeaseTTL is how long the stream's lease outlives the holder's last renewal (default 30s,
+	// redis_lease.go): how long a replica of the same name from another folder waits after the
+	// holder was killed.
+	LeaseTTL time.Duration
 }
 
 func (c StreamConfig) withDefaults() StreamConfig {
@@ -49,6 +53,9 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = time.Second
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = defaultLeaseTTL
 	}
 	// Batch, Poll and RetryBackoff are the follower's, defaulted there (FollowerConfig).
 	if c.Source == "" {
@@ -74,6 +81,8 @@ type StreamMirror struct {
 	// registered is when the stream was last added to the registry (only Send, under the
 	// follower's lock, touches it).
 	registered time.Time
+	// lease is the mirror's claim on its stream (redis_lease.go).
+	lease streamLease
 }
 
 // NewStreamMirror returns a mirror of cfg.Dir's log into cfg.Stream. Start it with Run.
@@ -83,6 +92,7 @@ func NewStreamMirror(client redis.UniversalClient, cfg StreamConfig) (*StreamMir
 		return nil, errors.New("audit stream mirror: Dir and Stream must be set")
 	}
 	m := &StreamMirror{client: client, cfg: cfg, stream: ReplicaStream(cfg.Stream, cfg.Source)}
+	m.lease = streamLease{key: leaseKey(m.stream), ttl: cfg.LeaseTTL, dir: cfg.Dir}
 	f, err := NewFollower(FollowerConfig{Dir: cfg.Dir, Name: "audit stream mirror", CursorFile: CursorFile,
 		CursorTag: cfg.Stream, Batch: cfg.Batch, Poll: cfg.Poll, RetryBackoff: cfg.RetryBackoff}, m)
 	if err != nil {
@@ -97,24 +107,30 @@ type StreamStats = FollowerStats
 
 // mirrorScript appends a batch to the replica's stream (KEYS[1]) unless its marker (KEYS[2], the
 // hash of the last line it mirrored) shows that a prefix of it is there already: an attempt that
-// timed out on the client may still have run on a slow server. ARGV: MAXLEN, marker TTL (ms), then
-// id, hash and line of each line. Returns how many lines were appended and whether the marker was
-// there (absent: a new stream, or a Redis that lost its data, whose registry must be told again).
+// timed out on the client may still have run on a slow server. It appends only under the
+// stream's lease (KEYS[3], redis_lease.go), which it takes or renews first. ARGV: MAXLEN, marker
+// TTL (ms), the lease's holder, its folder prefix and TTL (ms), then id, hash and line of each
+// line. Returns how many lines were appended and whether the marker was there (absent: a new
+// stream, or a Redis that lost its data, whose registry must be told again), or -1 and the
+// holder of the lease when another folder holds it.
 var mirrorScript = redis.NewScript(`
+local lease = redis.call('GET', KEYS[3])
+if lease and string.sub(lease, 1, #ARGV[4]) ~= ARGV[4] then return {-1, 0, lease} end
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[5])
 local marker = redis.call('GET', KEYS[2])
-local n = (#ARGV - 2) / 3
+local n = (#ARGV - 5) / 3
 local from = 1
 if marker then
   for i = n, 1, -1 do
-    if ARGV[3 + 3*(i-1) + 1] == marker then from = i + 1; break end
+    if ARGV[6 + 3*(i-1) + 1] == marker then from = i + 1; break end
   end
 end
 for i = from, n do
-  local b = 3 + 3*(i-1)
+  local b = 6 + 3*(i-1)
   redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'id', ARGV[b], 'hash', ARGV[b+1], 'line', ARGV[b+2])
 end
-redis.call('SET', KEYS[2], ARGV[3 + 3*(n-1) + 1], 'PX', ARGV[2])
-return {n - from + 1, marker and 1 or 0}
+redis.call('SET', KEYS[2], ARGV[6 + 3*(n-1) + 1], 'PX', ARGV[2])
+return {n - from + 1, marker and 1 or 0, ''}
 `)
 
 // markerTTL is how long the server remembers a replica's last mirrored line.
@@ -124,18 +140,26 @@ const markerTTL = 7 * 24 * time.Hour
 func (m *StreamMirror) Send(ctx context.Context, lines [][]byte) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
-	args := make([]any, 0, 2+3*len(lines))
+	args := make([]any, 0, 5+3*len(lines))
 	args = append(args, m.cfg.MaxLen, markerTTL.Milliseconds())
+	args = append(args, m.lease.args()...)
 	for _, l := range lines {
 		hash, _ := storedHash(l)
 		args = append(args, lineID(l), hash, l)
 	}
-	keys := []string{m.stream, m.stream + ":mirrored"}
-	res, err := mirrorScript.Run(ctx, m.client, keys, args...).Int64Slice()
+	keys := []string{m.stream, m.stream + ":mirrored", m.lease.key}
+	res, err := mirrorScript.Run(ctx, m.client, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("audit stream mirror: XADD %d lines to %s: %w", len(lines), m.stream, err)
 	}
-	if len(res) == 2 && res[1] == 0 {
+	if len(res) != 3 {
+		return fmt.Errorf("audit stream mirror: XADD %d lines to %s: the script answered %d values, not 3", len(lines), m.stream, len(res))
+	}
+	holder, _ := res[2].(string)
+	if err := m.lease.refused(m.stream, holder); err != nil {
+		return err
+	}
+	if marker, _ := res[1].(int64); marker == 0 {
 		m.registered = time.Time{} // the marker was gone: so may the registry be
 	}
 	return m.register(ctx)

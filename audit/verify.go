@@ -38,6 +38,10 @@ type VerifyReport struct {
 	Chain string
 	// Break is the first place the chain does not hold; nil when the log is intact.
 	Break *Break
+	// TwoWriters is where a second chain begins, interleaved with the first: two processes
+	// appended to the log at once (forks.go). Each chain is verified on its own, and Break is
+	// the first place one of them does not hold; the log fails verification either way.
+	TwoWriters *Break
 	// Unkeyed is set when a chain key was given but the log is not keyed, or its newest lines are
 	// not (a writer without the key, or a rewrite by someone without it): the place where the
 	// unkeyed lines start and why it matters.
@@ -75,8 +79,8 @@ func (b *Break) String() string {
 	return fmt.Sprintf("%s:%d: %s", b.File, b.Line, b.Reason)
 }
 
-// OK reports whether no break was found.
-func (r *VerifyReport) OK() bool { return r.Break == nil }
+// OK reports whether no break was found, and the log has one writer.
+func (r *VerifyReport) OK() bool { return r.Break == nil && r.TwoWriters == nil }
 
 // Complete reports whether the log verified with every protection the given keys call for: no
 // break, not unkeyed where a key was given, and no warning.
@@ -91,8 +95,19 @@ func plural(n int, noun string) string {
 }
 
 func (r *VerifyReport) String() string {
-	if r.Break != nil {
-		s := fmt.Sprintf("chain broken at %s (%s before it verified)", r.Break, plural(r.Events, "event"))
+	if r.Break != nil || r.TwoWriters != nil {
+		var s string
+		if r.TwoWriters != nil {
+			s = r.TwoWriters.String()
+			if r.Break == nil {
+				s += fmt.Sprintf(" (each chain verified: %s)", plural(r.Events, "event"))
+			} else {
+				s += "\n"
+			}
+		}
+		if r.Break != nil {
+			s += fmt.Sprintf("chain broken at %s (%s before it verified)", r.Break, plural(r.Events, "event"))
+		}
 		for _, rc := range r.Recoveries {
 			s += "\nrecovered: " + rc.String()
 		}
@@ -154,8 +169,9 @@ func VerifyWith(dir string, o VerifyOptions) (*VerifyReport, error) {
 			return r, nil
 		}
 	}
-	v := &verifier{o: o, r: &VerifyReport{Files: len(files), Chain: ChainSHA256}, chain: plainChain,
-		hashAt: map[uint64]string{}}
+	v := &verifier{o: o, r: &VerifyReport{Files: len(files), Chain: ChainSHA256}, hashAt: map[uint64]string{}}
+	v.chain = plainChain
+	v.recent.states = true // a second chain is verified from where it forked
 	if o.ChainKey != nil {
 		v.keyed = newKeyedChain(o.ChainKey)
 	}
@@ -173,13 +189,9 @@ func VerifyWith(dir string, o VerifyOptions) (*VerifyReport, error) {
 				v.r.Break = &Break{File: path, Line: n, Reason: reason}
 				return errStop
 			}
-			if v.chain.mac == nil && v.unkeyedFrom == nil {
-				v.unkeyedFrom = &Break{File: path, Line: n}
-			} else if v.chain.mac != nil {
-				v.unkeyedFrom = nil
-			}
 			return nil
 		})
+		v.r.TwoWriters = v.forked
 		if errors.Is(err, errStop) {
 			return v.r, nil
 		}
@@ -193,15 +205,12 @@ func VerifyWith(dir string, o VerifyOptions) (*VerifyReport, error) {
 
 // verifier walks the lines of one log.
 type verifier struct {
-	o     VerifyOptions
-	r     *VerifyReport
-	chain *chainHash // of the current part of the log
+	o VerifyOptions
+	r *VerifyReport
+	// writers holds the chain the current line continues (its hash, last line, count) and, in a
+	// log two processes wrote at once, the other one (forks.go).
+	writers
 	keyed *chainHash // under o.ChainKey, nil without it
-	prev  string
-	// keyedSeen is set once a line verified under the chain key; unkeyedFrom is where the plain
-	// lines after the last keyed one (or from the start) begin.
-	keyedSeen   bool
-	unkeyedFrom *Break
 	// hashAt holds, for each external checkpoint's Count, the hash of the line at that position.
 	hashAt map[uint64]string
 	// file and n are where the line being checked is.
@@ -221,6 +230,10 @@ func (v *verifier) line(line []byte, lineErr error) (string, error) {
 	if !json.Valid(line) {
 		return "malformed line: not valid JSON", nil
 	}
+	if v.r.Lines == 0 && linePrev == "" {
+		v.starts(v.file, v.n)
+	}
+	linked := v.r.Lines > 0 && v.follow(linePrev, stored, v.file, v.n)
 	kind := lineKind(line)
 	var rec record
 	if isRecordKind(Kind(kind)) {
@@ -260,7 +273,7 @@ func (v *verifier) line(line []byte, lineErr error) (string, error) {
 		chain = plainChain
 	}
 	switch {
-	case linePrev == v.prev:
+	case linked, v.r.Lines == 0 && linePrev == "":
 	case v.r.Lines == 0:
 		return "prev_hash is set but no line comes before it: the start of the log " +
 			"(a line or an older rotated file) is missing", nil
@@ -274,13 +287,16 @@ func (v *verifier) line(line []byte, lineErr error) (string, error) {
 	v.chain = chain
 	v.r.Chain = chain.alg
 	if chain.mac != nil {
-		v.keyedSeen = true
+		v.keyedSeen, v.unkeyedFrom = true, nil
+	} else if v.unkeyedFrom == nil {
+		v.unkeyedFrom = &Break{File: v.file, Line: v.n}
 	}
 	v.r.Lines++
-	if _, ok := v.hashAt[uint64(v.r.Lines)]; ok {
-		v.hashAt[uint64(v.r.Lines)] = stored
+	v.lines++
+	if _, ok := v.hashAt[uint64(v.lines)]; ok {
+		v.hashAt[uint64(v.lines)] = stored
 	}
-	v.prev = stored
+	v.linked(stored, v.file, v.n)
 	return "", nil
 }
 
@@ -305,9 +321,9 @@ func (v *verifier) count(kind string, rec record, chain *chainHash) string {
 // checkpoint checks an in-log checkpoint against the chain before it.
 func (v *verifier) checkpoint(c *Checkpoint, chain *chainHash) string {
 	switch {
-	case c.Count != uint64(v.r.Lines):
+	case c.Count != uint64(v.lines):
 		return fmt.Sprintf("checkpoint counts %d lines before it, the log has %d: lines were removed "+
-			"or added before it", c.Count, v.r.Lines)
+			"or added before it", c.Count, v.lines)
 	case c.LastHash != v.prev:
 		return "checkpoint's last_hash is not the hash of the line before it: the log before it was rewritten"
 	case c.Chain != chain.alg:
@@ -325,10 +341,10 @@ func (v *verifier) checkpoint(c *Checkpoint, chain *chainHash) string {
 func (v *verifier) finish() {
 	for i, c := range v.o.External {
 		switch got := v.hashAt[c.Count]; {
-		case uint64(v.r.Lines) < c.Count:
+		case uint64(v.lines) < c.Count:
 			v.r.Break = &Break{Reason: fmt.Sprintf("the log ends after %d lines, but external checkpoint %d "+
 				"(%s) counts %d: the end of the log was cut off, or the log was replaced%s",
-				v.r.Lines, i+1, c.Time.UTC().Format("2006-01-02T15:04:05Z"), c.Count, v.recoveryHint())}
+				v.lines, i+1, c.Time.UTC().Format("2006-01-02T15:04:05Z"), c.Count, v.recoveryHint())}
 			return
 		case got != c.LastHash:
 			v.r.Break = &Break{Reason: fmt.Sprintf("line %d of the log hashes to %s, but external checkpoint %d "+

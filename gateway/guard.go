@@ -94,7 +94,16 @@ type rpcError struct {
 // proxy puts it in its error body: the code the event has, for a client to branch on.
 func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, rf *call.Refusal) {
 	rf.SetHeaders(w.Header())
-	writeRPC(w, status, id, rpcError{Code: code, Message: rf.Reason, Data: refusalData{Code: rf.Code}})
+	writeRPC(w, status, id, rpcError{Code: rpcCode(code, rf), Message: rf.Reason, Data: refusalData{Code: rf.Code}})
+}
+
+// rpcCode is the JSON-RPC error code of a refusal: code, but internal error for the refusal
+// that takes any other's place while the audit log cannot take an event (call.Core.Reject).
+func rpcCode(code int, rf *call.Refusal) int {
+	if rf.Code == call.CodeAuditUnavailable {
+		return codeInternalError
+	}
+	return code
 }
 
 // refusalData is the data of a JSON-RPC error that answers a refusal.

@@ -61,20 +61,20 @@ func (g *Gateway) serveListener(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {
 	id := identity.FromRemoteAddr(g.opts.Identity, r.RemoteAddr)
 	answered := g.core.Reject(r.Context(), audit.KindMCPRejected, id, audit.Target{Method: r.Method}, rf)
-	if rf.Close {
+	if answered.Close {
 		w.Header().Set("Connection", "close")
 	}
 	writeRPCError(w, answered.Status(), nil, codeInvalidRequest, answered)
 }
 
-// rejectConn audits a head refused before any request exists.
-func (g *Gateway) rejectConn(c net.Conn, rf *call.Refusal) {
-	g.core.Reject(context.Background(), audit.KindMCPRejected, identity.FromRemoteAddr(g.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
+// rejectConn audits a head refused before any request exists, and returns the refusal to answer.
+func (g *Gateway) rejectConn(c net.Conn, rf *call.Refusal) *call.Refusal {
+	return g.core.Reject(context.Background(), audit.KindMCPRejected, identity.FromRemoteAddr(g.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
 }
 
 // rpcRefusal is the answer to a head refused before any request exists.
 func rpcRefusal(rf *call.Refusal) *http.Response {
-	b := rpcErrorBody(nil, rpcError{Code: codeInvalidRequest, Message: rf.Reason, Data: refusalData{Code: rf.Code}})
+	b := rpcErrorBody(nil, rpcError{Code: rpcCode(codeInvalidRequest, rf), Message: rf.Reason, Data: refusalData{Code: rf.Code}})
 	status := rf.Status()
 	return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)),
 		ProtoMajor: 1, ProtoMinor: 1, Close: true, ContentLength: int64(len(b)),

@@ -403,9 +403,9 @@ func (p *Proxy) flagged(w http.ResponseWriter, r *http.Request, rf *call.Refusal
 }
 
 // refuseConn audits a head refused before any request exists (malformed, cut short, timed out,
-// far too large).
-func (p *Proxy) refuseConn(c net.Conn, rf *call.Refusal) {
-	p.core.Reject(context.Background(), audit.KindHTTPRejected, identity.FromRemoteAddr(p.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
+// far too large), and returns the refusal to answer.
+func (p *Proxy) refuseConn(c net.Conn, rf *call.Refusal) *call.Refusal {
+	return p.core.Reject(context.Background(), audit.KindHTTPRejected, identity.FromRemoteAddr(p.opts.Identity, c.RemoteAddr().String()), audit.Target{}, rf)
 }
 
 func (p *Proxy) track(c net.Conn) bool {

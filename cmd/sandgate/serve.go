@@ -5,10 +5,12 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -165,9 +167,8 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 		return err
 	}
 	defer tel.Shutdown(context.Background())
-	ready := &readiness{}
 	// Not ready from the moment shutdown begins, so a Service stops sending while calls drain.
-	shutdown := &shutdownState{}
+	ready, shutdown := &readiness{}, &shutdownState{}
 	ready.Add("shutdown", shutdown.check)
 	ps, err := newPolicySide(ctx, cfg, log, tel, ready)
 	if err != nil {
@@ -182,11 +183,15 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	sink, err := openAuditSink(cfg)
+	sink, err := openAuditSink(cfg, log)
 	if err != nil {
 		return err
 	}
 	warnRecovered(sink, log)
+	// The sink holds the audit folder (its lock) until it is closed: by finishAudit once serving
+	// began, here when serve gives up before.
+	serving := false
+	defer closeUnless(&serving, sink)
 	export, err := newAuditExport(cfg, creds, replica, shared.mirror, log, getenv, tel.MeterProvider(), ready)
 	if err != nil {
 		return err
@@ -216,12 +221,12 @@ func serve(ctx context.Context, cfg *config.Config, creds *credential.Store, log
 	if err != nil {
 		return err
 	}
-	kubeComps = append(kubeComps, mintComps...)
-	listeners, background, err := serveComponents(d, creds, shared, tel, append(kubeComps, export.components()...))
+	listeners, background, err := serveComponents(d, creds, shared, tel, slices.Concat(kubeComps, mintComps, export.components()))
 	if err != nil {
 		return err
 	}
 
+	serving = true
 	log.Info("sandgate starting", "version", version, "policy_revision", ps.engine.Revision(),
 		"mcp", cfg.Listen.MCP, "proxy", cfg.Listen.Proxy, "admin", cfg.Listen.Admin)
 	runErr := errors.Join(runComponents(ctx, cfg.Shutdown, shutdown, d.core, listeners, background),
@@ -390,12 +395,23 @@ func auditWriterOptions(cfg *config.Config, creds *credential.Store, log *slog.L
 	return opts, nil
 }
 
-func openAuditSink(cfg *config.Config) (audit.Sink, error) {
+// openAuditSink opens the audit file sink, taking its folder (a folder another process holds is
+// an error that names it), and logs a torn tail it healed.
+func openAuditSink(cfg *config.Config, log *slog.Logger) (*audit.FileSink, error) {
 	fc, err := audit.FileConfigFrom(cfg.Audit.File)
 	if err != nil {
 		return nil, fmt.Errorf("audit.file: %w", err)
 	}
-	return audit.OpenFileSink(fc)
+	sink, err := audit.OpenFileSink(fc)
+	if err != nil {
+		return nil, err
+	}
+	if rc := sink.Recovered(); rc != nil {
+		log.Warn("the audit log ended with a torn tail (a crash during a write): it was cut and kept aside, "+
+			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
+			"offset", rc.Offset, "reason", rc.Reason)
+	}
+	return sink, nil
 }
 
 // newResolver picks the identity source: Kubernetes when enabled (with the NetworkPolicy
@@ -557,5 +573,12 @@ func warnRecovered(sink audit.Sink, log *slog.Logger) {
 		log.Warn("the audit log ended with a torn tail (a crash during a write): it was cut and kept aside, "+
 			"and the log records it (audit.recovered)", "file", rc.File, "bytes", rc.Bytes, "sha256", rc.SHA256,
 			"offset", rc.Offset, "reason", rc.Reason)
+	}
+}
+
+// closeUnless closes c unless *done says another owner took it.
+func closeUnless(done *bool, c io.Closer) {
+	if !*done {
+		_ = c.Close()
 	}
 }

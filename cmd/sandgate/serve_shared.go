@@ -153,6 +153,7 @@ func (s *sharedState) sync(ctx context.Context, log *slog.Logger) {
 	if err := s.mirror.Sync(redisconn.Unguarded(ctx)); err != nil {
 		log.Warn("audit stream not fully mirrored on shutdown; the next start catches up from the file", "err", err)
 	}
+	_ = s.mirror.Release(redisconn.Unguarded(ctx)) // else a replica of this name waits for it to run out
 }
 
 // close disconnects from Redis.

@@ -67,6 +67,10 @@ type countedConn struct {
 	release func()
 }
 
+// NetConn is the connection counted, for what needs more of it than net.Conn (httpconn closes
+// its writing half).
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *countedConn) Close() error {
 	c.once.Do(c.release)
 	return c.Conn.Close()

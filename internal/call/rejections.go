@@ -81,11 +81,12 @@ func newRejections(lim RejectionLimit) *rejections {
 }
 
 // Reject writes the one event of a request refused before it could be read as a call, and
-// returns the refusal to answer with: r, or the refusal of a call whose event the audit log
-// has no room for (a full disk answers 503 audit_unavailable, whatever was wrong with the
-// request). kind is KindMCPRejected or KindHTTPRejected (or a call kind whose request was
-// malformed); target says what is known of the request. Events are rate-limited per source
-// address (RejectionLimit); suppressed ones are counted in a later event and in
+// returns the refusal to answer with: r, or, when the audit log has no room for the event or
+// cannot write it (a full disk), the fail-closed refusal audit_unavailable in its place (with
+// r's Close), since nothing of a request is answered then but that refusal (docs/audit.md). kind
+// is KindMCPRejected or KindHTTPRejected (or a call kind whose request was malformed); target
+// says what is known of the request. Events are rate-limited per source address
+// (RejectionLimit); suppressed ones are counted in a later event and in
 // sandgate.rejections.suppressed.
 func (c *Core) Reject(ctx context.Context, kind audit.Kind, id identity.Identity, target audit.Target, r *Refusal) *Refusal {
 	pending, write := c.rejects.admit(kind, id, r.Code)
@@ -94,12 +95,30 @@ func (c *Core) Reject(ctx context.Context, kind audit.Kind, id identity.Identity
 	}
 	if !write {
 		c.metrics.suppressed.Add(ctx, 1)
+		if c.opts.Audit.Healthy() != nil {
+			return auditUnavailable(r)
+		}
 		return r
 	}
-	return Run(ctx, c, Spec{Kind: kind, Identity: id, Target: target}, Steps[*Refusal]{
+	if c.opts.Audit.Healthy() != nil {
+		r = auditUnavailable(r)
+	}
+	answered := Run(ctx, c, Spec{Kind: kind, Identity: id, Target: target}, Steps[*Refusal]{
 		Ask:     func(context.Context, *Call) (Question, *Refusal) { return Question{}, r },
 		Refused: func(answered *Refusal) *Refusal { return answered },
 	})
+	if answered != r && answered.Code == CodeAuditUnavailable { // no room for its event
+		answered.Close = r.Close
+	}
+	return answered
+}
+
+// auditUnavailable is the refusal that answers a request in place of r while the audit log
+// cannot take its event; the connection closes after it when it would have after r.
+func auditUnavailable(r *Refusal) *Refusal {
+	rf := Refuse(CodeAuditUnavailable, "audit log unavailable")
+	rf.Close = r.Close
+	return rf
 }
 
 // admit decides whether a rejection of id's source is written now; it returns the suppressed

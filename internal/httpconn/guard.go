@@ -24,7 +24,11 @@ import (
 type guard struct {
 	net.Conn
 	maxHead int
-	onHard  func(*call.Refusal) // audits a head the guard refuses before any handler sees it
+	// onHard audits a head the guard refuses before any handler sees it, and returns the
+	// refusal to answer it with (Server.Reject).
+	onHard func(*call.Refusal) *call.Refusal
+	// answer is what onHard said to answer the head the guard audited last with.
+	answer *call.Refusal
 
 	mu    sync.Mutex
 	st    int
@@ -60,7 +64,7 @@ const (
 
 const keepLine = 256
 
-func newGuard(c net.Conn, maxHead int, onHard func(*call.Refusal)) *guard {
+func newGuard(c net.Conn, maxHead int, onHard func(*call.Refusal) *call.Refusal) *guard {
 	return &guard{Conn: c, maxHead: maxHead, onHard: onHard, first: true}
 }
 
@@ -91,6 +95,13 @@ func (g *guard) Read(p []byte) (int, error) {
 func (g *guard) unservedLocked() bool {
 	served := g.served.Load()
 	return g.st != gsPass && g.started > int(served) && g.finished.Load() == served && g.reported < g.started
+}
+
+// hardAnswer is the refusal to answer the head the guard audited itself with, nil if none.
+func (g *guard) hardAnswer() *call.Refusal {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.answer
 }
 
 // done is called by the handler when it returns.
@@ -128,7 +139,7 @@ func (g *guard) scan(p []byte) {
 				g.st = gsPass
 				g.reported = g.started
 				if g.onHard != nil {
-					g.onHard(g.why)
+					g.answer = g.onHard(g.why)
 				}
 			}
 			return

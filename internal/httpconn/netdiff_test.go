@@ -122,7 +122,10 @@ func startDiffServers(t testing.TB) *diffServers {
 			w.Header().Set("Connection", "close")
 			http.Error(w, "refused: "+rf.Code, rf.Status())
 		},
-		Reject: func(c net.Conn, rf *call.Refusal) { note(d.refused, c.RemoteAddr().String(), rf.Code) },
+		Reject: func(c net.Conn, rf *call.Refusal) *call.Refusal {
+			note(d.refused, c.RemoteAddr().String(), rf.Code)
+			return rf
+		},
 		Refusal: func(rf *call.Refusal) *http.Response {
 			b := "refused: " + rf.Code
 			return &http.Response{StatusCode: rf.Status(), ProtoMajor: 1, ProtoMinor: 1, Close: true,

@@ -49,7 +49,7 @@ func blockingCore(t *testing.T, dir string, opts ...audit.Option) (*call.Core, *
 func serveHandler(t *testing.T, h http.Handler, grace time.Duration) (addr string, stop func() error) {
 	t.Helper()
 	srv := &Server{Handler: h, MaxHeaderBytes: 4096, HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
-		Flagged: func(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {}, Reject: func(net.Conn, *call.Refusal) {},
+		Flagged: func(w http.ResponseWriter, r *http.Request, rf *call.Refusal) {}, Reject: func(_ net.Conn, rf *call.Refusal) *call.Refusal { return rf },
 		Refusal: func(rf *call.Refusal) *http.Response {
 			return &http.Response{StatusCode: 400, ProtoMajor: 1, ProtoMinor: 1, Body: http.NoBody}
 		}}

@@ -105,7 +105,9 @@ func (w *response) WriteHeader(code int) {
 	default:
 		w.close = true // HTTP/1.0 without a length: the body ends with the connection
 	}
-	if w.req.Close || httpguts.HeaderValuesContainsToken(h["Connection"], "close") {
+	if w.req.Close || httpguts.HeaderValuesContainsToken(h["Connection"], "close") || w.body.unreadBeyond(maxDrain) {
+		// A body left unread past what drain reads (a 413 for a body over the limit) ends
+		// the connection, and the answer says so, as net/http's server does.
 		w.close = true
 	}
 	if w.close {
@@ -306,6 +308,12 @@ func (w *response) finish() {
 	if w.err != nil {
 		w.close = true
 	}
+}
+
+// complete reports an answer sent whole: not cut (Release), no write failed, its declared
+// length written.
+func (w *response) complete() bool {
+	return !w.rel.Cut() && w.err == nil && (w.noBody || w.cl < 0 || w.n >= w.cl)
 }
 
 // abort drops what is buffered and closes the connection after a cut answer.

@@ -52,8 +52,10 @@ type Server struct {
 	// that was still read whole). It writes the refusal and its audit event.
 	Flagged func(w http.ResponseWriter, r *http.Request, rf *call.Refusal)
 	// Reject audits a head refused before any request exists: malformed, cut short by the
-	// client, past the header timeout, or far past MaxHeaderBytes.
-	Reject func(c net.Conn, rf *call.Refusal)
+	// client, past the header timeout, or far past MaxHeaderBytes. It returns the refusal to
+	// answer with: rf, or the one that takes its place (call.Core.Reject: the audit log has no
+	// room for the event).
+	Reject func(c net.Conn, rf *call.Refusal) *call.Refusal
 	// Refusal is the answer written for a head refused before any request exists.
 	Refusal func(rf *call.Refusal) *http.Response
 	// MaxHeaderBytes bounds a request head: over it, 431.
@@ -125,10 +127,11 @@ func (s *Server) newConn(g *guard) *conn {
 // guard wraps c in a head guard that audits through s.Reject.
 func (s *Server) wrap(c net.Conn) *guard {
 	var g *guard
-	g = newGuard(c, s.MaxHeaderBytes, func(rf *call.Refusal) {
+	g = newGuard(c, s.MaxHeaderBytes, func(rf *call.Refusal) *call.Refusal {
 		if s.Reject != nil {
-			s.Reject(g, rf)
+			return s.Reject(g, rf)
 		}
+		return rf
 	})
 	return g
 }
@@ -326,7 +329,9 @@ func (c *conn) refuseHead(err error, tooLarge bool) {
 		rf = &call.Refusal{Code: call.CodeMalformedRequest, Reason: "malformed request head: " + truncate(err.Error(), 120), Close: true}
 	}
 	if c.g.claim(false) {
-		c.g.onHard(rf)
+		rf = c.g.onHard(rf)
+	} else if answer := c.g.hardAnswer(); answer != nil {
+		rf = answer // the guard audited this head (far too large): as Reject said to answer it
 	}
 	bw := getWriter(c.g)
 	_ = c.g.SetWriteDeadline(time.Now().Add(5 * time.Second))
@@ -336,14 +341,6 @@ func (c *conn) refuseHead(err error, tooLarge bool) {
 	if err == nil {
 		c.linger()
 	}
-}
-
-// linger reads what the client still sends, for half a second at most, before the connection
-// closes: closing with unread input resets the connection, and the client could lose the
-// answer it was sent (net/http's server waits as long for the same reason).
-func (c *conn) linger() {
-	_ = c.g.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	_, _ = io.CopyN(io.Discard, c.br, 1<<20)
 }
 
 func truncate(s string, n int) string {
@@ -388,7 +385,7 @@ func checkHead(r *http.Request) error {
 // or whether the handler took it over.
 func (c *conn) serveOne(req *http.Request) (keep, hijacked bool) {
 	req.RemoteAddr = c.remote
-	body := &connBody{r: req.Body, continued: true, eof: req.Body == nil || req.Body == http.NoBody}
+	body := &connBody{r: req.Body, continued: true, eof: req.Body == nil || req.Body == http.NoBody, length: req.ContentLength}
 	if !body.eof {
 		body.continued = !req.ProtoAtLeast(1, 1) || !strings.EqualFold(req.Header.Get("Expect"), "100-continue")
 		body.c = c
@@ -414,7 +411,13 @@ func (c *conn) serveOne(req *http.Request) (keep, hijacked bool) {
 		return false, true
 	}
 	w.finish()
-	return !w.close && !req.Close && body.drain(), false
+	if !w.close && !req.Close && body.drain() {
+		return true, false
+	}
+	if w.complete() {
+		c.lingerBody(body) // an answer given before the body was read reaches its client
+	}
+	return false, false
 }
 
 // handle runs the handler for req, or Flagged when the guard refused its head.
@@ -463,6 +466,8 @@ type connBody struct {
 	continued bool
 	eof       bool
 	closed    bool
+	length    int64 // the declared Content-Length, -1 when unknown (chunked)
+	n         int64 // bytes read
 }
 
 func (b *connBody) Read(p []byte) (int, error) {
@@ -489,6 +494,7 @@ func (b *connBody) readLocked(p []byte) (int, error) {
 		}
 	}
 	n, err := b.r.Read(p)
+	b.n += int64(n)
 	if err == io.EOF {
 		b.eof = true
 	}

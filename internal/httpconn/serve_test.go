@@ -42,7 +42,7 @@ func newTestServer(t *testing.T) *testServer {
 	})
 	srv := &Server{Handler: mux, MaxHeaderBytes: 4096, HeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
 		Flagged: func(w http.ResponseWriter, r *http.Request, rf *call.Refusal) { http.Error(w, rf.Reason, rf.Status()) },
-		Reject:  func(c net.Conn, rf *call.Refusal) { ts.rejected <- rf.Code },
+		Reject:  func(c net.Conn, rf *call.Refusal) *call.Refusal { ts.rejected <- rf.Code; return rf },
 		Refusal: func(rf *call.Refusal) *http.Response {
 			return &http.Response{StatusCode: rf.Status(), ProtoMajor: 1, ProtoMinor: 1, Close: true,
 				Body: io.NopCloser(strings.NewReader(rf.Reason)), ContentLength: int64(len(rf.Reason))}

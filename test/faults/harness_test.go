@@ -93,8 +93,17 @@ func startGateOn(t *testing.T, policy, extra string) *gate {
 // newGate writes the config of a gate; start runs it.
 func newGate(t *testing.T, policy, extra string) *gate {
 	t.Helper()
+	return newGateIn(t, policy, extra, "")
+}
+
+// newGateIn is newGate with the audit folder given ("": one of its own).
+func newGateIn(t *testing.T, policy, extra, auditDir string) *gate {
+	t.Helper()
 	dir := t.TempDir()
-	g := &gate{t: t, mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: filepath.Join(dir, "audit"), logTo: filepath.Join(dir, "sandgate.log")}
+	if auditDir == "" {
+		auditDir = filepath.Join(dir, "audit")
+	}
+	g := &gate{t: t, mcp: freeAddr(t), proxy: freeAddr(t), admin: freeAddr(t), auditDir: auditDir, logTo: filepath.Join(dir, "sandgate.log")}
 	shutdown := "shutdown: {delay: 0s}\n"
 	if strings.Contains(extra, "shutdown:") {
 		shutdown = ""
