@@ -56,8 +56,12 @@ const (
 // Outcome.Error is ToolChangedCode. The identity is empty: no sandbox asked.
 const KindToolChanged Kind = "mcp.tool_changed"
 
-// ToolChangedCode is the outcome code of a KindToolChanged event.
-const ToolChangedCode = "tool_changed"
+// Outcome codes of KindToolChanged events: a definition that differs from its pin, and a name
+// two upstreams offer under the same exposed name (every one of them hidden).
+const (
+	ToolChangedCode      = "tool_changed"
+	ToolNameConflictCode = "tool_name_conflict"
+)
 
 // Kinds of credential lifecycle events: a token minted for a sandbox run (the first of the
 // run, or a refresh before expiry) and its revocation when the run ends. They are no sandbox's

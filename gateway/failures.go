@@ -89,10 +89,13 @@ var failureTexts = map[string]string{
 	call.CodeUpstreamError:            "upstream %s failed",
 }
 
-// failure is the refusal of a request to u that failed with err: Sandgate's words for its code
+// failure is the refusal of x's request, which failed with err: Sandgate's words for its code
 // (and for the conditions of its own it can say more of: an open breaker, an exchange of input
-// that could not complete), never the error's text.
-func failure(u *upstream, err error) *call.Refusal {
+// that could not complete), never the error's text, which is the event's detail, scrubbed. A
+// credential in those words means the upstream sent it back: the event says so, though the
+// words reach no sandbox.
+func (x *exchange) failure(err error) *call.Refusal {
+	u := x.up
 	code := failureCode(err)
 	words := fmt.Sprintf(failureTexts[code], u.cfg.Name)
 	var ie *inputError
@@ -103,9 +106,11 @@ func failure(u *upstream, err error) *call.Refusal {
 	case errors.As(err, &ie) && ie.words != "":
 		words = fmt.Sprintf("upstream %s: %s", u.cfg.Name, ie.words)
 	}
-	if u.guard != nil {
-		detail, _ := u.guard.Current().ScrubString(err.Error()) // a log never holds a credential either
-		u.log.Debug("request to upstream failed", "code", code, "err", truncate(detail, 300))
+	rf := call.Refuse(code, "%s (%s)", words, code)
+	detail, echoed := x.g.guard.Current().ScrubString(err.Error())
+	if echoed {
+		x.cl.CredentialEchoed()
 	}
-	return call.Refuse(code, "%s (%s)", words, code)
+	rf.Detail = detail
+	return rf
 }

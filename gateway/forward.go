@@ -27,38 +27,42 @@ import (
 // sends about the call on the request's stream (route.go), and answers with the upstream's
 // result as written, through the response guard.
 //
-// A target the caller may not see, or that does not exist, is refused before any upstream is
-// asked, and answered alike: hidden and missing look the same to a sandbox.
+// A target the caller may not see, or that does not exist, is decided by policy like any
+// (input.mcp.visible false, or input.mcp.exists false: the decision log, replay and the shadow
+// policy see the call) and answered as absence whatever the decision: hidden and missing look
+// the same to a sandbox, and no upstream is asked.
 
 // askToolCall is tools/call's question: mcp.tools_call, with its arguments.
 func askToolCall(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
 	name := jsonscan.String(x.msg.p.name)
 	x.cl.Describe(audit.Target{Tool: name})
 	args := x.msg.p.arguments
+	decoded, err := decodeArguments(args)
+	if err != nil {
+		return call.Question{}, call.Refuse(call.CodeBadParams, "tools/call arguments: %v", err)
+	}
+	t := audit.Target{Tool: name}
+	if args != nil {
+		sum := sha256.Sum256(args)
+		t.ArgsSHA256 = hex.EncodeToString(sum[:])
+	}
 	n, ok := x.g.tool(name)
 	if !ok {
 		if u, tool, unseen := x.g.unseenTool(ctx, name); unseen {
 			x.up, x.name = u, tool
 		} else if n, ok = x.g.tool(name); !ok { // its upstream may have connected meanwhile
-			return call.Question{}, notFound("tool not found or not visible to the caller")
+			x.cl.Describe(t)
+			return x.absent(audit.KindToolsCall, nil, name, nil), nil
 		}
 	}
 	if ok {
-		if !x.g.visible(ctx, x.caller(), audit.KindToolsList, n.upstream.cfg.Name, n.name) || !x.g.capabilityOf(ctx, x.caller()).allows(n.upstream, n.name) {
-			return call.Question{}, notFound("tool not found or not visible to the caller")
-		}
 		x.up, x.name, x.def = n.upstream, n.name, n.raw
 	}
-	decoded, err := decodeArguments(args)
-	if err != nil {
-		return call.Question{}, call.Refuse(call.CodeBadParams, "tools/call arguments: %v", err)
-	}
-	t := audit.Target{Upstream: x.up.cfg.Name, Tool: x.name}
-	if args != nil {
-		sum := sha256.Sum256(args)
-		t.ArgsSHA256 = hex.EncodeToString(sum[:])
-	}
+	t.Upstream, t.Tool = x.up.cfg.Name, x.name
 	x.cl.Describe(t)
+	if ok && (!x.g.visible(ctx, x.caller(), audit.KindToolsList, n.upstream.cfg.Name, n.name) || !x.g.capabilityOf(ctx, x.caller()).allows(n.upstream, n.name)) {
+		return x.absent(audit.KindToolsCall, x.up, x.name, decoded), nil
+	}
 	return x.question(audit.KindToolsCall, decoded, true), nil
 }
 
@@ -66,17 +70,41 @@ func askToolCall(ctx context.Context, x *exchange) (call.Question, *call.Refusal
 func askPrompt(ctx context.Context, x *exchange) (call.Question, *call.Refusal) {
 	name := jsonscan.String(x.msg.p.name)
 	x.cl.Describe(audit.Target{Tool: name})
-	n, ok := x.g.prompt(name)
-	if !ok || !x.g.visible(ctx, x.caller(), audit.KindPromptsGet, n.upstream.cfg.Name, n.name) {
-		return call.Question{}, notFound("prompt not found or not visible to the caller")
-	}
-	x.up, x.name = n.upstream, n.name
 	var args map[string]any
 	if a := x.msg.p.arguments; a != nil && json.Unmarshal(a, &args) != nil {
 		return call.Question{}, call.Refuse(call.CodeBadParams, "prompts/get arguments must be an object of strings")
 	}
+	n, ok := x.g.prompt(name)
+	if !ok {
+		return x.absent(audit.KindPromptsGet, nil, name, nil), nil
+	}
+	x.up, x.name = n.upstream, n.name
 	x.cl.Describe(audit.Target{Upstream: n.upstream.cfg.Name, Tool: n.name})
+	if !x.g.visible(ctx, x.caller(), audit.KindPromptsGet, n.upstream.cfg.Name, n.name) {
+		return x.absent(audit.KindPromptsGet, x.up, x.name, args), nil
+	}
 	return x.question(audit.KindPromptsGet, args, true), nil
+}
+
+// absent is the question of a request whose target the caller cannot see (of upstream u) or
+// that does not exist (u nil): decided without counting or a credential, answered as absence
+// (forward: answerAbsent; a refusal: the method's refused answer).
+func (x *exchange) absent(kind audit.Kind, u *upstream, name string, args map[string]any) call.Question {
+	in := &policy.MCP{Tool: name, Arguments: args, Hidden: true}
+	if u != nil {
+		in.Upstream = u.cfg.Name
+	} else {
+		in.NotFound = true
+	}
+	x.gone = true
+	return call.Question{Input: &policy.Input{Kind: kind, Identity: x.cl.Identity(), MCP: in}, Hidden: true}
+}
+
+// answerAbsent answers a request for a target the caller cannot see, which policy allowed: as
+// absence, as its refusal would have been.
+func (x *exchange) answerAbsent() (response, call.End) {
+	rf := notFound("not found or not visible to the caller")
+	return x.respond(x.m.refused(x, rf)), call.Hidden(rf)
 }
 
 // askRead is resources/read's question: mcp.resources_read, the URI as input.mcp.tool.
@@ -155,6 +183,9 @@ func decodeArguments(raw json.RawMessage) (map[string]any, error) {
 
 // forward sends an allowed request on to its upstream and answers with what it returns.
 func (x *exchange) forward(ctx context.Context, _ call.Grant) (response, call.End) {
+	if x.gone {
+		return x.answerAbsent()
+	}
 	if x.msg.Method == string(mcp.MethodToolsCall) {
 		release, deny := x.g.core.Admission().AcquireToolCall(ctx, x.cl.Identity())
 		defer release()
@@ -163,7 +194,7 @@ func (x *exchange) forward(ctx context.Context, _ call.Grant) (response, call.En
 		}
 	}
 	if !x.up.seen() {
-		return x.failed(failure(x.up, fmt.Errorf("%w: %w", errUpstreamDown, errNeverSeen)))
+		return x.failed(x.failure(fmt.Errorf("%w: %w", errUpstreamDown, errNeverSeen)))
 	}
 	switch {
 	case x.modern && x.msg.p.requestState != nil:
@@ -265,13 +296,15 @@ func (x *exchange) answerWith(res json.RawMessage, err error) (response, call.En
 func (x *exchange) upstreamFailed(err error) (response, call.End) {
 	var re *replyError
 	if errors.As(err, &re) {
-		if _, echoed := x.g.guard.Current().ScrubString(string(re.raw)); echoed {
+		detail, echoed := x.g.guard.Current().ScrubString(string(re.raw))
+		if echoed {
 			x.cl.CredentialEchoed()
 		}
 		rf := call.Refuse(call.CodeUpstreamError, "upstream %s answered an error", x.up.cfg.Name)
+		rf.Detail = detail
 		return x.respond(x.errorResponse(re.raw)), call.Failed(rf)
 	}
-	return x.failed(failure(x.up, err))
+	return x.failed(x.failure(err))
 }
 
 // failed ends the request with rf, an allowed request that could not be done, answered in its
@@ -287,7 +320,7 @@ func (x *exchange) failed(rf *call.Refusal) (response, call.End) {
 // exist) as invalid params, anything else as a tool error result carrying the refusal's reason,
 // so that the agent can adapt.
 func toolRefused(x *exchange, rf *call.Refusal) []byte {
-	if rf.Code == call.CodeNotFound {
+	if rf.Code == call.CodeNotFound || x.gone && rf.Class() == call.ClassPolicy {
 		return x.rpcError(codeInvalidParams, "tool '"+truncate(jsonscan.String(x.msg.p.name), 100)+"' not found", nil)
 	}
 	prefix := "denied by Sandgate policy: "

@@ -28,6 +28,7 @@ import (
 	"github.com/sandgate/sandgate/internal/credential"
 	"github.com/sandgate/sandgate/internal/identity"
 	"github.com/sandgate/sandgate/internal/mcpsessions"
+	"github.com/sandgate/sandgate/internal/pins"
 	"github.com/sandgate/sandgate/internal/respguard"
 )
 
@@ -60,6 +61,8 @@ type Options struct {
 	// Catalogs keeps each upstream's last listed catalog, so that one that is down at start
 	// keeps its tools listed (lastknown.go); nil keeps none.
 	Catalogs CatalogStore
+	// Pins are the reviewed tool definitions (pins.go); nil pins none: every tool is shown.
+	Pins pins.Source
 }
 
 // Gateway is the MCP side of Sandgate: one Streamable HTTP endpoint for every sandbox in front
@@ -96,6 +99,7 @@ type Gateway struct {
 	endStreams context.CancelFunc
 	// unseen counts the upstreams of which no catalog is known yet (lastknown.go).
 	unseen atomic.Int64
+	pins   *pins.Gate
 }
 
 // New builds the gateway. Upstreams are not contacted until Start.
@@ -119,6 +123,7 @@ func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, log: opts.Log, core: opts.Core, inflight: newInflight(), subs: newSubscriptions(),
 		asks: newPendingAsks(), listens: newListeners(), parked: newParkedCalls(), sealer: newStateSealer(), tasks: newTaskOwners()}
 	g.view.Store(&view{})
+	g.pins = pins.NewGate(opts.Pins, opts.Config.Unpinned)
 	g.sandboxes = newSandboxRegistry(g)
 	g.streams, g.endStreams = context.WithCancel(context.Background())
 	hc := &http.Client{Transport: replyTransport{tracingTransport{opts.Transport}}}
@@ -262,6 +267,7 @@ func (g *Gateway) Start(ctx context.Context) {
 	g.wg.Go(func() { g.sessions.Sweep(ctx) })
 	g.wg.Go(func() { g.events.Run(ctx) })
 	g.wg.Go(func() { g.parked.sweep(ctx) })
+	g.wg.Go(func() { g.watchPins(ctx) })
 }
 
 // Close stops the upstreams (stdio servers are terminated) and ends every session.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sandgate/sandgate/internal/catalogs"
 )
 
 // A gateway starts ready, not early, and keeps an upstream's tools through its outages
@@ -33,25 +33,6 @@ type CatalogStore interface {
 // catalogTimeout bounds a load or save of a catalog.
 const catalogTimeout = 2 * time.Second
 
-// savedCatalog is a catalog as stored: every entry verbatim, and the upstream it was listed from.
-type savedCatalog struct {
-	// Source is the upstream's URL or command line: a catalog of another server is not used.
-	Source    string       `json:"source"`
-	Saved     time.Time    `json:"saved"`
-	Tools     []savedEntry `json:"tools,omitempty"`
-	Resources []savedEntry `json:"resources,omitempty"`
-	Templates []savedEntry `json:"templates,omitempty"`
-	Prompts   []savedEntry `json:"prompts,omitempty"`
-	// Meta is each list result's own _meta, by list method; TTL its ttlMs (2026-07-28).
-	Meta map[mcp.MCPMethod]json.RawMessage `json:"meta,omitempty"`
-	TTL  map[mcp.MCPMethod]int64           `json:"ttl_ms,omitempty"`
-}
-
-type savedEntry struct {
-	ID  string          `json:"id"`
-	Raw json.RawMessage `json:"raw"`
-}
-
 // source names the server an upstream's catalog comes from.
 func (u *upstream) source() string {
 	if u.cfg.IsStdio() {
@@ -60,15 +41,15 @@ func (u *upstream) source() string {
 	return "url:" + u.cfg.URL
 }
 
-func saveEntries(es []rawEntry) []savedEntry {
-	out := make([]savedEntry, len(es))
+func saveEntries(es []rawEntry) []catalogs.Entry {
+	out := make([]catalogs.Entry, len(es))
 	for i, e := range es {
-		out[i] = savedEntry{ID: e.id, Raw: e.raw}
+		out[i] = catalogs.Entry{ID: e.id, Raw: e.raw}
 	}
 	return out
 }
 
-func loadEntries(es []savedEntry) []rawEntry {
+func loadEntries(es []catalogs.Entry) []rawEntry {
 	out := make([]rawEntry, len(es))
 	for i, e := range es {
 		out[i] = rawEntry{id: e.ID, raw: e.Raw}
@@ -77,12 +58,12 @@ func loadEntries(es []savedEntry) []rawEntry {
 }
 
 func encodeCatalog(u *upstream, c catalog) ([]byte, error) {
-	return json.Marshal(savedCatalog{Source: u.source(), Saved: time.Now().UTC(), Tools: saveEntries(c.tools),
+	return json.Marshal(catalogs.Saved{Source: u.source(), Saved: time.Now().UTC(), Tools: saveEntries(c.tools),
 		Resources: saveEntries(c.resources), Templates: saveEntries(c.templates), Prompts: saveEntries(c.prompts), Meta: c.meta, TTL: c.ttl})
 }
 
 func decodeCatalog(u *upstream, b []byte) (catalog, error) {
-	var s savedCatalog
+	var s catalogs.Saved
 	if err := json.Unmarshal(b, &s); err != nil {
 		return catalog{}, err
 	}
@@ -130,7 +111,7 @@ func (g *Gateway) saveCatalog(u *upstream, c catalog) {
 	}
 	u.saveMu.Lock()
 	defer u.saveMu.Unlock()
-	if u.saved != nil && sameCatalog(u.saved, b) {
+	if u.saved != nil && catalogs.Same(u.saved, b) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), catalogTimeout)
@@ -140,18 +121,6 @@ func (g *Gateway) saveCatalog(u *upstream, c catalog) {
 		return
 	}
 	u.saved = b
-}
-
-// sameCatalog compares two saved catalogs but for the time they were saved.
-func sameCatalog(a, b []byte) bool {
-	var x, y savedCatalog
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return false
-	}
-	x.Saved, y.Saved = time.Time{}, time.Time{}
-	ea, _ := json.Marshal(x)
-	eb, _ := json.Marshal(y)
-	return string(ea) == string(eb)
 }
 
 // Tried is nil once every upstream's first connection attempt ended (connected or not): until

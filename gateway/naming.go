@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"log/slog"
 
 	"github.com/sandgate/sandgate/internal/config"
 )
@@ -27,23 +26,23 @@ type candidate struct {
 	name     string
 }
 
-// assignNames gives every candidate its exposed name. Candidates come in config order, and
-// that order decides every conflict, so the result is deterministic:
+// assignNames gives every candidate its exposed name, deterministically:
 //   - prefix always: "<upstream>_<name>";
 //   - prefix never: the upstream's name;
 //   - prefix on-conflict: the upstream's name, unless another upstream offers the same name,
 //     then "<upstream>_<name>";
-//   - a name still taken by an earlier candidate is dropped (and logged);
 //   - a name longer than 64 characters is cut to 55 and completed with "_" and 8 hex digits of
-//     its SHA-256, so that distinct long names stay distinct.
-func assignNames(cands []candidate, log *slog.Logger, kind string) []named {
+//     its SHA-256, so that distinct long names stay distinct;
+//   - a name still given to more than one candidate is given to none of them: clash is told
+//     of it, and no upstream wins it by its place in the config.
+func assignNames(cands []candidate, clash func(name string, cands []candidate)) []named {
 	count := map[string]int{}
 	for _, c := range cands {
 		count[c.name]++
 	}
-	taken := map[string]bool{}
-	out := make([]named, 0, len(cands))
-	for _, c := range cands {
+	exposed := make([]string, len(cands))
+	by := map[string][]candidate{}
+	for i, c := range cands {
 		name := c.name
 		switch c.upstream.cfg.Prefix {
 		case config.PrefixAlways:
@@ -53,14 +52,18 @@ func assignNames(cands []candidate, log *slog.Logger, kind string) []named {
 				name = c.upstream.cfg.Name + "_" + c.name
 			}
 		}
-		name = limitName(name)
-		if taken[name] {
-			log.Warn("name conflict: the earlier upstream keeps the name; this one is not offered",
-				"kind", kind, "name", name, "upstream", c.upstream.cfg.Name, "upstream_name", c.name)
-			continue
+		exposed[i] = limitName(name)
+		by[exposed[i]] = append(by[exposed[i]], c)
+	}
+	out := make([]named, 0, len(cands))
+	for i, c := range cands {
+		name := exposed[i]
+		switch all := by[name]; {
+		case len(all) == 1:
+			out = append(out, named{exposed: name, upstream: c.upstream, name: c.name})
+		case all[0] == c:
+			clash(name, all)
 		}
-		taken[name] = true
-		out = append(out, named{exposed: name, upstream: c.upstream, name: c.name})
 	}
 	return out
 }

@@ -53,6 +53,7 @@ type exchange struct {
 	up   *upstream
 	name string          // the upstream's own name of the tool or prompt, or the resource URI
 	def  json.RawMessage // the tool's definition (tools/call), for its Mcp-Param headers
+	gone bool            // the target is hidden from the caller or does not exist
 	// upModern says the upstream session answering it is of 2026-07-28 or later.
 	upModern bool
 }

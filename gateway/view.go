@@ -51,6 +51,7 @@ func (g *Gateway) rebuild() {
 	g.rebuildMu.Lock()
 	defer g.rebuildMu.Unlock()
 	v := &view{tools: map[string]named{}, prompts: map[string]named{}, resources: map[string]*upstream{}}
+	shown := g.pinFilter()
 	var toolC, promptC []candidate
 	defs := map[candidate]json.RawMessage{}
 	for i, u := range g.upstreams {
@@ -67,6 +68,9 @@ func (g *Gateway) rebuild() {
 			l.ttls = append(l.ttls, ttl)
 		}
 		for _, t := range cat.tools {
+			if !shown(u, t.id, t.raw) {
+				continue // a changed definition is no tool until it is pinned again
+			}
 			c := candidate{u, t.id}
 			toolC = append(toolC, c)
 			defs[c] = t.raw
@@ -95,13 +99,13 @@ func (g *Gateway) rebuild() {
 		}
 	}
 	index := func(u *upstream) int { return slices.Index(g.upstreams, u) }
-	for _, n := range assignNames(toolC, g.log, "tool") {
+	for _, n := range assignNames(toolC, func(name string, cs []candidate) { g.clash("tool", name, cs) }) {
 		raw := renamed(defs[candidate{n.upstream, n.name}], "name", n.exposed)
 		n.raw = raw
 		v.tools[n.exposed] = n
 		v.list(listTools).add(viewEntry{id: n.exposed, raw: raw, up: n.upstream, from: index(n.upstream), name: n.name})
 	}
-	for _, n := range assignNames(promptC, g.log, "prompt") {
+	for _, n := range assignNames(promptC, func(name string, cs []candidate) { g.clash("prompt", name, cs) }) {
 		v.prompts[n.exposed] = n
 		raw := renamed(defs[candidate{n.upstream, n.name}], "name", n.exposed)
 		v.list(listPrompts).add(viewEntry{id: n.exposed, raw: raw, up: n.upstream, from: index(n.upstream), name: n.name})

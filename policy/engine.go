@@ -11,6 +11,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
@@ -297,4 +298,24 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// Data is the value at data.<path> of the serving revision (nil when it has none): what the
+// policy folder's data files or the bundle hold, such as the tool pins (data.tool_pins).
+func (e *Engine) Data(ctx context.Context, path ...string) (any, error) {
+	r := e.cur.Load()
+	if r == nil {
+		return nil, nil
+	}
+	v, err := storage.ReadOne(ctx, r.store, storage.Path(path))
+	switch {
+	case storage.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if a, ok := v.(ast.Value); ok { // the store keeps data as Rego values
+		return ast.JSON(a)
+	}
+	return v, nil
 }

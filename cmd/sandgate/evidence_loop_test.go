@@ -24,11 +24,6 @@ import (
 	"github.com/sandgate/sandgate/policy"
 )
 
-// gatewayDecidesHiddenTargets says the gateway puts a call of a tool the sandbox cannot see on
-// record (input.mcp.visible false, docs/policies.md "Hidden and missing targets"). The lead
-// wires it in gateway/ (issue 56, for issue 58); flip it then, and the subtest below runs.
-const gatewayDecidesHiddenTargets = false
-
 // evidenceExample is the example config as `make run` serves it, in a copy: the shipped
 // policies copied (the test edits them) with triage-agent in report-only mode, the real
 // examples/mcp-upstream, the CA and audit keys, free ports, and proxy.golang.org's tunnel
@@ -287,10 +282,6 @@ func TestPolicyFromEvidenceLoop(t *testing.T) {
 	assert.Equal(t, 0, code, out)
 
 	t.Run("a hidden tool's call is on record and replays as the new tool", func(t *testing.T) {
-		if !gatewayDecidesHiddenTargets {
-			t.Skip("needs the gateway side of issue 58: a tools/call of a tool the sandbox cannot see is decided " +
-				"(call.Authorize with policy.MCP.Hidden), not answered 'not found' before any decision")
-		}
 		before := time.Now()
 		body := x.callTool(t, cpTriage, "get-time", `{}`)
 		assert.NotContains(t, body, "denied by Sandgate", "a hidden tool answers as a missing one")

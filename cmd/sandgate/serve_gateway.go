@@ -19,6 +19,7 @@ func newGatewayComponent(d *serveDeps) (component, error) {
 		Tracer:      d.tracer,
 		Sessions:    d.sessions,
 		Catalogs:    d.catalogs,
+		Pins:        d.policy,
 		Log:         d.log.With("component", "gateway"),
 	})
 	if err != nil {

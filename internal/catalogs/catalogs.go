@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sandgate/sandgate/internal/atomicfile"
@@ -132,4 +133,37 @@ func (s *Redis) Save(ctx context.Context, upstream string, b []byte) error {
 		return fmt.Errorf("store upstream catalog in redis: %w", err)
 	}
 	return nil
+}
+
+// Saved is an upstream's catalog as stored: every entry as the upstream listed it, and the
+// server it was listed from.
+type Saved struct {
+	// Source is the upstream's URL or command line: a catalog of another server is not used.
+	Source    string    `json:"source"`
+	Saved     time.Time `json:"saved"`
+	Tools     []Entry   `json:"tools,omitempty"`
+	Resources []Entry   `json:"resources,omitempty"`
+	Templates []Entry   `json:"templates,omitempty"`
+	Prompts   []Entry   `json:"prompts,omitempty"`
+	// Meta is each list result's own _meta, by list method; TTL its ttlMs (2026-07-28).
+	Meta map[mcp.MCPMethod]json.RawMessage `json:"meta,omitempty"`
+	TTL  map[mcp.MCPMethod]int64           `json:"ttl_ms,omitempty"`
+}
+
+// Entry is one entry of a list, by its ID (name, URI or URI template).
+type Entry struct {
+	ID  string          `json:"id"`
+	Raw json.RawMessage `json:"raw"`
+}
+
+// Same compares two saved catalogs but for when they were saved.
+func Same(a, b []byte) bool {
+	var x, y Saved
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	x.Saved, y.Saved = time.Time{}, time.Time{}
+	ea, _ := json.Marshal(x)
+	eb, _ := json.Marshal(y)
+	return string(ea) == string(eb)
 }

@@ -2,6 +2,7 @@ package pins
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -222,4 +223,17 @@ func (f *File) Set(live map[string]map[string]Pin) {
 		}
 		f.Tools[upstream] = m
 	}
+}
+
+// FromData is the pins a policy revision holds as data.tool_pins (nil: none), checked as Parse
+// checks a file.
+func FromData(v any) (*File, error) {
+	if v == nil {
+		return &File{Tools: map[string]map[string]Pin{}}, nil
+	}
+	b, err := json.Marshal(map[string]any{"tool_pins": v})
+	if err != nil {
+		return nil, fmt.Errorf("pins in the policy data: %w", err)
+	}
+	return Parse(b)
 }

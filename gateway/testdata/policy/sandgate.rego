@@ -7,6 +7,8 @@ default decision := {"allow": false, "reason": "denied by default", "code": "def
 
 decision := {"allow": false, "reason": "unknown caller", "code": "unknown_identity"} if {
 	not input.identity.known
+} else := {"allow": false, "reason": "no upstream offers it", "code": "not_found"} if {
+	input.mcp.exists == false
 } else := {"allow": false, "reason": "not allowed for this template", "code": "tool_not_allowed"} if {
 	not permitted
 } else := {"allow": false, "reason": "the message \"forbidden\" may not be echoed", "code": "bad_arguments"} if {
