@@ -46,7 +46,7 @@ var methods = map[string]*method{
 	string(mcp.MethodInitialize):             legacy(method{kind: audit.KindInitialize, session: sessionNone, act: (*exchange).initialize}),
 	string(mcp.MethodServerDiscover):         modern(method{kind: audit.KindDiscover, act: (*exchange).discover}),
 	string(mcp.MethodPing):                   legacy(method{kind: audit.KindPing, act: (*exchange).ping}),
-	string(mcp.MethodSetLogLevel):            legacy(method{kind: audit.KindSetLevel, act: (*exchange).setLevel}),
+	string(mcp.MethodSetLogLevel):            legacy(method{kind: audit.KindSetLevel, ask: askSetLevel, act: (*exchange).setLevel}),
 	string(mcp.MethodToolsList):              both(method{kind: audit.KindToolsList, act: listActOf(listTools)}),
 	string(mcp.MethodPromptsList):            both(method{kind: audit.KindPromptsList, act: listActOf(listPrompts)}),
 	string(mcp.MethodResourcesList):          both(method{kind: audit.KindResourcesList, act: listActOf(listResources)}),

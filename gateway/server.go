@@ -89,14 +89,17 @@ func (x *exchange) ping(context.Context, call.Grant) (response, call.End) {
 // setLevel sets the session's log level (revisions before 2026-07-28): the upstreams send every
 // sandboxMessage, and each session's level filters them.
 func (x *exchange) setLevel(context.Context, call.Grant) (response, call.End) {
-	level := mcp.LoggingLevel(jsonscan.String(x.msg.p.level))
-	if !slices.Contains(logLevels, level) {
-		x.cl.Note("invalid_params")
-		return x.respond(x.rpcError(codeInvalidParams, "logging/setLevel: invalid logging level '"+truncate(string(level), 64)+"'", nil)),
-			call.Answered(http.StatusOK)
-	}
-	x.session.setLevel(level)
+	x.session.setLevel(mcp.LoggingLevel(jsonscan.String(x.msg.p.level)))
 	return x.respond(x.result([]byte(`{}`))), call.Answered(http.StatusOK)
+}
+
+// askSetLevel refuses a level the protocol does not have (invalid params, the level in the
+// event's reason: a sandbox's text is no metric label).
+func askSetLevel(_ context.Context, x *exchange) (call.Question, *call.Refusal) {
+	if level := mcp.LoggingLevel(jsonscan.String(x.msg.p.level)); !slices.Contains(logLevels, level) {
+		return call.Question{}, call.Refuse(call.CodeBadParams, "logging/setLevel: invalid logging level '%s'", truncate(string(level), 64))
+	}
+	return call.Question{}, nil
 }
 
 var logLevels = []mcp.LoggingLevel{mcp.LoggingLevelDebug, mcp.LoggingLevelInfo, mcp.LoggingLevelNotice, mcp.LoggingLevelWarning,

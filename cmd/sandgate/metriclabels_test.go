@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/call"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -33,9 +35,9 @@ func scrapeSeries(t *testing.T, admin string) []string {
 }
 
 // A sandbox cannot mint metric series: 10,000 requests through the real MCP listener, each
-// answered with an error whose text the sandbox chose (mcp-go quotes the logging level it was
-// sent), leave the series /metrics exports as they were after the first; the texts are in the
-// audit events, the label says "other".
+// answered with an error whose text the sandbox chose (the logging level it sent, quoted),
+// leave the series /metrics exports as they were after the first; the texts are in the audit
+// events' reasons, the label is the refusal's code.
 func TestSandboxChosenErrorTextsMintNoSeries(t *testing.T) {
 	cp := startCallPath(t)
 	sid := cp.session(t, cpCoder)
@@ -66,14 +68,15 @@ func TestSandboxChosenErrorTextsMintNoSeries(t *testing.T) {
 		}
 	}
 	assert.Equal(t, len(before), len(after), "series added: %v", added(before, after))
-	assert.Contains(t, strings.Join(after, "\n"), `code="other"`)
+	assert.Contains(t, strings.Join(after, "\n"), `code="bad_params",kind="mcp.logging_set_level"`)
 
-	var last string
+	var last audit.Event
 	require.Eventually(t, func() bool {
 		evs := cp.events(t)
-		last = evs[len(evs)-1].Outcome.Error
-		return strings.Contains(last, "minted-9999")
-	}, 10*time.Second, 10*time.Millisecond, "the text stays in the event: %q", last)
+		last = evs[len(evs)-1]
+		return strings.Contains(last.Decision.Reason, "minted-9999")
+	}, 10*time.Second, 10*time.Millisecond, "the text stays in the event: %+v", last)
+	assert.Equal(t, call.CodeBadParams, last.Outcome.Error)
 }
 
 func added(before, after []string) []string {

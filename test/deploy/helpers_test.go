@@ -2,7 +2,12 @@ package deploy
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"debug/elf"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -225,20 +230,47 @@ func materialize(t testing.TB, objs []*unstructured.Unstructured) materialized {
 }
 
 // writeCredentials writes each file-backed credential the config names: the audit keys from the
-// chart's rendered Secret, a fake value for every other credential.
+// chart's rendered Secret, a fresh EC key where the config reads a private key (the run tokens'
+// signing key, a GitHub App's), a fake value for every other credential.
 func writeCredentials(t testing.TB, objs []*unstructured.Unstructured, cfg *config.Config) {
 	t.Helper()
 	keys := auditKeys(t, objs)
+	pemKeys := map[string]bool{}
+	if cfg.RunTokens != nil {
+		pemKeys[cfg.RunTokens.KeyCredential] = true
+	}
+	for _, c := range cfg.Credentials {
+		if c.GitHubApp != nil {
+			pemKeys[c.GitHubApp.PrivateKeyCredential] = true
+		}
+	}
 	for _, c := range cfg.Credentials {
 		if c.File != "" {
 			mkdir(t, filepath.Dir(c.File))
 			content, ok := keys[filepath.Base(c.File)]
-			if !ok || !strings.Contains(c.File, "/audit-keys/") {
+			switch {
+			case pemKeys[c.Name]:
+				content = ecKeyPEM(t)
+			case !ok || !strings.Contains(c.File, "/audit-keys/"):
 				content = "fake-" + c.Name + "-value"
 			}
 			writeFile(t, c.File, content)
 		}
 	}
+}
+
+// ecKeyPEM is a new EC P-256 private key, PEM PKCS #8.
+func ecKeyPEM(t testing.TB) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
 }
 
 func readDir(t testing.TB, dir string) map[string]string {
