@@ -20,8 +20,8 @@ import (
 // On 2026-07-28 a sandbox hears of list changes and resource updates on a subscriptions/listen
 // stream, which the gateway serves itself, whatever its upstreams speak: the stream's first
 // message acknowledges what is honored (the resources the caller may read, each a subscription
-// of the upstream's: resources/subscribe on a legacy upstream's shared session, the filter of
-// a 2026-07-28 upstream's own listen stream), and every message on it carries the listen
+// of the upstream's: resources/subscribe on the sandbox's upstream session of a legacy
+// upstream (its own, or the shared one), the filter of a 2026-07-28 upstream's listen stream), and every message on it carries the listen
 // request's ID as its _meta subscriptionId. A list change is told when what the caller would be
 // shown now differs from what it was shown when the stream opened or was last told (as on the
 // GET stream of the legacy revisions, listchanged.go); progress and log messages never go here.

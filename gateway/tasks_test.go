@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -17,24 +21,34 @@ import (
 )
 
 // startTaskUpstream serves an mcp-go server (revision 2025-11-25) whose tool "long" may run as
-// a task of the upstream's.
-func startTaskUpstream(t *testing.T) string {
+// a task of the upstream's; seen counts the task requests (tasks/*) that reached it.
+func startTaskUpstream(t *testing.T, seen *atomic.Int64) string {
 	t.Helper()
 	s := server.NewMCPServer("tasks", "1", server.WithTaskCapabilities(true, true, true), server.WithToolCapabilities(true))
 	s.AddTaskTool(mcp.NewTool("long", mcp.WithTaskSupport(mcp.TaskSupportOptional)),
 		func(context.Context, mcp.CallToolRequest) (*mcp.CreateTaskResult, error) {
 			return &mcp.CreateTaskResult{}, nil
 		})
-	srv := httptest.NewServer(server.NewStreamableHTTPServer(s, server.WithStateful(true), server.WithDisableStreaming(true)))
+	h := server.NewStreamableHTTPServer(s, server.WithStateful(true), server.WithDisableStreaming(true))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if bytes.Contains(body, []byte(`"method":"tasks/`)) {
+			seen.Add(1)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	return srv.URL + "/mcp"
 }
 
 // A task is the upstream's, relayed, never one Sandgate makes, and belongs to the sandbox that
 // made it: its tasks/get and tasks/result go to the upstream for that sandbox; another sandbox's
-// are answered as for a task that does not exist, and audited; tasks/list lists a sandbox's own.
+// tasks/get, tasks/result and tasks/cancel are answered as for a task that does not exist,
+// audited, and never reach the upstream; tasks/list lists a sandbox's own.
 func TestTasksBelongToTheSandboxThatMadeThem(t *testing.T) {
-	h := startGateway(t, "testdata/policy", config.Upstream{Name: "http", URL: startTaskUpstream(t), Prefix: config.PrefixNever,
+	var seen atomic.Int64
+	h := startGateway(t, "testdata/policy", config.Upstream{Name: "http", URL: startTaskUpstream(t, &seen), Prefix: config.PrefixNever,
 		ProtocolVersion: mcp.LATEST_LEGACY_PROTOCOL_VERSION}) // the 2025-11-25 tasks model
 	h.waitReady(t)
 	init := openRawSession(t, h.URL(), "127.0.0.2").call("initialize", map[string]any{"protocolVersion": "2025-11-25",
@@ -55,11 +69,13 @@ func TestTasksBelongToTheSandboxThatMadeThem(t *testing.T) {
 
 	got := owner.call("tasks/get", map[string]any{"taskId": id})
 	assert.Contains(t, string(got), id, "the owner reads its task")
-	_, rpcErr, _ := other.exchange("tasks/get", map[string]any{"taskId": id})
-	require.NotNil(t, rpcErr, "another sandbox's tasks/get is refused")
-	assert.Contains(t, string(rpcErr), `"code":-32602`)
-	_, rpcErr, _ = other.exchange("tasks/cancel", map[string]any{"taskId": id})
-	require.NotNil(t, rpcErr, "another sandbox's tasks/cancel is refused")
+	reached := seen.Load()
+	for _, method := range []string{"tasks/get", "tasks/result", "tasks/cancel"} {
+		_, rpcErr, _ := other.exchange(method, map[string]any{"taskId": id})
+		require.NotNil(t, rpcErr, "another sandbox's %s is refused", method)
+		assert.Contains(t, string(rpcErr), `"code":-32602`, method)
+	}
+	assert.Equal(t, reached, seen.Load(), "no refused task request reached the upstream")
 
 	var mine, theirs struct {
 		Tasks []struct {
@@ -73,10 +89,10 @@ func TestTasksBelongToTheSandboxThatMadeThem(t *testing.T) {
 	assert.Empty(t, theirs.Tasks, "a sandbox lists none of another's tasks")
 
 	refused := 0
-	for _, ev := range eventsOf(t, h, audit.KindTasks, 5) {
+	for _, ev := range eventsOf(t, h, audit.KindTasks, 6) {
 		if ev.Outcome.Error == call.CodeNotFound && ev.Identity.SourceIP == "127.0.0.1" {
 			refused++
 		}
 	}
-	assert.Equal(t, 2, refused, "each refused task request is audited")
+	assert.Equal(t, 3, refused, "each refused task request is audited")
 }

@@ -66,7 +66,7 @@ const (
 // Prefix modes of an upstream's tool and prompt names.
 const (
 	PrefixAlways     = "always"      // always "<upstream>_<tool>"
-	PrefixNever      = "never"       // the upstream's name; on a clash the earlier upstream wins
+	PrefixNever      = "never"       // the upstream's name; a name two upstreams offer is neither's
 	PrefixOnConflict = "on-conflict" // the upstream's name unless another upstream has it too
 )
 
