@@ -211,6 +211,9 @@ func TestListenStreamGetsResourceUpdates(t *testing.T) {
 				"params": map[string]any{"notifications": map[string]any{"resourceSubscriptions": []string{uri}, "toolsListChanged": true}}})
 			defer resp.Body.Close()
 			require.Equal(t, http.StatusOK, resp.StatusCode)
+			// A deadline, not a wait: the server's updates come every 5 s; without one in 30 s
+			// the stream is closed and the test fails on its line.
+			defer time.AfterFunc(30*time.Second, func() { resp.Body.Close() }).Stop()
 			events := newEventReader(resp)
 			ack, ok := events.next()
 			require.True(t, ok)
@@ -223,7 +226,7 @@ func TestListenStreamGetsResourceUpdates(t *testing.T) {
 			require.NotContains(t, string(res), `"isError":true`, "%s", res)
 			for {
 				ev, ok := events.next()
-				require.True(t, ok, "the stream ended without the update")
+				require.True(t, ok, "the stream ended (or 30 s passed) without the update")
 				if !strings.Contains(ev.data, "notifications/resources/updated") {
 					continue
 				}
