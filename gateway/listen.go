@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -63,11 +64,7 @@ func (ls *listeners) get(key string) *listener {
 func (ls *listeners) all() []*listener {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	out := make([]*listener, 0, len(ls.byKey))
-	for _, l := range ls.byKey {
-		out = append(out, l)
-	}
-	return out
+	return slices.Collect(maps.Values(ls.byKey))
 }
 
 // listenBuffer bounds the messages waiting to be written to one listen stream: a sandbox that

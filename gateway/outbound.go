@@ -159,20 +159,27 @@ func (g *Gateway) askModern(ctx context.Context, cl *call.Call, c *inflightCall,
 }
 
 // declares reports whether caps, a 2026-07-28 request's client capabilities, has what a request
-// of method needs.
+// of method needs (a method that needs none is no request that revision can ask).
 func declares(caps *mcp.ClientCapabilities, method string) bool {
 	if caps == nil {
 		return false
 	}
+	has, needs := capabilityFor(*caps, method)
+	return needs && has
+}
+
+// capabilityFor is whether caps has the capability a server request of method needs, and
+// whether it needs one (sampling, elicitation and roots do).
+func capabilityFor(caps mcp.ClientCapabilities, method string) (has, needs bool) {
 	switch mcp.MCPMethod(method) {
 	case mcp.MethodSamplingCreateMessage:
-		return caps.Sampling != nil
+		return caps.Sampling != nil, true
 	case mcp.MethodElicitationCreate:
-		return caps.Elicitation != nil
+		return caps.Elicitation != nil, true
 	case mcp.MethodListRoots:
-		return caps.Roots != nil
+		return caps.Roots != nil, true
 	}
-	return false
+	return true, false
 }
 
 // requestBytes is a request with id, method and params (as written).

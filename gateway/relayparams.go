@@ -154,11 +154,9 @@ func tokenMember(token string, own json.RawMessage) []byte {
 // with is p with a member added (the hop's requestState, inputResponses or task).
 func (p relayed) with(key string, val []byte) relayed {
 	p.members = append([]byte(nil), p.members...)
-	p.add(appendJSONStringS(key), val)
+	p.add(string(jsonenc.AppendString(nil, key)), val)
 	return p
 }
-
-func appendJSONStringS(s string) string { return string(jsonenc.AppendString(nil, s)) }
 
 // modern is p as a 2026-07-28 upstream reads it: its protocol fields added, and the standard
 // headers (Mcp-Method, Mcp-Name, Mcp-Param-*).

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -80,11 +82,7 @@ func (ss *sandboxRegistry) close(id string) {
 func (ss *sandboxRegistry) all() []*sandboxSession {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	out := make([]*sandboxSession, 0, len(ss.byID))
-	for _, s := range ss.byID {
-		out = append(out, s)
-	}
-	return out
+	return slices.Collect(maps.Values(ss.byID))
 }
 
 // running registers a call's stream while it runs (a GET may resume it: answer.attach); the
@@ -184,13 +182,6 @@ func (s *sandboxSession) hasCapability(method string) bool {
 	if !known {
 		return true // declared on another replica: the sandbox's client decides
 	}
-	switch mcp.MCPMethod(method) {
-	case mcp.MethodSamplingCreateMessage:
-		return caps.Sampling != nil
-	case mcp.MethodElicitationCreate:
-		return caps.Elicitation != nil
-	case mcp.MethodListRoots:
-		return caps.Roots != nil
-	}
-	return true
+	has, _ := capabilityFor(caps, method)
+	return has
 }
