@@ -1,6 +1,8 @@
 package respguard
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"strings"
@@ -23,27 +25,54 @@ func (e *eventReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// BenchmarkReader is the guard's cost for one answer with one credential's needles: the
-// bench's short streamed answer read event by event, a long one of many deltas read in 32 KiB
-// reads, and a non-streamed answer (JSON, read in pieces too since issue 59) in one read.
+// BenchmarkReader is the guard's cost for one answer: the bench's short streamed answer read
+// event by event, a long one of many deltas read in 32 KiB reads, and a non-streamed answer
+// (JSON, read in pieces too since issue 59) in one read, long and as small as the bench's
+// model-API stand-in gives. "static" reads with one set of needles, one credential's, as every
+// answer does without minted credentials; "runs" with the set of the answer's own run, out of
+// 200 (Source.For: the static value and the run's token, in Ory Hydra's form), as the bench's
+// route does with a minted credential (issue 57): the sets take turns, so that their tables
+// are as cold as in a Sandgate serving 200 runs.
 func BenchmarkReader(b *testing.B) {
-	needles := Build([]string{secret}, nil)
+	const static = "sk-bench-not-a-real-key-0123456789" // bench.benchAPIKey
+	runs := make([]*Needles, 200)
+	for i := range runs {
+		tok := make([]byte, 64)
+		_, _ = rand.Read(tok)
+		enc := base64.RawURLEncoding
+		runs[i] = Build([]string{static, "ory_at_" + enc.EncodeToString(tok[:32]) + "." + enc.EncodeToString(tok[32:])}, nil)
+	}
+	b.Run("static", func(b *testing.B) { benchmarkReader(b, []*Needles{Build([]string{static}, nil)}) })
+	b.Run("runs", func(b *testing.B) { benchmarkReader(b, runs) })
+	// "all": one set of every run's token (Source.Current, the MCP half's).
+	all := []string{static}
+	for _, n := range runs {
+		all = append(all, n.values[1]) // the run's token
+	}
+	b.Run("all", func(b *testing.B) { benchmarkReader(b, []*Needles{Build(all, nil)}) })
+}
+
+func benchmarkReader(b *testing.B, sets []*Needles) {
 	long := strings.Join(ssetest.LongModelAnswer("claude-bench", 2000), "")
 	json := `{"id":"msg_1","type":"message","role":"assistant","model":"claude-bench","content":[{"type":"text","text":"` +
 		strings.Repeat(`Here is the change you asked for.\n\n`, 60) + `"}],"stop_reason":"end_turn","stop_sequence":null,` +
 		`"usage":{"input_tokens":2095,"cache_creation_input_tokens":0,"cache_read_input_tokens":51200,"output_tokens":503}}`
-	for name, events := range map[string][]string{"short": ssetest.ModelAnswer("claude-bench"), "long": {long}, "json": {json}} {
+	small := `{"id":"msg_1","type":"message","role":"assistant","model":"claude-bench","content":[{"type":"text","text":"Hello from the bench"}],` +
+		`"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":34}}`
+	for name, events := range map[string][]string{"short": ssetest.ModelAnswer("claude-bench"), "long": {long}, "json": {json}, "small": {small}} {
 		size := 0
 		for _, e := range events {
 			size += len(e)
 		}
-		pieces := InPieces(http.Header{"Content-Type": {map[bool]string{true: "application/json", false: "text/event-stream"}[name == "json"]}})
+		pieces := InPieces(http.Header{"Content-Type": {map[bool]string{true: "application/json", false: "text/event-stream"}[name == "json" || name == "small"]}})
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			buf := make([]byte, 32<<10)
+			i := 0
 			for b.Loop() {
-				r := NewReader(&eventReader{events: append([]string(nil), events...)}, needles, pieces, nil)
+				i++
+				r := NewReader(&eventReader{events: append([]string(nil), events...)}, sets[i%len(sets)], pieces, nil)
 				for {
 					if _, err := r.Read(buf); err != nil {
 						break
@@ -51,5 +80,30 @@ func BenchmarkReader(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkHeld is the check the guard makes at the end of every string value of a JSON
+// message or event (pieces.settlePlain): whether its tail may begin a credential. The values
+// are a model answer's words, each ending differently, read with the 200 runs' sets of
+// BenchmarkReader in turn (cold tables, and no ending learned by the branch predictor).
+func BenchmarkHeld(b *testing.B) {
+	const static = "sk-bench-not-a-real-key-0123456789"
+	sets := make([]*Needles, 200)
+	for i := range sets {
+		tok := make([]byte, 64)
+		_, _ = rand.Read(tok)
+		enc := base64.RawURLEncoding
+		sets[i] = Build([]string{static, "ory_at_" + enc.EncodeToString(tok[:32]) + "." + enc.EncodeToString(tok[32:])}, nil)
+	}
+	var words [][]byte
+	for _, w := range strings.Fields(strings.Repeat("Here is the change you asked for: the handler now checks the token's expiry before it refreshes, "+
+		"and the test covers a refresh racing a revoke. message_start content_block_delta text_delta end_turn claude-bench msg_1 assistant ", 3)) {
+		words = append(words, []byte(w))
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		sets[i%len(sets)].held(words[i%len(words)])
 	}
 }

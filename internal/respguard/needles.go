@@ -31,18 +31,26 @@ const (
 type Needles struct {
 	values  []string // sorted: the set's key
 	gen     uint64   // the store's generation they were read at
-	header  []string
+	header  []string // shortest first: a value is compared with those no longer than it
 	body    [][]byte
 	maxBody int // the longest body needle
 	minBody int // the shortest
 	// byFirst lists, for each byte, the body needles that begin with it (indices into body):
 	// held asks only those at each position of a window's tail.
 	byFirst [256][]int
-	// starts has bit a<<8|b set when some body needle begins with the bytes a, b: held skips,
-	// with one lookup, the positions no needle can begin at (most of them).
-	starts [1 << 16 / 64]uint64
-	// ends has, in the words words of byte c, bit L-1 set when some body needle longer than
-	// L has c at index L-1: the only lengths of a held suffix that ends in c.
+	// first has bit c set when some body needle begins with the byte c, and starts bit
+	// pairHash(a, b) when one begins with the bytes a, b: held skips, with a lookup in each,
+	// the positions no needle can begin at (most of them). Both are a cache line or less (the
+	// exact table of pairs was 8 KiB): a Sandgate serving many runs holds a set per run
+	// (Source.For), and an answer reads its run's set cold.
+	first  [256 / 64]uint64
+	starts [startBits / 64]uint64
+	// ends has, in the words words of bucket endHash(a, b), bit L-1 set when some body needle
+	// longer than L has a, b at indices L-2, L-1: the only lengths (2 and more) of a held
+	// suffix that ends in a, b. Keyed by the last byte alone, the words of a model answer had
+	// 1.2 lengths each to try against the 12 needles of a static key and a run's token; by the
+	// last two, hashed into 256 buckets, 0.2 (BenchmarkHeld, 200 runs' sets: 16.2 ns a word
+	// before, 10.0 after, the medians of 5 interleaved runs).
 	ends  []uint64
 	words int
 	// escapable: a short JSON escape (\n, \", \\, \/ …) stands for a byte some needle holds,
@@ -153,14 +161,15 @@ func Build(values, rendered []string) *Needles {
 		}
 	}
 	n.words = (n.maxBody + 63) / 64
-	n.ends = make([]uint64, 256*n.words)
+	n.ends = make([]uint64, endBuckets*n.words)
 	for i, b := range n.body {
-		for l, c := range b[:len(b)-1] {
-			n.ends[int(c)*n.words+l/64] |= 1 << (l % 64)
+		for l := 1; l < len(b)-1; l++ {
+			n.ends[endHash(b[l-1], b[l])*n.words+l/64] |= 1 << (l % 64)
 		}
 		n.byFirst[b[0]] = append(n.byFirst[b[0]], i)
-		pair := int(b[0])<<8 | int(b[1])
-		n.starts[pair/64] |= 1 << (pair % 64)
+		n.first[b[0]/64] |= 1 << (b[0] % 64)
+		h := pairHash(b[0], b[1])
+		n.starts[h/64] |= 1 << (h % 64)
 		for _, c := range b {
 			if e, ok := shortEscapeOf[c]; ok {
 				n.escapable[e] = true
@@ -168,7 +177,26 @@ func Build(values, rendered []string) *Needles {
 		}
 	}
 	n.escapable['u'] = true
+	slices.SortStableFunc(n.header, func(a, b string) int { return len(a) - len(b) })
 	return n
+}
+
+// startBits is the size of the starts filter: 512 bits, one cache line, for the dozen first
+// pairs of one credential's needles (a few dozen with a run's tokens).
+const startBits = 512
+
+// pairHash is the bit of starts that stands for the bytes a, b.
+func pairHash(a, b byte) uint {
+	return uint(uint32(a)<<8|uint32(b)) * 2654435761 >> 23 % startBits
+}
+
+// endBuckets is the number of buckets of ends: 256, the size of the table it replaced (one by
+// last byte).
+const endBuckets = 256
+
+// endHash is the bucket of ends that holds the lengths of suffixes ending in a, b.
+func endHash(a, b byte) int {
+	return int(uint32(a)<<8|uint32(b)) * 0x9E3779B1 >> 24 % endBuckets
 }
 
 // shortEscapeOf is the character after a backslash that JSON writes for a byte.
@@ -216,11 +244,11 @@ func (n *Needles) ScrubHeader(h map[string][]string) bool {
 
 // nameHit reports whether a field name holds a needle, whatever its case.
 func (n *Needles) nameHit(name string) bool {
-	if len(name) < minHeaderSecret {
-		return false
-	}
 	for _, s := range n.header {
-		if len(s) <= len(name) && containsFold(name, s) {
+		if len(s) > len(name) {
+			return false
+		}
+		if containsFold(name, s) {
 			return true
 		}
 	}
@@ -240,6 +268,9 @@ func containsFold(s, sub string) bool {
 func (n *Needles) headerHit(vs []string) bool {
 	for _, v := range vs {
 		for _, s := range n.header {
+			if len(s) > len(v) {
+				break
+			}
 			if strings.Contains(v, s) {
 				return true
 			}

@@ -144,34 +144,42 @@ func (s *Scanner) redact(w []byte, a, b int, start bool) {
 
 // held is the length of the longest suffix of w that begins some needle without completing
 // it: the bytes that must wait for the next read. Only the lengths at which some needle holds
-// w's last byte are tried, longest first, and of those only the ones whose first two bytes
-// begin a needle are compared.
+// w's last two bytes are tried (ends), longest first, and of those only the ones whose first
+// byte and first two bytes may begin a needle (first, starts) are compared; then w's last
+// byte alone.
 func (n *Needles) held(w []byte) int {
 	if n.maxBody == 0 || len(w) == 0 {
 		return 0
 	}
 	tail := w[len(w)-min(len(w), n.maxBody-1):]
-	ends := n.ends[int(tail[len(tail)-1])*n.words:][:n.words]
-	for k := (len(tail) - 1) / 64; k >= 0; k-- {
-		lens := ends[k] // bit b: a suffix of length 64k+b+1
-		if top := len(tail) - 64*k; top < 64 {
-			lens &= 1<<top - 1
-		}
-		for lens != 0 {
-			b := 63 - bits.LeadingZeros64(lens)
-			lens &^= 1 << b
-			i := len(tail) - (64*k + b + 1)
-			if i+1 < len(tail) {
-				if pair := int(tail[i])<<8 | int(tail[i+1]); n.starts[pair/64]&(1<<(pair%64)) == 0 {
+	last := tail[len(tail)-1]
+	if len(tail) >= 2 {
+		ends := n.ends[endHash(tail[len(tail)-2], last)*n.words:][:n.words]
+		for k := (len(tail) - 1) / 64; k >= 0; k-- {
+			lens := ends[k] // bit b: a suffix of length 64k+b+1
+			if top := len(tail) - 64*k; top < 64 {
+				lens &= 1<<top - 1
+			}
+			for lens != 0 {
+				b := 63 - bits.LeadingZeros64(lens)
+				lens &^= 1 << b
+				i := len(tail) - (64*k + b + 1)
+				if c := tail[i]; n.first[c/64]&(1<<(c%64)) == 0 {
 					continue
 				}
-			}
-			for _, x := range n.byFirst[tail[i]] {
-				if nd := n.body[x]; len(nd) > len(tail)-i && bytes.HasPrefix(nd, tail[i:]) {
-					return len(tail) - i
+				if h := pairHash(tail[i], tail[i+1]); n.starts[h/64]&(1<<(h%64)) == 0 {
+					continue
+				}
+				for _, x := range n.byFirst[tail[i]] {
+					if nd := n.body[x]; len(nd) > len(tail)-i && bytes.HasPrefix(nd, tail[i:]) {
+						return len(tail) - i
+					}
 				}
 			}
 		}
+	}
+	if n.first[last/64]&(1<<(last%64)) != 0 { // every needle is longer than one byte
+		return 1
 	}
 	return 0
 }

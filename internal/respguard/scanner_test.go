@@ -276,3 +276,60 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// heldByDefinition is Needles.held as its comment defines it, every suffix tried.
+func heldByDefinition(n *Needles, w []byte) int {
+	for i := max(0, len(w)-n.maxBody+1); i < len(w); i++ {
+		for _, nd := range n.body {
+			if len(nd) > len(w)-i && bytes.HasPrefix(nd, w[i:]) {
+				return len(w) - i
+			}
+		}
+	}
+	return 0
+}
+
+// FuzzHeld: held, which tries only the lengths its tables allow, finds what trying every
+// suffix finds, for one credential and for one beside a run's token (issue 57's sets: the
+// tables hash byte pairs, and a collision may only add lengths to try, never lose one).
+func FuzzHeld(f *testing.F) {
+	token := "ory_at_Tq1cM3zYw9dH0f2pVbX8kRjLnE5uGsA7oI4eCyQ6hWtZx0aB9cD.8eF7gH6iJ5kL4mN3oP2qR1sT0uV9wX8yZ7aQw3Er5Ty7Ui9OpAs1Df"
+	sets := []*Needles{Build([]string{secret}, nil), Build([]string{secret, token}, []string{"Bearer " + token})}
+	for _, n := range sets {
+		for _, nd := range n.body {
+			for _, cut := range []int{1, 2, 3, len(nd) / 2, len(nd) - 1} {
+				f.Add([]byte("text "+string(nd[:cut])), uint8(0))
+			}
+		}
+	}
+	f.Add([]byte("claude-bench"), uint8(1))
+	f.Add([]byte(""), uint8(1))
+	f.Fuzz(func(t *testing.T, w []byte, set uint8) {
+		n := sets[int(set)%len(sets)]
+		if got, want := n.held(w), heldByDefinition(n, w); got != want {
+			t.Fatalf("held(%q) = %d, by definition %d", w, got, want)
+		}
+	})
+}
+
+// TestHeldAsDefined checks held against its definition on every prefix of every needle behind
+// ordinary text, and on text alone.
+func TestHeldAsDefined(t *testing.T) {
+	token := "ory_at_Tq1cM3zYw9dH0f2pVbX8kRjLnE5uGsA7oI4eCyQ6hWtZx0aB9cD.8eF7gH6iJ5kL4mN3oP2qR1sT0uV9wX8yZ7aQw3Er5Ty7Ui9OpAs1Df"
+	n := Build([]string{secret, token}, []string{"Bearer " + token})
+	texts := []string{"", "Hello from the bench", "claude-bench", strings.Repeat("the quick brown fox ", 12)}
+	held := 0
+	for _, text := range texts {
+		for _, nd := range n.body {
+			for cut := 0; cut <= len(nd); cut++ {
+				w := []byte(text + string(nd[:cut]))
+				want := heldByDefinition(n, w)
+				require.Equal(t, want, n.held(w), "%q", w)
+				if want > 0 {
+					held++
+				}
+			}
+		}
+	}
+	assert.Greater(t, held, 1000, "the cases hold back something")
+}
