@@ -39,7 +39,8 @@ type Options struct {
 	ExportVariants bool
 	// CredentialVariants adds "minted" beside "sandgate": the route's credential minted per
 	// sandbox run (OAuth 2.0 client credentials at the stand-ins' token endpoint) instead of a
-	// static key, measured interleaved on route: issue #57's cost target.
+	// static key, measured interleaved on route: issue #57's cost target. With BaselineBin,
+	// the baseline binary is measured so too ("minted-baseline"): the A/B of a change to it.
 	CredentialVariants bool
 	OtelcolBin         string
 	RelayBin           string // bench/cmd/relay
@@ -95,6 +96,12 @@ func startMoreSandgates(ctx context.Context, o Options, root string, up *Upstrea
 		v := mintedVariant
 		v.credentials = fmt.Sprintf(v.credentials, "http://"+up.HTTPAddr+tokenPath)
 		want = append(want, sandgate{o.SandgateBin, v})
+		// With a baseline, its minted credential is measured too ("minted-baseline"): the A/B
+		// of a change to what a minted credential costs (the guard's needles of a run).
+		if o.BaselineBin != "" {
+			v.name, v.omit = "minted-baseline", o.BaselineOmit
+			want = append(want, sandgate{o.BaselineBin, v})
+		}
 	}
 	var started []*Target
 	stopAll := func() {
@@ -167,7 +174,7 @@ func supports(target, w string) bool {
 		return w == WRoute || w == WMCP || w == WIntercept
 	case "declog", "shadow", "otlp", "otlp-baseline":
 		return w == WRoute || w == WMCP
-	case "minted":
+	case "minted", "minted-baseline":
 		return w == WRoute
 	case "relay":
 		// The bare CONNECT relay, a bare httputil.ReverseProxy for the route, and a bare mcp-go

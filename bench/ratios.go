@@ -431,6 +431,9 @@ func (r *Report) ABRatios() []Ratio {
 			if x, ok := r.abRatio(w, "otlp", "otlp-baseline", ShapeClosed, c, fmt.Sprintf("CPU µs/request (c=%d), audit OTLP export on", c), cpu); ok {
 				out = append(out, x)
 			}
+			if x, ok := r.abRatio(w, "minted", "minted-baseline", ShapeClosed, c, fmt.Sprintf("CPU µs/request (c=%d), minted credential", c), cpu); ok {
+				out = append(out, x)
+			}
 		}
 		for _, n := range counts {
 			if x, ok := r.abRatio(w, "sandgate", "baseline", ShapeRate, n, fmt.Sprintf("RSS MB at the end of the fixed-rate cell, %d sandboxes", n), rss); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -277,11 +278,20 @@ func newMCPServer() *server.MCPServer {
 // access token for every request, living an hour (the "minted" target's provider).
 const tokenPath = "/oauth2/token"
 
+// serveToken answers as Ory Hydra (the tests' IdP) does: "ory_at_", 32 random bytes and a
+// 32-byte signature, each in unpadded base64url. The form matters to the figure: the guard
+// holds a streamed answer back while one of its JSON values ends in four or more leading bytes
+// of a credential (respguard.pieceHold), and an earlier form, "bench-minted-" and hex, began
+// with the word the stand-in's model name ends in ("claude-bench"): every streamed answer was
+// held to its end and scanned again at each read, which measured the two names' collision
+// rather than the minted credential (route CPU 1.06×; BenchmarkReader/minted/short 2.4×).
 func serveToken(w http.ResponseWriter, _ *http.Request) {
-	b := make([]byte, 24)
+	b := make([]byte, 64)
 	_, _ = rand.Read(b)
+	enc := base64.RawURLEncoding
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = fmt.Fprintf(w, `{"access_token":"bench-minted-%x","token_type":"Bearer","expires_in":3600}`, b)
+	_, _ = fmt.Fprintf(w, `{"access_token":"ory_at_%s.%s","token_type":"bearer","expires_in":3600}`,
+		enc.EncodeToString(b[:32]), enc.EncodeToString(b[32:]))
 }
 
 func serveModelAPI(w http.ResponseWriter, r *http.Request) {
