@@ -53,6 +53,8 @@ type Needles struct {
 	// before, 10.0 after, the medians of 5 interleaved runs).
 	ends  []uint64
 	words int
+	// wide searches for the body needles all at once: nil under wideFrom of them.
+	wide *wide
 	// escapable: a short JSON escape (\n, \", \\, \/ …) stands for a byte some needle holds,
 	// so a text with it must be read decoded.
 	escapable [256]bool
@@ -177,6 +179,9 @@ func Build(values, rendered []string) *Needles {
 		}
 	}
 	n.escapable['u'] = true
+	if len(n.body) >= wideFrom {
+		n.wide = newWide(n.body)
+	}
 	slices.SortStableFunc(n.header, func(a, b string) int { return len(a) - len(b) })
 	return n
 }
@@ -268,12 +273,15 @@ func containsFold(s, sub string) bool {
 func (n *Needles) headerHit(vs []string) bool {
 	for _, v := range vs {
 		for _, s := range n.header {
-			if len(s) > len(v) {
-				break
+			if len(s) > len(v) || n.wide != nil && len(s) >= MinBodySecret {
+				break // the rest are body needles, which a wide set finds at once
 			}
 			if strings.Contains(v, s) {
 				return true
 			}
+		}
+		if n.wide != nil && len(v) >= MinBodySecret && n.contains(v) {
+			return true
 		}
 		if strings.ContainsAny(v, `%\`) && n.decodedHit([]byte(v)) {
 			return true

@@ -368,17 +368,7 @@ func (p *pieces) value(s *Scanner, w []byte, str []piece, cut bool) {
 		head := str[:min(len(str), n)]
 		p.seq = append(append(p.seq[:0], tail...), head...)
 		p.buf = bytesOf(p.buf, p.seq)
-		for _, nd := range p.n.body {
-			for i := 0; i < len(tail); {
-				j := bytes.Index(p.buf[i:], nd)
-				if j < 0 || i+j >= len(tail) {
-					break
-				}
-				i += j
-				p.redact(s, w, p.seq[i:i+len(nd)])
-				i++
-			}
-		}
+		p.n.eachBefore(p.buf, len(tail), func(a, b int) { p.redact(s, w, p.seq[a:b]) })
 	}
 	if cut || len(str) >= n {
 		p.seq = append(p.seq[:0], str[len(str)-min(len(str), n):]...)
@@ -456,10 +446,8 @@ func (p *pieces) holdFrom(end int64) int64 {
 		// string is settled as a value: everything from its start waits for that, however
 		// short the tail.
 		buf := bytesOf(nil, full)
-		for _, nd := range p.n.body {
-			if j := bytes.Index(buf, nd); j >= 0 && j < len(tail) && (from < 0 || full[j].start < from) {
-				from = full[j].start
-			}
+		if j := p.n.firstBefore(buf, len(tail)); j >= 0 && (from < 0 || full[j].start < from) {
+			from = full[j].start
 		}
 		seq := full[len(full)-min(len(full), n):]
 		h := p.n.held(bytesOf(buf[:0], seq))

@@ -74,17 +74,7 @@ func (s *Scanner) Scan(w []byte, carried int, final bool) int {
 // scan finds and overwrites the raw and decoded matches of w and returns how much of w may go
 // on as far as they are concerned.
 func (s *Scanner) scan(w []byte, final bool) int {
-	for _, nd := range s.n.body {
-		for i := 0; i <= len(w)-len(nd); {
-			j := bytes.Index(w[i:], nd)
-			if j < 0 {
-				break
-			}
-			i += j
-			s.redact(w, i, i+len(nd), true)
-			i += len(nd)
-		}
-	}
+	s.n.each(w, func(a, b int) { s.redact(w, a, b, true) })
 	// An escape the window ends inside is held, and what comes before it is read as if the
 	// stream ended there: the escape may complete a needle that text begins.
 	ie := len(w)
@@ -93,18 +83,10 @@ func (s *Scanner) scan(w []byte, final bool) int {
 	}
 	decoded := s.v.decode(w[:ie], s.n)
 	if decoded {
-		for _, nd := range s.n.body {
-			for i := 0; i <= len(s.v.dec)-len(nd); {
-				j := bytes.Index(s.v.dec[i:], nd)
-				if j < 0 {
-					break
-				}
-				i += j
-				a, b := s.v.rawRange(i, i+len(nd))
-				s.redact(w, a, b, true)
-				i += len(nd)
-			}
-		}
+		s.n.each(s.v.dec, func(a, b int) {
+			ra, rb := s.v.rawRange(a, b)
+			s.redact(w, ra, rb, true)
+		})
 	}
 	hw := ie
 	if !decoded { // the view leaves out the breaks of wrapped base64; without it, look at them
@@ -152,6 +134,9 @@ func (n *Needles) held(w []byte) int {
 		return 0
 	}
 	tail := w[len(w)-min(len(w), n.maxBody-1):]
+	if n.wide != nil {
+		return n.wide.held(tail, n.body)
+	}
 	last := tail[len(tail)-1]
 	if len(tail) >= 2 {
 		ends := n.ends[endHash(tail[len(tail)-2], last)*n.words:][:n.words]

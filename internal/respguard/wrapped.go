@@ -60,18 +60,10 @@ func (s *Scanner) scanWrapped(w []byte, end int, final bool) int {
 // findWrapped overwrites the needles of the region w[lo:hi], read as the view reads it.
 func (s *Scanner) findWrapped(w []byte, lo, hi int) {
 	s.v.fill(w[lo:hi])
-	for _, nd := range s.n.body {
-		for j := 0; j <= len(s.v.dec)-len(nd); {
-			x := bytes.Index(s.v.dec[j:], nd)
-			if x < 0 {
-				break
-			}
-			j += x
-			a, b := s.v.rawRange(j, j+len(nd))
-			s.redact(w, lo+a, lo+b, true)
-			j += len(nd)
-		}
-	}
+	s.n.each(s.v.dec, func(a, b int) {
+		ra, rb := s.v.rawRange(a, b)
+		s.redact(w, lo+ra, lo+rb, true)
+	})
 }
 
 // breaks finds the line breaks of a window in order, raw or JSON-escaped (the backslash of \n
