@@ -67,10 +67,10 @@ func (n *Needles) Empty() bool { return n.maxBody == 0 }
 // Source keeps the needles of a credential store's current values, rebuilding them only when
 // the values change (a rotated credential applies at the next response).
 type Source struct {
-	store *credential.Store
+	store values
 	refs  []*config.CredentialRef // credentials whose rendered header is not just the value
 	cur   atomic.Pointer[Needles]
-	runs  atomic.Pointer[runNeedles] // For's, of one generation of the store
+	runs  runSets // For's
 	// building is held by the one caller of Current that builds a new set; the others wait
 	// for it. Each building its own, every answer in flight when a run's token was minted
 	// would build the set of every run's tokens (24 ms at 1,000 runs, the same for each).

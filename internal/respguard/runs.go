@@ -3,17 +3,39 @@ package respguard
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sandgate/sandgate/internal/credential"
 )
 
-// runNeedles are the needle sets For built at one generation of the store, by sandbox: a
-// change anywhere (a token minted, replaced or ended, a rotated value) starts a new set, so
-// that a sandbox's set is rebuilt at its next response and a gone sandbox's is dropped.
-type runNeedles struct {
-	gen uint64
-	m   sync.Map // credential.SandboxKey → *Needles
+// values is what a Source reads of a credential store (credential.Store).
+type values interface {
+	Generation() uint64
+	Values() []string
+	StaticValues() []string
+	SandboxValues(credential.SandboxKey) []string
+	HasMinted() bool
+	Get(name string) (string, bool)
 }
+
+// runSet is the needle set For built for one sandbox, and the latest generation of the store
+// at which the sandbox's values were still the set's.
+type runSet struct {
+	gen atomic.Uint64
+	n   *Needles
+}
+
+// runSets are For's sets by sandbox. A set outlives changes elsewhere: a token minted for
+// another run changes the store's generation but not this sandbox's values, which For then
+// compares and keeps (a rebuilt set cost a sandbox's next answer 33 µs, as long as the route's
+// whole request, at every mint of any run). Sets of sandboxes left without a value are dropped
+// every sweepEvery generations.
+type runSets struct {
+	m       sync.Map // credential.SandboxKey → *runSet
+	sweptAt atomic.Uint64
+}
+
+const sweepEvery = 256
 
 // For is the needle set of an answer to the sandbox ns/sandbox: every static value and the
 // live tokens minted for that sandbox's runs. Its upstream was sent no other run's token, so
@@ -24,19 +46,37 @@ func (s *Source) For(ns, sandbox string) *Needles {
 		return s.Current()
 	}
 	gen := s.store.Generation()
-	rn := s.runs.Load()
-	if rn == nil || rn.gen != gen {
-		rn = &runNeedles{gen: gen}
-		s.runs.Store(rn)
-	}
 	k := credential.SandboxKey{Namespace: ns, Sandbox: sandbox}
-	if n, ok := rn.m.Load(k); ok {
-		return n.(*Needles)
+	e, _ := s.runs.m.Load(k)
+	rs, _ := e.(*runSet)
+	if rs != nil && rs.gen.Load() == gen {
+		return rs.n
 	}
+	// The values are read after the generation: they are at least as new as gen says.
 	vals := append(s.store.StaticValues(), s.store.SandboxValues(k)...)
 	slices.Sort(vals)
-	n := Build(vals, s.rendered())
-	n.gen = gen
-	rn.m.Store(k, n)
-	return n
+	if rs != nil && slices.Equal(rs.n.values, vals) {
+		rs.gen.Store(gen)
+		return rs.n
+	}
+	rs = &runSet{n: Build(vals, s.rendered())}
+	rs.gen.Store(gen)
+	s.runs.m.Store(k, rs)
+	s.sweep(gen)
+	return rs.n
+}
+
+// sweep drops the sets of sandboxes without a minted value (their runs ended and their tokens
+// expired), once every sweepEvery generations.
+func (s *Source) sweep(gen uint64) {
+	last := s.runs.sweptAt.Load()
+	if gen-last < sweepEvery || !s.runs.sweptAt.CompareAndSwap(last, gen) {
+		return
+	}
+	s.runs.m.Range(func(key, _ any) bool {
+		if len(s.store.SandboxValues(key.(credential.SandboxKey))) == 0 {
+			s.runs.m.Delete(key)
+		}
+		return true
+	})
 }

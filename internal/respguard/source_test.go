@@ -1,8 +1,10 @@
 package respguard
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -45,4 +47,85 @@ func TestCurrentIsBuiltOnceForEveryAnswerInFlight(t *testing.T) {
 	}
 	assert.True(t, sets[0].Betrays([]byte(rotated)), "the new value")
 	assert.True(t, sets[0].Betrays([]byte(secret)), "and the retired one, until it is forgotten")
+}
+
+// fakeValues is a store of static values and minted tokens by sandbox, for the unit tests of
+// Source.For alone (the acceptance tests mint at real servers: test/credentials).
+type fakeValues struct {
+	mu     sync.Mutex
+	gen    uint64
+	static []string
+	bySbx  map[credential.SandboxKey][]string
+}
+
+func (f *fakeValues) Generation() uint64 { f.mu.Lock(); defer f.mu.Unlock(); return f.gen }
+func (f *fakeValues) StaticValues() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.static)
+}
+
+func (f *fakeValues) SandboxValues(k credential.SandboxKey) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.bySbx[k])
+}
+
+func (f *fakeValues) Values() []string {
+	out := f.StaticValues()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, vs := range f.bySbx {
+		out = append(out, vs...)
+	}
+	return out
+}
+func (f *fakeValues) HasMinted() bool           { return true }
+func (f *fakeValues) Get(string) (string, bool) { return "", false }
+func (f *fakeValues) mint(k credential.SandboxKey, v string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bySbx[k] = append(f.bySbx[k], v)
+	f.gen++
+}
+
+func (f *fakeValues) end(k credential.SandboxKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.bySbx, k)
+	f.gen++
+}
+
+// TestASandboxsSetOutlivesOtherRunsTokens: another run's token leaves a sandbox's set as it
+// was (no rebuild at its next answer); its own new token makes a new set that holds it; the
+// sets of sandboxes whose tokens are gone are dropped by the sweep.
+func TestASandboxsSetOutlivesOtherRunsTokens(t *testing.T) {
+	a, b := credential.SandboxKey{Namespace: "agents", Sandbox: "a"}, credential.SandboxKey{Namespace: "agents", Sandbox: "b"}
+	f := &fakeValues{static: []string{secret}, bySbx: map[credential.SandboxKey][]string{}}
+	src := &Source{store: f}
+	f.mint(a, "tok-a-1-secretsecret")
+	setA := src.For("agents", "a")
+	require.True(t, setA.Betrays([]byte("tok-a-1-secretsecret")))
+	require.False(t, setA.Betrays([]byte("tok-b-1-secretsecret")), "another run's token is not in a's set")
+
+	f.mint(b, "tok-b-1-secretsecret")
+	assert.Same(t, setA, src.For("agents", "a"), "b's token leaves a's set as it was")
+	assert.True(t, src.For("agents", "b").Betrays([]byte("tok-b-1-secretsecret")))
+
+	f.mint(a, "tok-a-2-secretsecret")
+	setA2 := src.For("agents", "a")
+	assert.NotSame(t, setA, setA2)
+	assert.True(t, setA2.Betrays([]byte("tok-a-2-secretsecret")))
+	assert.True(t, setA2.Betrays([]byte("tok-a-1-secretsecret")), "the replaced token, until it expires")
+	assert.True(t, setA2.Betrays([]byte(secret)))
+
+	f.end(b)
+	for i := range sweepEvery {
+		f.mint(credential.SandboxKey{Namespace: "agents", Sandbox: fmt.Sprint("c", i)}, fmt.Sprint("tok-c-", i, "-secretsecret"))
+	}
+	src.For("agents", "new") // a build: the sweep's turn
+	_, kept := src.runs.m.Load(a)
+	_, dropped := src.runs.m.Load(b)
+	assert.True(t, kept, "a still holds tokens")
+	assert.False(t, dropped, "b's tokens are gone, and so is its set")
 }
