@@ -107,3 +107,25 @@ func BenchmarkHeld(b *testing.B) {
 		sets[i%len(sets)].held(words[i%len(words)])
 	}
 }
+
+// BenchmarkBuild is what a change of the credentials costs: the set of one run (a static key
+// and the run's token, Source.For's) and the set of 1,000 runs' tokens (Source.Current's, the
+// MCP half's), built once per mint, refresh or end.
+func BenchmarkBuild(b *testing.B) {
+	const static = "sk-bench-not-a-real-key-0123456789"
+	vals := []string{static}
+	for range 1000 {
+		tok := make([]byte, 64)
+		_, _ = rand.Read(tok)
+		enc := base64.RawURLEncoding
+		vals = append(vals, "ory_at_"+enc.EncodeToString(tok[:32])+"."+enc.EncodeToString(tok[32:]))
+	}
+	for name, vs := range map[string][]string{"run": vals[:2], "runs1000": vals} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Build(vs, nil)
+			}
+		})
+	}
+}

@@ -73,7 +73,7 @@ type Source struct {
 	runs  runSets // For's
 	// building is held by the one caller of Current that builds a new set; the others wait
 	// for it. Each building its own, every answer in flight when a run's token was minted
-	// would build the set of every run's tokens (24 ms at 1,000 runs, the same for each).
+	// would build the set of every run's tokens (10 ms at 1,000 runs, BenchmarkBuild).
 	building sync.Mutex
 	builds   atomic.Int64 // sets Current built, for tests
 }
@@ -130,7 +130,11 @@ func (s *Source) rendered() []string {
 }
 
 // Build makes the needles of values and of rendered header values.
-func Build(values, rendered []string) *Needles {
+func Build(values, rendered []string) *Needles { return build(values, rendered, wideFrom) }
+
+// build is Build with the number of needles from which the set is wide (the tests compare
+// both searches on one set).
+func build(values, rendered []string, wideAt int) *Needles {
 	n := &Needles{values: values}
 	seen := map[string]bool{}
 	add := func(s string) {
@@ -175,25 +179,28 @@ func Build(values, rendered []string) *Needles {
 			n.minBody = len(b)
 		}
 	}
-	n.words = (n.maxBody + 63) / 64
-	n.ends = make([]uint64, endBuckets*n.words)
-	for i, b := range n.body {
-		for l := 1; l < len(b)-1; l++ {
-			n.ends[endHash(b[l-1], b[l])*n.words+l/64] |= 1 << (l % 64)
-		}
-		n.byFirst[b[0]] = append(n.byFirst[b[0]], i)
-		n.first[b[0]/64] |= 1 << (b[0] % 64)
-		h := pairHash(b[0], b[1])
-		n.starts[h/64] |= 1 << (h % 64)
+	for _, b := range n.body {
 		for _, c := range b {
-			if e, ok := shortEscapeOf[c]; ok {
+			if e := shortEscapeOf[c]; e != 0 {
 				n.escapable[e] = true
 			}
 		}
 	}
 	n.escapable['u'] = true
-	if len(n.body) >= wideFrom {
-		n.wide = newWide(n.body)
+	if len(n.body) >= wideAt {
+		n.wide = newWide(n.body) // held and the searches read it, not the tables below
+	} else {
+		n.words = (n.maxBody + 63) / 64
+		n.ends = make([]uint64, endBuckets*n.words)
+		for i, b := range n.body {
+			for l := 1; l < len(b)-1; l++ {
+				n.ends[endHash(b[l-1], b[l])*n.words+l/64] |= 1 << (l % 64)
+			}
+			n.byFirst[b[0]] = append(n.byFirst[b[0]], i)
+			n.first[b[0]/64] |= 1 << (b[0] % 64)
+			h := pairHash(b[0], b[1])
+			n.starts[h/64] |= 1 << (h % 64)
+		}
 	}
 	slices.SortStableFunc(n.header, func(a, b string) int { return len(a) - len(b) })
 	return n
@@ -217,8 +224,10 @@ func endHash(a, b byte) int {
 	return int(uint32(a)<<8|uint32(b)) * 0x9E3779B1 >> 24 % endBuckets
 }
 
-// shortEscapeOf is the character after a backslash that JSON writes for a byte.
-var shortEscapeOf = map[byte]byte{'"': '"', '\\': '\\', '/': '/', '\b': 'b', '\f': 'f', '\n': 'n', '\r': 'r', '\t': 't'}
+// shortEscapeOf is the character after a backslash that JSON writes for a byte (0: none). An
+// array, not a map: Build reads it for every byte of every needle (a map made Build of 1,000
+// runs' tokens 27 ms, most of it in map lookups).
+var shortEscapeOf = [256]byte{'"': '"', '\\': '\\', '/': '/', '\b': 'b', '\f': 'f', '\n': 'n', '\r': 'r', '\t': 't'}
 
 // Base64Forms are the base64 texts (standard and URL alphabets) that contain v when v sits at
 // each of the three byte offsets within a base64-encoded text: only the characters decided by

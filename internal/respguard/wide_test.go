@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"testing"
 
@@ -25,9 +26,9 @@ func wideAndNarrow(t testing.TB) (wideSet, narrow *Needles) {
 	vals := append([]string{secret}, runTokens(8)...)
 	wideSet = Build(vals, []string{"Bearer " + vals[3]})
 	require.NotNil(t, wideSet.wide, "%d needles make a wide set", len(wideSet.body))
-	n := *wideSet
-	n.wide = nil
-	return wideSet, &n
+	narrow = build(vals, []string{"Bearer " + vals[3]}, math.MaxInt)
+	require.Nil(t, narrow.wide)
+	return wideSet, narrow
 }
 
 // FuzzWideFindsWhatNarrowFinds: a wide set scrubs every input read in any pieces, as a body or
