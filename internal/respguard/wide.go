@@ -24,7 +24,7 @@ const wideFrom = 48
 type wide struct {
 	byPrefix map[uint64][]int32 // body needles (indices) by their first 8 bytes
 	short    map[uint64]bool    // every prefix of 1 to 7 bytes of a body needle, by shortKey
-	filter   []uint64           // bit filterBit(k) set for every key of byPrefix and short
+	filter   []uint64           // bit bit(k) set for every key k of byPrefix and short
 	shift    uint
 }
 
