@@ -129,3 +129,32 @@ func BenchmarkBuild(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrefixFlood is an upstream's answer made to cost the guard: 64 KiB of what every
+// run's token forms begin with (hex of "ory_", "6f72795f", and a base64 form's first 8
+// characters), read with the set of 1,000 runs' tokens, as a body and as one JSON string.
+func BenchmarkPrefixFlood(b *testing.B) {
+	vals := []string{"sk-bench-not-a-real-key-0123456789"}
+	for range 1000 {
+		tok := make([]byte, 64)
+		_, _ = rand.Read(tok)
+		enc := base64.RawURLEncoding
+		vals = append(vals, "ory_at_"+enc.EncodeToString(tok[:32])+"."+enc.EncodeToString(tok[32:]))
+	}
+	set := Build(vals, nil)
+	flood := strings.Repeat("6f72795f"+Base64Forms(vals[1])[0][:8], 4<<10)
+	for name, body := range map[string]string{"body": flood, "json": `{"text":"` + flood + `"}`} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			buf := make([]byte, 32<<10)
+			for b.Loop() {
+				r := NewReader(strings.NewReader(body), set, name == "json", nil)
+				for {
+					if _, err := r.Read(buf); err != nil {
+						break
+					}
+				}
+			}
+		})
+	}
+}

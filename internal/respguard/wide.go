@@ -21,10 +21,19 @@ import (
 const wideFrom = 48
 
 // wide indexes a set's body needles by their first 8 bytes, and their shorter prefixes for held.
+//
+// The forms of many runs' tokens share their first 8 bytes: the hex of "ory_at_X" begins
+// "6f72795f" for every run, and so do its base64 forms at each alignment. Compared at every
+// position those first 8 bytes occur, a text an upstream filled with them would cost a
+// comparison per run at each: so a needle of 16 bytes or more is found by its first 16
+// (by16), where the tokens differ; and held looks a suffix up in its bucket sorted (sorted),
+// in as many comparisons as the bucket's size has bits.
 type wide struct {
-	byPrefix map[uint64][]int32 // body needles (indices) by their first 8 bytes
-	short    map[uint64]bool    // every prefix of 1 to 7 bytes of a body needle, by shortKey
-	filter   []uint64           // bit bit(k) set for every key k of byPrefix and short
+	byPrefix map[uint64][]int32    // body needles under 16 bytes (indices), by their first 8 bytes
+	by16     map[[2]uint64][]int32 // body needles of 16 bytes or more, by their first 16
+	sorted   map[uint64][]int32    // every body needle by its first 8 bytes, in byte order
+	short    map[uint64]bool       // every prefix of 1 to 7 bytes of a body needle, by shortKey
+	filter   []uint64              // bit bit(k) set for every key k of byPrefix and short
 	shift    uint
 }
 
@@ -32,22 +41,31 @@ type wide struct {
 type match struct{ x, at int }
 
 func newWide(body [][]byte) *wide {
-	x := &wide{byPrefix: map[uint64][]int32{}, short: map[uint64]bool{}}
+	x := &wide{byPrefix: map[uint64][]int32{}, by16: map[[2]uint64][]int32{}, sorted: map[uint64][]int32{}, short: map[uint64]bool{}}
 	for i, nd := range body {
 		k := binary.LittleEndian.Uint64(nd)
-		x.byPrefix[k] = append(x.byPrefix[k], int32(i))
+		if len(nd) >= 16 {
+			k2 := [2]uint64{k, binary.LittleEndian.Uint64(nd[8:])}
+			x.by16[k2] = append(x.by16[k2], int32(i))
+		} else {
+			x.byPrefix[k] = append(x.byPrefix[k], int32(i))
+		}
+		x.sorted[k] = append(x.sorted[k], int32(i))
 		for l := 1; l < 8; l++ {
 			x.short[shortKey(nd[:l])] = true
 		}
 	}
+	for _, b := range x.sorted {
+		slices.SortFunc(b, func(i, j int32) int { return bytes.Compare(body[i], body[j]) })
+	}
 	// About 16 bits a key: a position no needle begins at is passed on one probe, 15 times in 16.
 	bitsLog := uint(12)
-	for 1<<bitsLog < 16*(len(x.byPrefix)+len(x.short)) {
+	for 1<<bitsLog < 16*(len(x.sorted)+len(x.short)) {
 		bitsLog++
 	}
 	x.shift = 64 - bitsLog
 	x.filter = make([]uint64, 1<<bitsLog/64)
-	for k := range x.byPrefix {
+	for k := range x.sorted {
 		x.set(k)
 	}
 	for k := range x.short {
@@ -92,6 +110,13 @@ func (x *wide) matches(ms []match, buf []byte, before int, body [][]byte) []matc
 				ms = append(ms, match{int(j), i})
 			}
 		}
+		if i+16 <= len(buf) {
+			for _, j := range x.by16[[2]uint64{k, binary.LittleEndian.Uint64(buf[i+8:])}] {
+				if bytes.HasPrefix(buf[i:], body[j]) {
+					ms = append(ms, match{int(j), i})
+				}
+			}
+		}
 	}
 	slices.SortFunc(ms[first:], func(a, b match) int {
 		if a.x != b.x {
@@ -110,8 +135,12 @@ func (x *wide) held(tail []byte, body [][]byte) int {
 		if !x.maybe(k) {
 			continue
 		}
-		for _, j := range x.byPrefix[k] {
-			if nd := body[j]; len(nd) > len(tail)-i && bytes.HasPrefix(nd, tail[i:]) {
+		// The needles that begin with p follow one another in byte order, from the first
+		// that is not less than p: p itself (not longer than p) or the first longer one.
+		p, b := tail[i:], x.sorted[k]
+		at, _ := slices.BinarySearchFunc(b, p, func(j int32, p []byte) int { return bytes.Compare(body[j], p) })
+		for ; at < len(b) && bytes.HasPrefix(body[b[at]], p); at++ {
+			if len(body[b[at]]) > len(p) {
 				return len(tail) - i
 			}
 		}
