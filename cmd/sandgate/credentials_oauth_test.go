@@ -108,6 +108,32 @@ func TestClientCredentialsAtHydra(t *testing.T) {
 		require.Equal(t, http.StatusOK, code)
 		assert.NotEqual(t, tokB, bearer(t, m.echo.last()), "the run's next call gets a new token")
 	})
+
+	t.Run("with every run's token live, each run's echo on the MCP half is scrubbed", func(t *testing.T) {
+		// The MCP half scrubs with the set of every live run's token: the five runs' tokens, and
+		// those replaced or revoked before (kept until they expire, past this test's end), make
+		// it a wide set (respguard/wide.go).
+		var toks []string
+		for _, src := range []string{runA, runB, runC, runD, runE} {
+			code, _, _ := m.get(t, src, "echo/items")
+			require.Equal(t, http.StatusOK, code)
+			toks = append(toks, bearer(t, m.echo.last()))
+		}
+		forms := len(respguard.Forms("admin-token-of-the-mint-tests")) + len(respguard.Forms("hydra-client-secret"))
+		seen := map[string]bool{}
+		for _, auth := range m.echo.seen() {
+			if tok := bearer(t, auth); !seen[tok] {
+				seen[tok] = true
+				forms += len(respguard.Forms(tok))
+			}
+		}
+		require.GreaterOrEqual(t, forms, 48, "enough forms for a wide set")
+		for i, src := range []string{runA, runB, runC, runD, runE} {
+			body := m.whoami(t, src)
+			assertScrubbed(t, toks[i], body)
+			assert.Contains(t, body, respguard.Marker[:8], "the echo was overwritten in place")
+		}
+	})
 }
 
 // oneMintOneRefresh: 100 concurrent first calls of a run share one mint; once the token is past
