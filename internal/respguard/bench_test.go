@@ -34,22 +34,35 @@ func (e *eventReader) Read(p []byte) (int, error) {
 // route does with a minted credential (issue 57): the sets take turns, so that their tables
 // are as cold as in a Sandgate serving 200 runs.
 func BenchmarkReader(b *testing.B) {
-	const static = "sk-bench-not-a-real-key-0123456789" // bench.benchAPIKey
-	runs := make([]*Needles, 200)
-	for i := range runs {
+	toks := hydraTokens(200)
+	b.Run("static", func(b *testing.B) { benchmarkReader(b, []*Needles{Build([]string{benchStatic}, nil)}) })
+	b.Run("runs", func(b *testing.B) { benchmarkReader(b, forSets(toks)) })
+	// "all": one set of every run's token (Source.Current, the MCP half's).
+	b.Run("all", func(b *testing.B) { benchmarkReader(b, []*Needles{Build(append([]string{benchStatic}, toks...), nil)}) })
+}
+
+// benchStatic is the bench's static model-API key (bench.benchAPIKey).
+const benchStatic = "sk-bench-not-a-real-key-0123456789"
+
+// hydraTokens are n random tokens in Ory Hydra's form, as the bench's token endpoint mints them.
+func hydraTokens(n int) []string {
+	out := make([]string, n)
+	for i := range out {
 		tok := make([]byte, 64)
 		_, _ = rand.Read(tok)
 		enc := base64.RawURLEncoding
-		runs[i] = Build([]string{static, "ory_at_" + enc.EncodeToString(tok[:32]) + "." + enc.EncodeToString(tok[32:])}, nil)
+		out[i] = "ory_at_" + enc.EncodeToString(tok[:32]) + "." + enc.EncodeToString(tok[32:])
 	}
-	b.Run("static", func(b *testing.B) { benchmarkReader(b, []*Needles{Build([]string{static}, nil)}) })
-	b.Run("runs", func(b *testing.B) { benchmarkReader(b, runs) })
-	// "all": one set of every run's token (Source.Current, the MCP half's).
-	all := []string{static}
-	for _, n := range runs {
-		all = append(all, n.values[1]) // the run's token
+	return out
+}
+
+// forSets are the sets Source.For makes for runs holding toks: the static key and one token.
+func forSets(toks []string) []*Needles {
+	sets := make([]*Needles, len(toks))
+	for i, tok := range toks {
+		sets[i] = Build([]string{benchStatic, tok}, nil)
 	}
-	b.Run("all", func(b *testing.B) { benchmarkReader(b, []*Needles{Build(all, nil)}) })
+	return sets
 }
 
 func benchmarkReader(b *testing.B, sets []*Needles) {
@@ -88,14 +101,7 @@ func benchmarkReader(b *testing.B, sets []*Needles) {
 // are a model answer's words, each ending differently, read with the 200 runs' sets of
 // BenchmarkReader in turn (cold tables, and no ending learned by the branch predictor).
 func BenchmarkHeld(b *testing.B) {
-	const static = "sk-bench-not-a-real-key-0123456789"
-	sets := make([]*Needles, 200)
-	for i := range sets {
-		tok := make([]byte, 64)
-		_, _ = rand.Read(tok)
-		enc := base64.RawURLEncoding
-		sets[i] = Build([]string{static, "ory_at_" + enc.EncodeToString(tok[:32]) + "." + enc.EncodeToString(tok[32:])}, nil)
-	}
+	sets := forSets(hydraTokens(200))
 	var words [][]byte
 	for _, w := range strings.Fields(strings.Repeat("Here is the change you asked for: the handler now checks the token's expiry before it refreshes, "+
 		"and the test covers a refresh racing a revoke. message_start content_block_delta text_delta end_turn claude-bench msg_1 assistant ", 3)) {
@@ -112,14 +118,7 @@ func BenchmarkHeld(b *testing.B) {
 // and the run's token, Source.For's) and the set of 1,000 runs' tokens (Source.Current's, the
 // MCP half's), built once per mint, refresh or end.
 func BenchmarkBuild(b *testing.B) {
-	const static = "sk-bench-not-a-real-key-0123456789"
-	vals := []string{static}
-	for range 1000 {
-		tok := make([]byte, 64)
-		_, _ = rand.Read(tok)
-		enc := base64.RawURLEncoding
-		vals = append(vals, "ory_at_"+enc.EncodeToString(tok[:32])+"."+enc.EncodeToString(tok[32:]))
-	}
+	vals := append([]string{benchStatic}, hydraTokens(1000)...)
 	for name, vs := range map[string][]string{"run": vals[:2], "runs1000": vals} {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -134,13 +133,7 @@ func BenchmarkBuild(b *testing.B) {
 // run's token forms begin with (hex of "ory_", "6f72795f", and a base64 form's first 8
 // characters), read with the set of 1,000 runs' tokens, as a body and as one JSON string.
 func BenchmarkPrefixFlood(b *testing.B) {
-	vals := []string{"sk-bench-not-a-real-key-0123456789"}
-	for range 1000 {
-		tok := make([]byte, 64)
-		_, _ = rand.Read(tok)
-		enc := base64.RawURLEncoding
-		vals = append(vals, "ory_at_"+enc.EncodeToString(tok[:32])+"."+enc.EncodeToString(tok[32:]))
-	}
+	vals := append([]string{benchStatic}, hydraTokens(1000)...)
 	set := Build(vals, nil)
 	flood := strings.Repeat("6f72795f"+Base64Forms(vals[1])[0][:8], 4<<10)
 	for name, body := range map[string]string{"body": flood, "json": `{"text":"` + flood + `"}`} {
