@@ -148,7 +148,8 @@ fuzz:
 # run times: about 25 minutes, BENCH_FLAGS=-quick about 7. Route and mcp also run against
 # Sandgate with the decision log on and with a shadow policy (-policy-variants), with async
 # audit delivery (-delivery-variants) and with the audit log exported over OTLP to a Collector
-# (-export-variants, skipped without .tools/bin/otelcol); then the scale-out cells
+# (-export-variants, skipped without .tools/bin/otelcol), and route with its credential minted
+# per sandbox run (-credential-variants); then the scale-out cells
 # (-replicas: 3 replicas on one Redis and on a Cluster against one with memory state, written
 # next to the report as LABEL-replicas.md).
 BENCH_FLAGS ?=
@@ -156,7 +157,7 @@ BENCH_REPLICAS_FLAGS ?=
 bench: build
 	go build -o bin/bench-relay ./bench/cmd/relay
 	go build -o bin/sandbench ./bench/cmd/sandbench
-	./bin/sandbench -policy-variants -delivery-variants -export-variants $(BENCH_FLAGS)
+	./bin/sandbench -policy-variants -delivery-variants -export-variants -credential-variants $(BENCH_FLAGS)
 	./bin/sandbench -replicas -concurrency 64 $(filter -quick -publish,$(BENCH_FLAGS)) $(BENCH_REPLICAS_FLAGS)
 
 # The Go micro-benchmarks (policy decision, audit writer, proxy and gateway request paths).

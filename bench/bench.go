@@ -64,9 +64,13 @@ type Options struct {
 	// added p99 and shadow p50 ratios: Sandboxes, route/intercept/mcp); 0 uses RateDuration.
 	TailDuration time.Duration
 	Warmup       time.Duration // load before each window (after every sandbox connected)
-	Timeout      time.Duration // per request
-	Workloads    []string      // subset to run (default all)
-	Progress     func(string)
+	// Slice, when set, measures the closed-loop cells of a slot together, the targets taking
+	// turns every Slice within the window (runSliced): what a target costs against another,
+	// without the seconds-long drifts of a shared machine between them.
+	Slice     time.Duration
+	Timeout   time.Duration // per request
+	Workloads []string      // subset to run (default all)
+	Progress  func(string)
 	// UpstreamsExe serves the upstream stand-ins in a process of their own
 	// (`UpstreamsExe -serve-upstreams DIR`, see ServeUpstreams); empty serves them in this one.
 	UpstreamsExe string
@@ -364,26 +368,63 @@ func (rn *runner) runPhases(ctx context.Context, o Options, targets []*Target) (
 	started := time.Now()
 	for _, cells := range phases {
 		for rep := range o.Reps {
-			for _, c := range rotated(cells, rep) {
+			for _, slot := range slots(rotated(cells, rep)) {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
-				t := targetNamed(targets, c.Target)
-				res, err := rn.run(ctx, t, c, o.window(c), rep)
+				res, err := rn.runSlot(ctx, o, targets, slot, rep)
 				if err != nil {
-					return nil, fmt.Errorf("%s: %w", c, err)
+					return nil, err
 				}
-				results = append(results, res)
-				done++
-				o.Progress(fmt.Sprintf("[%3d/%d %5.0fs] rep %d %-48s %7.0f req/s  p50 %6.2fms p99 %7.2fms  err %d  cpu %6.1fµs/req",
-					done, total, time.Since(started).Seconds(), rep+1, c.String(), res.Throughput, res.P50MS, res.P99MS, res.Errors, res.CPUPerReqUS))
-				if res.FirstError != "" {
-					o.Progress("      first error: " + truncate(res.FirstError, 200))
+				for i, r := range res {
+					results = append(results, r)
+					done++
+					o.Progress(fmt.Sprintf("[%3d/%d %5.0fs] rep %d %-48s %7.0f req/s  p50 %6.2fms p99 %7.2fms  err %d  cpu %6.1fµs/req",
+						done, total, time.Since(started).Seconds(), rep+1, slot[i].String(), r.Throughput, r.P50MS, r.P99MS, r.Errors, r.CPUPerReqUS))
+					if r.FirstError != "" {
+						o.Progress("      first error: " + truncate(r.FirstError, 200))
+					}
 				}
 			}
 		}
 	}
 	return results, nil
+}
+
+// runSlot measures one repetition of a slot's cells (cells that differ only by target): with
+// o.Slice, closed-loop cells take turns slice by slice (runSliced); else each runs its whole
+// window in turn.
+func (rn *runner) runSlot(ctx context.Context, o Options, targets []*Target, slot []Cell, rep int) ([]Result, error) {
+	ts := make([]*Target, len(slot))
+	for i, c := range slot {
+		ts[i] = targetNamed(targets, c.Target)
+	}
+	if o.Slice > 0 && len(slot) > 1 && slot[0].Shape == ShapeClosed {
+		return rn.runSliced(ctx, ts, slot, o.window(slot[0]), o.Slice, rep)
+	}
+	out := make([]Result, 0, len(slot))
+	for i, c := range slot {
+		res, err := rn.run(ctx, ts[i], c, o.window(c), rep)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c, err)
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// slots cuts a repetition's cells into runs of cells that differ only by target.
+func slots(cells []Cell) [][]Cell {
+	var out [][]Cell
+	for i := 0; i < len(cells); {
+		j := i + 1
+		for j < len(cells) && sameSlot(cells[i], cells[j]) {
+			j++
+		}
+		out = append(out, cells[i:j])
+		i = j
+	}
+	return out
 }
 
 // window is cell c's measurement window. A fixed-rate cell whose p99 or p50 a target reads gets
@@ -455,15 +496,9 @@ func planPhases(o Options, targets []*Target) [][]Cell {
 // machine differently (the direct cell, say) would otherwise always carry that bias.
 func rotated(cells []Cell, rep int) []Cell {
 	out := make([]Cell, 0, len(cells))
-	for i := 0; i < len(cells); {
-		j := i + 1
-		for j < len(cells) && sameSlot(cells[i], cells[j]) {
-			j++
-		}
-		run := cells[i:j]
+	for _, run := range slots(cells) {
 		k := rep % len(run)
 		out = append(append(out, run[k:]...), run[:k]...)
-		i = j
 	}
 	return out
 }

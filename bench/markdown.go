@@ -202,8 +202,12 @@ func (r *Report) optionsText() string {
 	if reps != 1 {
 		s += "s"
 	}
-	return s + fmt.Sprintf("; windows: fixed rate %v (%v where a latency target reads it), closed loop %v, warm-up %v",
+	s += fmt.Sprintf("; windows: fixed rate %v (%v where a latency target reads it), closed loop %v, warm-up %v",
 		o["rate_duration"], o["tail_duration"], o["closed_duration"], o["warmup"])
+	if sl, _ := o["slice"].(string); sl != "" && sl != "0s" {
+		s += fmt.Sprintf("; closed-loop targets take turns every %s within the window", sl)
+	}
+	return s
 }
 
 // andList writes "a, b and c".

@@ -38,7 +38,7 @@ type Report struct {
 func buildReport(o Options, results []Result, notes []string) *Report {
 	r := &Report{Time: time.Now().UTC(), Label: o.Label, Notes: notes, Results: results, Machine: machine(),
 		Options: map[string]any{"sandboxes": o.Sandboxes, "sweep": o.Sweep, "rate": o.Rate, "concurrency": o.Concurrency,
-			"reps": o.Reps, "rate_duration": o.RateDuration.String(), "tail_duration": o.TailDuration.String(), "closed_duration": o.ClosedDuration.String(), "warmup": o.Warmup.String()}}
+			"reps": o.Reps, "rate_duration": o.RateDuration.String(), "tail_duration": o.TailDuration.String(), "closed_duration": o.ClosedDuration.String(), "warmup": o.Warmup.String(), "slice": o.Slice.String()}}
 	groups := map[Cell][]Result{}
 	var order []Cell
 	for _, res := range results {

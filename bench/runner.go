@@ -91,60 +91,149 @@ func (r *recorder) fail(err error) {
 	r.firstErr.CompareAndSwap(nil, err.Error())
 }
 
-// run measures one repetition of cell through t for d.
-func (rn *runner) run(ctx context.Context, t *Target, cell Cell, d time.Duration, rep int) (Result, error) {
+// prepared is one target's clients for one cell, connected and warmed up, and what they
+// recorded so far.
+type prepared struct {
+	t       *Target
+	cell    Cell
+	clients []requester
+	seq     atomic.Int64
+	rec     *recorder
+}
+
+// prepare connects a client per sandbox (or per closed-loop client) of cell to t, warms every
+// one up, and runs the warm-up load.
+func (rn *runner) prepare(ctx context.Context, t *Target, cell Cell) (*prepared, error) {
 	n := cell.Sandboxes
 	if cell.Shape == ShapeClosed {
 		n = cell.Concurrency
 	}
-	clients := make([]requester, n)
-	for i := range clients {
+	p := &prepared{t: t, cell: cell, clients: make([]requester, 0, n), rec: &recorder{h: NewHistogram()}}
+	for i := range n {
 		c, err := newRequester(rn.env, t, cell.Workload, i)
 		if err != nil {
-			return Result{}, err
+			p.close()
+			return nil, err
 		}
-		clients[i] = c
+		p.clients = append(p.clients, c)
 	}
-	defer parallel(context.Background(), len(clients), 64, func(i int) { clients[i].Close() })
 	// Warm-up: every sandbox connects (and opens its MCP session) before the window.
 	var werr atomic.Value
-	parallel(ctx, len(clients), 64, func(i int) {
+	parallel(ctx, len(p.clients), 64, func(i int) {
 		var err error
-		if w, ok := clients[i].(interface{ Warm(context.Context) error }); ok {
+		if w, ok := p.clients[i].(interface{ Warm(context.Context) error }); ok {
 			err = w.Warm(ctx)
 		} else {
-			err = clients[i].Do(ctx, i)
+			err = p.clients[i].Do(ctx, i)
 		}
 		if err != nil {
 			werr.CompareAndSwap(nil, err.Error())
 		}
 	})
-	rec := &recorder{h: NewHistogram()}
 	if msg, ok := werr.Load().(string); ok {
-		rec.firstErr.Store("warm-up: " + msg)
+		p.rec.firstErr.Store("warm-up: " + msg)
 	}
-	var seq atomic.Int64
 	if rn.warmup > 0 {
-		rn.load(ctx, cell, clients, rn.warmup, &seq, &recorder{h: NewHistogram()})
+		rn.load(ctx, cell, p.clients, rn.warmup, &p.seq, &recorder{h: NewHistogram()})
 	}
+	return p, nil
+}
+
+func (p *prepared) close() {
+	parallel(context.Background(), len(p.clients), 64, func(i int) { p.clients[i].Close() })
+}
+
+// run measures one repetition of cell through t for d.
+func (rn *runner) run(ctx context.Context, t *Target, cell Cell, d time.Duration, rep int) (Result, error) {
+	p, err := rn.prepare(ctx, t, cell)
+	if err != nil {
+		return Result{}, err
+	}
+	defer p.close()
 	t.ResetPeak()
-	win := rn.measure(ctx, t, cell, clients, d, &seq, rec)
-	res := Result{Cell: cell, Rep: rep, Requests: win.requests, Errors: rec.errs.Load(), Seconds: win.seconds,
-		Throughput: float64(win.requests) / win.seconds,
-		P50MS:      ms(rec.h.Quantile(0.50)), P90MS: ms(rec.h.Quantile(0.90)), P99MS: ms(rec.h.Quantile(0.99)),
-		UpstreamOpened: win.up.Opened, UpstreamPeak: win.up.Peak, TLSHandshakes: win.up.Handshakes,
-		Goroutines: win.goroutines, LoadgenCores: win.loadgenCPU.Seconds() / win.seconds}
+	return p.result(rep, rn.measure(ctx, p, d, cellWindow)), nil
+}
+
+// runSliced measures one repetition of a slot's closed-loop cells (one per target, in the
+// order given) together: the window of d of each is cut into slices of about slice, and the
+// targets take turns slice by slice, in the given order and then in reverse (A B C C B A …), so
+// that the machine's drifts within the repetition hit every target alike. Each target's figures
+// sum its slices. Cells measured seconds apart differ by ±15% in CPU per request on a shared
+// 2-core box, same binary and config on both sides; slices of 0.5 s cut the difference between
+// two targets from the seconds-long drifts of the host (bench/README.md, "Sliced cells").
+func (rn *runner) runSliced(ctx context.Context, targets []*Target, cells []Cell, d, slice time.Duration, rep int) ([]Result, error) {
+	ps := make([]*prepared, 0, len(cells))
+	defer func() {
+		for _, p := range ps {
+			p.close()
+		}
+	}()
+	for i, c := range cells {
+		p, err := rn.prepare(ctx, targets[i], c)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c, err)
+		}
+		ps = append(ps, p)
+		targets[i].ResetPeak()
+	}
+	n := max(1, int((d+slice/2)/slice))
+	wins := make([]window, len(ps))
+	for i, round := range sliceOrder(n, len(ps)) {
+		for _, j := range round {
+			shape := sliceWindow
+			shape.sample = i == n-1
+			wins[j] = wins[j].plus(rn.measure(ctx, ps[j], d/time.Duration(n), shape))
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
+	}
+	out := make([]Result, len(ps))
+	for j, p := range ps {
+		out[j] = p.result(rep, wins[j])
+	}
+	return out, nil
+}
+
+// sliceOrder is the order in which k targets take n turns each: round i is every target once,
+// in order on even rounds and in reverse on odd ones (A B C C B A A B C …), so that no target
+// always follows the same one, and each pair of rounds measures every target once before and
+// once after each other.
+func sliceOrder(n, k int) [][]int {
+	rounds := make([][]int, n)
+	for i := range rounds {
+		rounds[i] = make([]int, k)
+		for x := range k {
+			rounds[i][x] = x
+			if i%2 == 1 {
+				rounds[i][x] = k - 1 - x
+			}
+		}
+	}
+	return rounds
+}
+
+// result is the Result of p's cell over the window w.
+func (p *prepared) result(rep int, w window) Result {
+	rec := p.rec
+	res := Result{Cell: p.cell, Rep: rep, Requests: w.requests, Errors: rec.errs.Load(), Seconds: w.seconds,
+		P50MS: ms(rec.h.Quantile(0.50)), P90MS: ms(rec.h.Quantile(0.90)), P99MS: ms(rec.h.Quantile(0.99)),
+		UpstreamOpened: w.up.Opened, UpstreamPeak: w.up.Peak, TLSHandshakes: w.up.Handshakes,
+		Goroutines: w.goroutines}
+	if w.seconds > 0 {
+		res.Throughput, res.LoadgenCores = float64(w.requests)/w.seconds, w.loadgenCPU.Seconds()/w.seconds
+	}
 	if s, ok := rec.firstErr.Load().(string); ok {
 		res.FirstError = s
 	}
-	if win.requests > 0 {
-		res.UpstreamCPUPerReqUS = us(win.upstreamCPU) / float64(win.requests)
-		if t.proc != nil {
-			res.CPUPerReqUS = us(win.targetCPU) / float64(win.requests)
-			res.RSSBytes, res.PeakRSSBytes, res.Files, res.Threads = win.proc.RSS, win.proc.PeakRSS, win.proc.Files, win.proc.Threads
+	if w.requests > 0 {
+		res.UpstreamCPUPerReqUS = us(w.upstreamCPU) / float64(w.requests)
+		if p.t.proc != nil {
+			res.CPUPerReqUS = us(w.targetCPU) / float64(w.requests)
+			res.RSSBytes, res.PeakRSSBytes, res.Files, res.Threads = w.proc.RSS, w.proc.PeakRSS, w.proc.Files, w.proc.Threads
 		}
 	}
-	return res, nil
+	return res
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -161,6 +250,36 @@ type window struct {
 	proc                               ProcSample // RSS, files, threads near the end
 	goroutines                         int
 }
+
+// plus is w and v summed: two slices of one target's window.
+func (w window) plus(v window) window {
+	w.seconds += v.seconds
+	w.requests += v.requests
+	w.targetCPU, w.loadgenCPU, w.upstreamCPU = w.targetCPU+v.targetCPU, w.loadgenCPU+v.loadgenCPU, w.upstreamCPU+v.upstreamCPU
+	w.up.Opened, w.up.Handshakes, w.up.Peak = w.up.Opened+v.up.Opened, w.up.Handshakes+v.up.Handshakes, max(w.up.Peak, v.up.Peak)
+	if v.proc != (ProcSample{}) {
+		w.proc, w.goroutines = v.proc, v.goroutines
+	}
+	return w
+}
+
+// windowShape is where a window's two samples fall in its load.
+type windowShape struct {
+	// lead is how long the load runs before the first sample; with ramp set, the first sample
+	// also waits (up to lead) until as many requests completed as the cell has clients, so
+	// that every closed-loop client is in its steady cycle.
+	lead time.Duration
+	ramp bool
+	tail time.Duration // how long the load runs past the last sample
+	// sample reads the target's RSS, files, threads and goroutines near the window's end
+	// (a /metrics request to it: once per cell, not per slice).
+	sample bool
+}
+
+var (
+	cellWindow  = windowShape{lead: 100 * time.Millisecond, tail: 100 * time.Millisecond, sample: true}
+	sliceWindow = windowShape{lead: 500 * time.Millisecond, ramp: true, tail: 20 * time.Millisecond}
+)
 
 // cpuSample is the CPU of every process a window measures, read at one moment.
 type cpuSample struct {
@@ -181,31 +300,37 @@ func (rn *runner) cpuNow(t *Target, done *atomic.Int64) cpuSample {
 	return s
 }
 
-// measure runs the load for d plus a margin and samples CPU and completed requests at two
-// moments inside it: the window opens once the load has run windowLead and closes d later,
-// before the clients stop. Requests in flight at either end are in the steady state on both
-// sides, so CPU and requests cover the same interval (the old way read CPU 50 ms before the
-// end and divided by the requests of the whole run).
-func (rn *runner) measure(ctx context.Context, t *Target, cell Cell, clients []requester, d time.Duration, seq *atomic.Int64, rec *recorder) window {
-	const windowLead, windowTail = 100 * time.Millisecond, 100 * time.Millisecond
+// measure runs p's load for d plus a margin and samples CPU and completed requests at two
+// moments inside it: the window opens once the load has run shape.lead (or, with shape.ramp,
+// once every client completed a request) and closes d later, shape.tail before the clients
+// stop. Requests in flight at either end are in the steady state on both sides, so CPU and
+// requests cover the same interval (the old way read CPU 50 ms before the end and divided by
+// the requests of the whole run).
+func (rn *runner) measure(ctx context.Context, p *prepared, d time.Duration, shape windowShape) window {
+	t, rec := p.t, p.rec
 	var w window
 	var s0, s1 cpuSample
 	var up0 UpstreamCounts
+	started := rec.okN.Load()
+	stop := make(chan struct{}) // closed when the window's last sample is taken
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
-		if !sleepCtx(ctx, windowLead) {
+		defer close(stop)
+		if !rn.lead(ctx, shape, rec, started, int64(len(p.clients))) {
 			return
 		}
 		up0 = rn.env.up.ModelCounts()
 		s0 = rn.cpuNow(t, &rec.okN)
-		if !sleepCtx(ctx, d-50*time.Millisecond) {
-			return
+		if shape.sample {
+			if !sleepCtx(ctx, d-50*time.Millisecond) {
+				return
+			}
+			if t.proc != nil {
+				w.proc, _ = t.Sample()
+			}
+			w.goroutines = goroutines(t)
 		}
-		if t.proc != nil {
-			w.proc, _ = t.Sample()
-		}
-		w.goroutines = goroutines(t)
 		if !sleepCtx(ctx, time.Until(s0.at.Add(d))) {
 			return
 		}
@@ -213,7 +338,7 @@ func (rn *runner) measure(ctx context.Context, t *Target, cell Cell, clients []r
 		up1 := rn.env.up.ModelCounts()
 		w.up = UpstreamCounts{Opened: up1.Opened - up0.Opened, Handshakes: up1.Handshakes - up0.Handshakes, Peak: up1.Peak}
 	}()
-	rn.load(ctx, cell, clients, windowLead+d+windowTail, seq, rec)
+	rn.loadUntil(ctx, p.cell, p.clients, shape.lead+d+shape.tail, stop, shape.tail, &p.seq, rec)
 	<-sampled
 	if s1.at.IsZero() {
 		return window{seconds: d.Seconds()}
@@ -222,6 +347,21 @@ func (rn *runner) measure(ctx context.Context, t *Target, cell Cell, clients []r
 	w.requests = s1.done - s0.done
 	w.targetCPU, w.loadgenCPU, w.upstreamCPU = s1.target-s0.target, s1.loadgen-s0.loadgen, s1.upstreams-s0.upstreams
 	return w
+}
+
+// lead waits until the window may open: shape.lead, or with shape.ramp until clients requests
+// completed since started (at most shape.lead). It reports whether ctx is still live.
+func (rn *runner) lead(ctx context.Context, shape windowShape, rec *recorder, started, clients int64) bool {
+	if !shape.ramp {
+		return sleepCtx(ctx, shape.lead)
+	}
+	deadline := time.Now().Add(shape.lead)
+	for rec.okN.Load()-started < clients && time.Now().Before(deadline) {
+		if !sleepCtx(ctx, 2*time.Millisecond) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // sleepCtx sleeps d, or less when ctx ends; it reports whether ctx is still live.
@@ -237,15 +377,32 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // load drives the clients for d and returns the requests completed without error.
 func (rn *runner) load(ctx context.Context, cell Cell, clients []requester, d time.Duration, seq *atomic.Int64, rec *recorder) int64 {
+	return rn.loadUntil(ctx, cell, clients, d, nil, 0, seq, rec)
+}
+
+// loadUntil is load, except that a closed loop also stops tail after stop is closed (a window
+// whose first sample waited for its clients' ramp ends later than d foresaw, or sooner).
+func (rn *runner) loadUntil(ctx context.Context, cell Cell, clients []requester, d time.Duration, stop <-chan struct{}, tail time.Duration, seq *atomic.Int64, rec *recorder) int64 {
 	ctx, cancel := context.WithTimeout(ctx, d+rn.env.timeout)
 	defer cancel()
 	end := time.Now().Add(d)
 	var okCount atomic.Int64
 	var wg sync.WaitGroup
 	if cell.Shape == ShapeClosed {
+		var ended atomic.Bool
+		if stop != nil {
+			go func() {
+				select {
+				case <-stop:
+					sleepCtx(ctx, tail)
+				case <-ctx.Done():
+				}
+				ended.Store(true)
+			}()
+		}
 		for _, c := range clients {
 			wg.Go(func() {
-				for time.Now().Before(end) && ctx.Err() == nil {
+				for !ended.Load() && (stop != nil || time.Now().Before(end)) && ctx.Err() == nil {
 					t0 := time.Now()
 					err := c.Do(ctx, int(seq.Add(1)))
 					if err != nil {

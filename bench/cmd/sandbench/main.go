@@ -48,6 +48,7 @@ func main() {
 	flag.DurationVar(&o.TailDuration, "tail-duration", 10*time.Second, "window of the fixed-rate cells whose latency a target reads (route, intercept, mcp at -sandboxes); 0: -rate-duration")
 	flag.DurationVar(&o.ClosedDuration, "closed-duration", 2*time.Second, "window of a closed-loop cell")
 	flag.DurationVar(&o.Warmup, "warmup", 500*time.Millisecond, "load before each window")
+	flag.DurationVar(&o.Slice, "slice", 500*time.Millisecond, "closed-loop cells of one slot (same workload and clients, one per target) take turns every slice of this length within their window (A B C C B A …); 0: each cell's whole window in turn")
 	flag.DurationVar(&o.Timeout, "timeout", 5*time.Second, "per-request timeout")
 	workloads := flag.String("workloads", "", "comma-separated subset of "+strings.Join(bench.AllWorkloads, ",")+
 		`; "declog": only route and mcp, with -policy-variants; "delivery": route, intercept and mcp, with -delivery-variants; "otlp": only route and mcp, with -export-variants; "minted": only route, with -credential-variants`)
