@@ -37,6 +37,10 @@ func BenchmarkReader(b *testing.B) {
 	toks := hydraTokens(200)
 	b.Run("static", func(b *testing.B) { benchmarkReader(b, []*Needles{Build([]string{benchStatic}, nil)}) })
 	b.Run("runs", func(b *testing.B) { benchmarkReader(b, forSets(toks)) })
+	// "cold": as many runs' sets as leave each one out of the caches when its answer comes
+	// (4,096 sets of about 9 KiB: past this machine's 32 MiB L3), as a Sandgate with thousands
+	// of sandboxes reads its run's set.
+	b.Run("cold", func(b *testing.B) { benchmarkReader(b, forSets(hydraTokens(4096))) })
 	// "all": one set of every run's token (Source.Current, the MCP half's).
 	b.Run("all", func(b *testing.B) { benchmarkReader(b, []*Needles{Build(append([]string{benchStatic}, toks...), nil)}) })
 }

@@ -90,7 +90,7 @@ var base64Char = func() (t [256]bool) {
 // text with line breaks but no such escape is read around its breaks only: wrapped.go.)
 func mayHide(b []byte, n *Needles) bool {
 	for i := bytes.IndexByte(b, '\\'); i >= 0 && i+1 < len(b); {
-		if n.escapable[b[i+1]] {
+		if n.escapes(b[i+1]) {
 			return true
 		}
 		k := bytes.IndexByte(b[i+2:], '\\')
