@@ -54,8 +54,25 @@ func (p *Proxy) newUpstream(scheme string, addr hostport.Addr, basePath, route, 
 		WriteBufferSize:        32 << 10,
 		ReadBufferSize:         32 << 10,
 	}
+	if cred != nil && p.opts.Credentials.Minted(cred.Name) {
+		tr.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: noHeaderIndexing}
+	}
 	return &upstream{scheme: scheme, addr: addr, basePath: basePath, route: route, api: api, cred: cred, allowPrivate: allowPrivate, tr: tr}
 }
+
+// noHeaderIndexing is the HPACK dynamic table (in bytes) of the requests to an upstream whose
+// credential is minted per run: no header field fits, so none is indexed (each is sent as a
+// literal, its name indexed from the static table where it is there).
+//
+// A run's token is a header value no other run sends. In the table of the pooled HTTP/2
+// connection each token was a new entry that evicted the others, every request: the encoder's
+// table work (and the stack it grew) was the largest part of what a minted credential cost per
+// request, about 4.5% of the route's CPU in the bench's profiles. RFC 7541 §7.1.3 advises
+// against indexing credentials at all: an entry shared by every sandbox's requests on one
+// connection is what a compression oracle probes. Go's HTTP/2 client cannot send one field
+// never-indexed (it never sets hpack.HeaderField.Sensitive), so the table is off for the whole
+// connection: the other headers are sent as literals too, a few hundred bytes a request.
+const noHeaderIndexing = 1
 
 // upstreamName labels an upstream's pool in metrics: its route name, else its host:port, else
 // "forward" for the shared plain-HTTP pool.

@@ -160,6 +160,11 @@ type Call struct {
 	// the minted token takeCredential took, for the requests the call sends (CredentialValue).
 	minted *mintedScope
 	taken  *takenCredential
+	// The storage of minted, taken and ev.CredentialToken: a minted credential adds no
+	// allocation to a call.
+	mintedAt mintedScope
+	takenAt  takenCredential
+	tokenAt  audit.CredentialToken
 }
 
 type callKey struct{}

@@ -98,8 +98,10 @@ func (cl *Call) takeMinted(m MintedCredentials, name string) (string, *Refusal) 
 	}
 	if !cl.done.Load() {
 		cl.ev.Credential = name
-		cl.ev.CredentialToken = &audit.CredentialToken{Provider: lease.Provider, ID: lease.ID, Expires: lease.Expires.UTC()}
-		cl.taken = &takenCredential{name: name, value: lease.Value}
+		cl.tokenAt = audit.CredentialToken{Provider: lease.Provider, ID: lease.ID, Expires: lease.Expires.UTC()}
+		cl.ev.CredentialToken = &cl.tokenAt
+		cl.takenAt = takenCredential{name: name, value: lease.Value}
+		cl.taken = &cl.takenAt
 	}
 	return lease.Value, nil
 }
@@ -136,7 +138,8 @@ func (cl *Call) scopeCredential(in *policy.Input) {
 	run := credential.RunOf(in.Identity, in.Grants)
 	sc, fp := m.ScopeOf(name, run)
 	in.Credential = sc
-	cl.minted = &mintedScope{scope: sc, fp: fp, run: run}
+	cl.mintedAt = mintedScope{scope: sc, fp: fp, run: run}
+	cl.minted = &cl.mintedAt
 }
 
 // CredentialEvent writes one lifecycle event of a minted token (credential.mint,
