@@ -160,7 +160,7 @@ func (rn *runner) run(ctx context.Context, t *Target, cell Cell, d time.Duration
 // that the machine's drifts within the repetition hit every target alike. Each target's figures
 // sum its slices. Cells measured seconds apart differ by ±15% in CPU per request on a shared
 // 2-core box, same binary and config on both sides; slices of 0.5 s cut the difference between
-// two targets from the seconds-long drifts of the host (bench/README.md, "Sliced cells").
+// two targets from the seconds-long drifts of the host (bench/README.md, "Workloads and shapes").
 func (rn *runner) runSliced(ctx context.Context, targets []*Target, cells []Cell, d, slice time.Duration, rep int) ([]Result, error) {
 	ps := make([]*prepared, 0, len(cells))
 	defer func() {
