@@ -160,11 +160,9 @@ type Call struct {
 	// the minted token takeCredential took, for the requests the call sends (CredentialValue).
 	minted *mintedScope
 	taken  *takenCredential
-	// The storage of minted, taken and ev.CredentialToken: a minted credential adds no
-	// allocation to a call.
-	mintedAt mintedScope
-	takenAt  takenCredential
-	tokenAt  audit.CredentialToken
+	// mint holds minted, taken and ev.CredentialToken in one allocation, made by a call of a
+	// minted credential only (mintState).
+	mint *mintState
 }
 
 type callKey struct{}

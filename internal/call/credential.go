@@ -98,10 +98,11 @@ func (cl *Call) takeMinted(m MintedCredentials, name string) (string, *Refusal) 
 	}
 	if !cl.done.Load() {
 		cl.ev.Credential = name
-		cl.tokenAt = audit.CredentialToken{Provider: lease.Provider, ID: lease.ID, Expires: lease.Expires.UTC()}
-		cl.ev.CredentialToken = &cl.tokenAt
-		cl.takenAt = takenCredential{name: name, value: lease.Value}
-		cl.taken = &cl.takenAt
+		st := cl.mintState()
+		st.token = audit.CredentialToken{Provider: lease.Provider, ID: lease.ID, Expires: lease.Expires.UTC()}
+		cl.ev.CredentialToken = &st.token
+		st.taken = takenCredential{name: name, value: lease.Value}
+		cl.taken = &st.taken
 	}
 	return lease.Value, nil
 }
@@ -138,8 +139,24 @@ func (cl *Call) scopeCredential(in *policy.Input) {
 	run := credential.RunOf(in.Identity, in.Grants)
 	sc, fp := m.ScopeOf(name, run)
 	in.Credential = sc
-	cl.mintedAt = mintedScope{scope: sc, fp: fp, run: run}
-	cl.minted = &cl.mintedAt
+	st := cl.mintState()
+	st.scope = mintedScope{scope: sc, fp: fp, run: run}
+	cl.minted = &st.scope
+}
+
+// mintState is what a call of a minted credential keeps (Call.mint), made on first use: its
+// scope, the token it took and the event's name of that token, in one allocation.
+type mintState struct {
+	scope mintedScope
+	taken takenCredential
+	token audit.CredentialToken
+}
+
+func (cl *Call) mintState() *mintState {
+	if cl.mint == nil {
+		cl.mint = &mintState{}
+	}
+	return cl.mint
 }
 
 // CredentialEvent writes one lifecycle event of a minted token (credential.mint,
