@@ -181,6 +181,8 @@ func (n *Needles) held(w []byte) int {
 const heldScanMax = 48
 
 // heldScan is held for a tail of a narrow set read position by position, longest suffix first.
+// Its test of a position is held's, written out again: as one helper called at each position
+// it cost BenchmarkHeld 12.1 → 14.3 ns (17.1 without the first filter inline).
 func (n *Needles) heldScan(tail []byte) int {
 	for i, c := range tail {
 		if n.first[c/64]&(1<<(c%64)) == 0 {
