@@ -389,20 +389,22 @@ func (rn *runner) loadUntil(ctx context.Context, cell Cell, clients []requester,
 	var okCount atomic.Int64
 	var wg sync.WaitGroup
 	if cell.Shape == ShapeClosed {
-		var ended atomic.Bool
-		if stop != nil {
-			go func() {
+		var ended atomic.Bool // at d, or tail after stop
+		go func() {
+			if stop == nil {
+				sleepCtx(ctx, d)
+			} else {
 				select {
 				case <-stop:
 					sleepCtx(ctx, tail)
 				case <-ctx.Done():
 				}
-				ended.Store(true)
-			}()
-		}
+			}
+			ended.Store(true)
+		}()
 		for _, c := range clients {
 			wg.Go(func() {
-				for !ended.Load() && (stop != nil || time.Now().Before(end)) && ctx.Err() == nil {
+				for !ended.Load() && ctx.Err() == nil {
 					t0 := time.Now()
 					err := c.Do(ctx, int(seq.Add(1)))
 					if err != nil {

@@ -43,13 +43,9 @@ func TestMintedCredentialIsNeverIndexedUpstream(t *testing.T) {
 			}, func(p *config.Proxy) {
 				p.Routes[0].Upstream = "https://api.anthropic.com:" + up.port
 			})
-			body := `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
+			model := map[string]string{"127.0.0.2": "claude-sonnet-4-5", "127.0.0.3": "claude-haiku-4-5"} // each template's
 			for _, from := range []string{"127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.2"} {
-				if from == "127.0.0.3" {
-					body = strings.Replace(body, "sonnet", "haiku", 1) // beta's model
-				} else {
-					body = strings.Replace(body, "haiku", "sonnet", 1)
-				}
+				body := `{"model":"` + model[from] + `","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`
 				resp, err := h.client(t, from).Post("http://"+h.addr+"/routes/anthropic/v1/messages", "application/json", strings.NewReader(body))
 				require.NoError(t, err)
 				_, _ = io.Copy(io.Discard, resp.Body)
@@ -291,11 +287,11 @@ func representations(b []byte) ([]representation, error) {
 		if err != nil {
 			return nil, err
 		}
-		strings := 1
+		literals := 1
 		if r.index == 0 {
-			strings = 2 // the name, then the value
+			literals = 2 // the name, then the value
 		}
-		for range strings {
+		for range literals {
 			if len(b) == 0 {
 				return nil, errors.New("hpack: block ends in a literal")
 			}
