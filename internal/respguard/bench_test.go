@@ -41,6 +41,15 @@ func BenchmarkReader(b *testing.B) {
 	// (4,096 sets of about 9 KiB: past this machine's 32 MiB L3), as a Sandgate with thousands
 	// of sandboxes reads its run's set.
 	b.Run("cold", func(b *testing.B) { benchmarkReader(b, forSets(hydraTokens(4096))) })
+	// "cold-static": as many sets of the static key alone, each as cold: what "cold" costs
+	// beyond it is what a run's token adds to an answer's scan (the figure of issue 57).
+	b.Run("cold-static", func(b *testing.B) {
+		sets := make([]*Needles, 4096)
+		for i := range sets {
+			sets[i] = Build([]string{benchStatic}, nil)
+		}
+		benchmarkReader(b, sets)
+	})
 	// "all": one set of every run's token (Source.Current, the MCP half's).
 	b.Run("all", func(b *testing.B) { benchmarkReader(b, []*Needles{Build(append([]string{benchStatic}, toks...), nil)}) })
 }

@@ -159,7 +159,7 @@ func (n *Needles) held(w []byte) int {
 					continue
 				}
 				for _, x := range n.byFirst[tail[i]] {
-					if nd := n.body[x]; len(nd) > len(tail)-i && bytes.HasPrefix(nd, tail[i:]) {
+					if h := n.heads[x]; int(h.n) > len(tail)-i && h.c1 == tail[i+1] && bytes.HasPrefix(n.body[x], tail[i:]) {
 						return len(tail) - i
 					}
 				}
@@ -195,7 +195,7 @@ func (n *Needles) heldScan(tail []byte) int {
 			continue
 		}
 		for _, x := range n.byFirst[c] {
-			if nd := n.body[x]; len(nd) > len(tail)-i && bytes.HasPrefix(nd, tail[i:]) {
+			if h := n.heads[x]; int(h.n) > len(tail)-i && h.c1 == tail[i+1] && bytes.HasPrefix(n.body[x], tail[i:]) {
 				return len(tail) - i
 			}
 		}

@@ -158,15 +158,15 @@ func (x *wide) held(tail []byte, body [][]byte) int {
 // was given, and a later needle is looked for in what fn left.
 func (n *Needles) each(buf []byte, fn func(a, b int)) {
 	if n.wide == nil {
-		for _, nd := range n.body {
-			for i := 0; i <= len(buf)-len(nd); {
-				j := bytes.Index(buf[i:], nd)
+		for x, h := range n.heads {
+			for i := 0; i <= len(buf)-int(h.n); {
+				j := n.index(buf[i:], x)
 				if j < 0 {
 					break
 				}
 				i += j
-				fn(i, i+len(nd))
-				i += len(nd)
+				fn(i, i+int(h.n))
+				i += int(h.n)
 			}
 		}
 		return
@@ -190,14 +190,14 @@ func (n *Needles) each(buf []byte, fn func(a, b int)) {
 // `before`, overlapping ones too, needle by needle and left to right; fn does not change buf.
 func (n *Needles) eachBefore(buf []byte, before int, fn func(a, b int)) {
 	if n.wide == nil {
-		for _, nd := range n.body {
+		for x, h := range n.heads {
 			for i := 0; i < before; {
-				j := bytes.Index(buf[i:], nd)
+				j := n.index(buf[i:], x)
 				if j < 0 || i+j >= before {
 					break
 				}
 				i += j
-				fn(i, i+len(nd))
+				fn(i, i+int(h.n))
 				i++
 			}
 		}
@@ -213,8 +213,8 @@ func (n *Needles) eachBefore(buf []byte, before int, fn func(a, b int)) {
 func (n *Needles) firstBefore(buf []byte, before int) int {
 	first := -1
 	if n.wide == nil {
-		for _, nd := range n.body {
-			if j := bytes.Index(buf, nd); j >= 0 && j < before && (first < 0 || j < first) {
+		for x := range n.heads {
+			if j := n.index(buf, x); j >= 0 && j < before && (first < 0 || j < first) {
 				first = j
 			}
 		}
@@ -233,4 +233,38 @@ func (n *Needles) firstBefore(buf []byte, before int) int {
 func (n *Needles) contains(s string) bool {
 	b := []byte(s)
 	return n.firstBefore(b, len(b)) >= 0
+}
+
+// head is a narrow set's body needle as index first reads it: its length and first two bytes.
+type head struct {
+	n      uint32
+	c0, c1 byte
+}
+
+// index is bytes.Index(s, n.body[x]) for a narrow set, which reads the needle's bytes only
+// where s holds its first two (Needles.heads says why). Where s holds them often without the
+// rest (a text an upstream filled with them), it leaves the rest of s to bytes.Index, whose
+// search stays linear there, as bytes.Index itself gives up its first loop
+// (FuzzIndexIsBytesIndex holds the two to the same answers).
+func (n *Needles) index(s []byte, x int) int {
+	h := n.heads[x]
+	m := int(h.n)
+	t := len(s) - m + 1 // every needle has 2 bytes or more: s[i+1] exists for i < t
+	for i, fails := 0, 0; i < t; i++ {
+		o := bytes.IndexByte(s[i:t], h.c0)
+		if o < 0 {
+			return -1
+		}
+		i += o
+		if s[i+1] == h.c1 && bytes.Equal(s[i:i+m], n.body[x]) {
+			return i
+		}
+		if fails++; fails > 4+i>>4 {
+			if j := bytes.Index(s[i+1:], n.body[x]); j >= 0 {
+				return i + 1 + j
+			}
+			return -1
+		}
+	}
+	return -1
 }

@@ -1,6 +1,7 @@
 package respguard
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -94,4 +95,26 @@ func TestWideSetScrubsEveryForm(t *testing.T) {
 	s, hit := wideSet.ScrubString("nothing " + strings.Repeat("here ", 40))
 	require.False(t, hit)
 	require.Equal(t, "nothing "+strings.Repeat("here ", 40), s)
+}
+
+// FuzzIndexIsBytesIndex: a narrow set's search of each needle (index) finds what bytes.Index
+// finds, in texts that hold a needle, its first bytes over and over, or anything.
+func FuzzIndexIsBytesIndex(f *testing.F) {
+	_, narrow := wideAndNarrow(f)
+	for _, nd := range narrow.body {
+		s := string(nd)
+		f.Add([]byte("x " + s + " y"))
+		f.Add([]byte(strings.Repeat(s[:2], 200) + s))
+		f.Add([]byte(strings.Repeat(s[:1], 300) + s[:len(s)-1]))
+		f.Add([]byte(strings.Repeat(s[:len(s)-1]+"!", 20) + s))
+	}
+	f.Fuzz(func(t *testing.T, text []byte) {
+		for x, nd := range narrow.body {
+			for _, from := range []int{0, len(text) / 3} {
+				if got, want := narrow.index(text[from:], x), bytes.Index(text[from:], nd); got != want {
+					t.Fatalf("needle %d (%q) in %q: index %d, bytes.Index %d", x, nd, text[from:], got, want)
+				}
+			}
+		}
+	})
 }
