@@ -369,6 +369,9 @@ func (x *exchange) reads() bool { return x.up.api != config.APINone || x.up.cred
 // needles are what the answer to x's sandbox is scrubbed of: the static credentials and its
 // run's minted tokens (respguard.Source.For).
 func (x *exchange) needles() *respguard.Needles {
+	if g := x.c.GuardSlot(); g != nil {
+		return x.p.scrub.ForSlot(g)
+	}
 	id := x.c.Identity()
 	return x.p.scrub.For(id.Namespace, id.Sandbox)
 }

@@ -102,6 +102,7 @@ func (cl *Call) takeMinted(m MintedCredentials, name string) (string, *Refusal) 
 		st.token = audit.CredentialToken{Provider: lease.Provider, ID: lease.ID, Expires: lease.Expires.UTC()}
 		cl.ev.CredentialToken = &st.token
 		st.taken = takenCredential{name: name, value: lease.Value}
+		st.guard = lease.Guard
 		cl.taken = &st.taken
 	}
 	return lease.Value, nil
@@ -150,6 +151,16 @@ type mintState struct {
 	scope mintedScope
 	taken takenCredential
 	token audit.CredentialToken
+	guard *credential.GuardSlot
+}
+
+// GuardSlot is the response guard's slot of the run whose minted token the call took (nil:
+// it took none): respguard.Source.ForSlot.
+func (cl *Call) GuardSlot() *credential.GuardSlot {
+	if cl.mint == nil {
+		return nil
+	}
+	return cl.mint.guard
 }
 
 func (cl *Call) mintState() *mintState {

@@ -72,6 +72,9 @@ type entry struct {
 	name string
 	run  Run
 	cur  atomic.Pointer[held]
+	// guard is the response guard's slot for the run's sandbox (Lease.Guard), in the line a
+	// call's take has just read.
+	guard GuardSlot
 
 	mu          sync.Mutex
 	inflight    *flight
@@ -174,6 +177,7 @@ func (m *minter) entry(name string, run Run) *entry {
 	e = m.entries[k]
 	if e == nil {
 		e = &entry{name: name, run: run}
+		e.guard.Sandbox = SandboxKey{run.Namespace, run.Sandbox}
 		m.entries[k] = e
 	}
 	return e
@@ -252,7 +256,7 @@ func (m *minter) minted(e *entry, p provider, f *flight, tok string, exp time.Ti
 		return
 	}
 	lifetime := exp.Sub(now)
-	h := &held{lease: Lease{Value: tok, ID: TokenID(tok), Provider: p.kind(), Expires: exp}, fp: f.fp,
+	h := &held{lease: Lease{Value: tok, ID: TokenID(tok), Provider: p.kind(), Expires: exp, Guard: &e.guard}, fp: f.fp,
 		refreshAt: exp.Add(-min(m.refresh[e.name], lifetime/2))}
 	old := e.cur.Swap(h)
 	e.failures, e.failedUntil, e.failErr = 0, time.Time{}, nil

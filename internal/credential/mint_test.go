@@ -266,3 +266,24 @@ func TestATokenThatExpiresAtOnceIsAFailureNotAMintPerCall(t *testing.T) {
 	}
 	assert.Equal(t, int64(1), p.mints.Load(), "the backoff holds: one request to the provider")
 }
+
+// TestALeaseCarriesItsRunsGuardSlot: every lease of a run carries the one slot the response
+// guard keeps the run's sandbox's needles in, named for the run's first sandbox; another run's
+// leases carry another.
+func TestALeaseCarriesItsRunsGuardSlot(t *testing.T) {
+	s, _, c, _ := newTestMinter(t)
+	runA, runB := runOf("agents/claims/a", "acme/widgets"), runOf("agents/claims/b", "acme/widgets")
+	la, err := take(s, runA)
+	require.NoError(t, err)
+	lb, err := take(s, runB)
+	require.NoError(t, err)
+	require.NotNil(t, la.Guard)
+	assert.Equal(t, SandboxKey{Namespace: "agents", Sandbox: "agents/claims/a"}, la.Guard.Sandbox)
+	assert.NotSame(t, la.Guard, lb.Guard)
+
+	c.add(2 * time.Hour) // past expiry: a new token of the same run
+	la2, err := take(s, runA)
+	require.NoError(t, err)
+	require.NotEqual(t, la.Value, la2.Value)
+	assert.Same(t, la.Guard, la2.Guard, "one slot for the run's every token")
+}

@@ -3,6 +3,7 @@ package credential
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandgate/sandgate/internal/identity"
@@ -51,7 +52,24 @@ type Lease struct {
 	ID       string
 	Provider string
 	Expires  time.Time
+	// Guard is the response guard's slot for the needles of the run's sandbox.
+	Guard *GuardSlot
 }
+
+// GuardSlot is where a response guard keeps what it made of the tokens of a run's sandbox
+// (respguard.Source.ForSlot: its needle set), so that a call holding one of the run's leases
+// reaches it without a lookup among every sandbox's. Sandbox is the sandbox the run's tokens
+// are counted for (Store.SandboxValues): the run's first.
+type GuardSlot struct {
+	Sandbox SandboxKey
+	v       atomic.Value
+}
+
+// Load is what the guard kept in the slot, or nil.
+func (g *GuardSlot) Load() any { return g.v.Load() }
+
+// Store keeps v (always of one type) for the next Load.
+func (g *GuardSlot) Store(v any) { g.v.Store(v) }
 
 // TokenID names a token in events and logs without revealing it: "sha256:" and the first 16
 // hex digits of its SHA-256. Whoever holds the token can compute it; nobody can go back.

@@ -129,3 +129,31 @@ func TestASandboxsSetOutlivesOtherRunsTokens(t *testing.T) {
 	assert.True(t, kept, "a still holds tokens")
 	assert.False(t, dropped, "b's tokens are gone, and so is its set")
 }
+
+// TestASlotKeepsItsRunsSet: a call holding a run's lease reaches the set of the run's sandbox
+// through the lease's slot: the set For gives, without For's lookup; a new token of the sandbox
+// gives the slot a new set that holds it. A call from another sandbox of the run (a claim's new
+// sandbox, before the old one's end is seen) gets the set that holds the run's token, which
+// For of its own sandbox does not.
+func TestASlotKeepsItsRunsSet(t *testing.T) {
+	a := credential.SandboxKey{Namespace: "agents", Sandbox: "a"}
+	f := &fakeValues{static: []string{secret}, bySbx: map[credential.SandboxKey][]string{}}
+	src := &Source{store: f}
+	f.mint(a, "tok-a-1-secretsecret")
+	g := &credential.GuardSlot{Sandbox: a}
+	set := src.ForSlot(g)
+	require.Same(t, src.For("agents", "a"), set)
+	require.True(t, set.Betrays([]byte("tok-a-1-secretsecret")))
+	require.False(t, src.For("agents", "a-new").Betrays([]byte("tok-a-1-secretsecret")), "For knows the token for the run's first sandbox only")
+
+	src.runs.m.Delete(a)
+	assert.Same(t, set, src.ForSlot(g), "the slot's set, with nothing to look up")
+
+	f.mint(a, "tok-a-2-secretsecret")
+	set2 := src.ForSlot(g)
+	assert.NotSame(t, set, set2)
+	assert.True(t, set2.Betrays([]byte("tok-a-2-secretsecret")))
+	assert.True(t, set2.Betrays([]byte("tok-a-1-secretsecret")))
+	assert.True(t, set2.Betrays([]byte(secret)))
+	assert.Same(t, set2, src.For("agents", "a"), "For and the slot share the new set")
+}
