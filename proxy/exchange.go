@@ -30,8 +30,13 @@ const routePrefix = "/routes/"
 // exchange is one decided request (or one tunnel): the proxy's shape of a call.Call, which
 // owns the event, the decision step and the one audit write.
 type exchange struct {
-	p       *Proxy
-	c       *call.Call
+	p *Proxy
+	c *call.Call
+	// set is the needle set of the run whose minted token the request carries, taken when the
+	// request left (while the run's lines were warm from the take), and valid while the
+	// credential store's generation is setGen (needles).
+	set     *respguard.Needles
+	setGen  uint64
 	up      *upstream
 	dest    hostport.Addr
 	cred    string // credential value, never logged or audited
@@ -257,6 +262,9 @@ func (p *Proxy) askForward(w http.ResponseWriter, r *http.Request, x *exchange, 
 // names, the request through the reverse proxy, and how its call ends.
 func (p *Proxy) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, x *exchange, g call.Grant) (end call.End) {
 	x.cred = g.Credential
+	if slot := x.c.GuardSlot(); slot != nil {
+		x.set, x.setGen = p.scrub.ForSlot(slot)
+	}
 	r2 := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
 	if x.read != nil {
 		r2.Body = io.NopCloser(bytes.NewReader(x.read))
@@ -367,10 +375,15 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 func (x *exchange) reads() bool { return x.up.api != config.APINone || x.up.cred != nil }
 
 // needles are what the answer to x's sandbox is scrubbed of: the static credentials and its
-// run's minted tokens (respguard.Source.For).
+// run's minted tokens (respguard.Source.For, ForSlot). The transport's goroutines call it too
+// (1xx responses): it writes nothing of x.
 func (x *exchange) needles() *respguard.Needles {
-	if g := x.c.GuardSlot(); g != nil {
-		return x.p.scrub.ForSlot(g)
+	if x.set != nil {
+		if x.p.scrub.Generation() == x.setGen {
+			return x.set
+		}
+		set, _ := x.p.scrub.ForSlot(x.c.GuardSlot())
+		return set
 	}
 	id := x.c.Identity()
 	return x.p.scrub.For(id.Namespace, id.Sandbox)

@@ -54,15 +54,22 @@ func (s *Source) For(ns, sandbox string) *Needles {
 // minted credential added to the route's CPU per request, 0.5%). Its tokens hold the one the
 // call sent, also when the call's sandbox is not the run's first (a claim's new sandbox before
 // the old one's end is seen).
-func (s *Source) ForSlot(g *credential.GuardSlot) *Needles {
+//
+// The set stays the sandbox's while the store's generation is the one returned with it
+// (Generation): a caller that takes it when its request leaves and answers later reads no line
+// of the slot then.
+func (s *Source) ForSlot(g *credential.GuardSlot) (*Needles, uint64) {
 	gen := s.store.Generation()
 	if rs, _ := g.Load().(*runSet); rs != nil && rs.gen.Load() == gen {
-		return rs.n
+		return rs.n, gen
 	}
 	rs := s.forSandbox(g.Sandbox, gen)
 	g.Store(rs)
-	return rs.n
+	return rs.n, gen
 }
+
+// Generation is the store's generation: what Current, For and ForSlot give changes only with it.
+func (s *Source) Generation() uint64 { return s.store.Generation() }
 
 // forSandbox is the set of sandbox k at the store's generation gen, built if its values
 // changed since its last.

@@ -131,26 +131,31 @@ func TestASandboxsSetOutlivesOtherRunsTokens(t *testing.T) {
 }
 
 // TestASlotKeepsItsRunsSet: a call holding a run's lease reaches the set of the run's sandbox
-// through the lease's slot: the set For gives, without For's lookup; a new token of the sandbox
-// gives the slot a new set that holds it. A call from another sandbox of the run (a claim's new
-// sandbox, before the old one's end is seen) gets the set that holds the run's token, which
-// For of its own sandbox does not.
+// through the lease's slot: the set For gives, without For's lookup, valid at the generation
+// given with it; a new token of the sandbox changes the generation and gives the slot a new set
+// that holds it. A call from another sandbox of the run (a claim's new sandbox, before the old
+// one's end is seen) gets the set that holds the run's token, which For of its own sandbox
+// does not.
 func TestASlotKeepsItsRunsSet(t *testing.T) {
 	a := credential.SandboxKey{Namespace: "agents", Sandbox: "a"}
 	f := &fakeValues{static: []string{secret}, bySbx: map[credential.SandboxKey][]string{}}
 	src := &Source{store: f}
 	f.mint(a, "tok-a-1-secretsecret")
 	g := &credential.GuardSlot{Sandbox: a}
-	set := src.ForSlot(g)
+	set, gen := src.ForSlot(g)
 	require.Same(t, src.For("agents", "a"), set)
+	require.Equal(t, src.Generation(), gen)
 	require.True(t, set.Betrays([]byte("tok-a-1-secretsecret")))
 	require.False(t, src.For("agents", "a-new").Betrays([]byte("tok-a-1-secretsecret")), "For knows the token for the run's first sandbox only")
 
 	src.runs.m.Delete(a)
-	assert.Same(t, set, src.ForSlot(g), "the slot's set, with nothing to look up")
+	again, _ := src.ForSlot(g)
+	assert.Same(t, set, again, "the slot's set, with nothing to look up")
 
 	f.mint(a, "tok-a-2-secretsecret")
-	set2 := src.ForSlot(g)
+	require.NotEqual(t, gen, src.Generation(), "the set taken before is stale")
+	set2, gen2 := src.ForSlot(g)
+	assert.Equal(t, src.Generation(), gen2)
 	assert.NotSame(t, set, set2)
 	assert.True(t, set2.Betrays([]byte("tok-a-2-secretsecret")))
 	assert.True(t, set2.Betrays([]byte("tok-a-1-secretsecret")))
