@@ -45,3 +45,33 @@ func TestPolicyVariantRatios(t *testing.T) {
 	assert.InDelta(t, 1.5, shadow.Ratio, 1e-9)
 	assert.False(t, shadow.Met)
 }
+
+// Issue 57's two ratios: the minted Sandgate's CPU per request over the static one's, in the
+// closed loop and at the fixed rate, each repetition against its own.
+func TestMintedRatiosInTheClosedLoopAndAtTheFixedRate(t *testing.T) {
+	res := func(shape, target string, rep int, cpu float64) Result {
+		c := Cell{Workload: WRoute, Target: target, Shape: shape, Concurrency: 64}
+		if shape == ShapeRate {
+			c = Cell{Workload: WRoute, Target: target, Shape: shape, Sandboxes: 200}
+		}
+		return Result{Cell: c, Rep: rep, CPUPerReqUS: cpu}
+	}
+	r := &Report{Results: []Result{
+		res(ShapeClosed, "sandgate", 0, 100), res(ShapeClosed, "minted", 0, 106),
+		res(ShapeClosed, "sandgate", 1, 100), res(ShapeClosed, "minted", 1, 108),
+		res(ShapeRate, "direct", 0, 0), res(ShapeRate, "sandgate", 0, 200), res(ShapeRate, "minted", 0, 202),
+		res(ShapeRate, "direct", 1, 0), res(ShapeRate, "sandgate", 1, 200), res(ShapeRate, "minted", 1, 198),
+	}}
+	byName := map[string]Ratio{}
+	for _, x := range r.Ratios(200, []int{64}) {
+		byName[x.Measure] = x
+	}
+	closed := byName["CPU µs/request (c=64), minted credential vs static"]
+	require.True(t, closed.Measured)
+	assert.Equal(t, []float64{1.06, 1.08}, closed.PerRep)
+	assert.False(t, closed.Met)
+	rate := byName["CPU µs/request (fixed rate), minted credential vs static, 200 sandboxes"]
+	require.True(t, rate.Measured, "%v", byName)
+	assert.InDeltaSlice(t, []float64{1.01, 0.99}, rate.PerRep, 1e-9)
+	assert.True(t, rate.Met)
+}
