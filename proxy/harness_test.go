@@ -57,12 +57,18 @@ func (s *standIn) seen() ([]string, []http.Header) {
 	return append([]string(nil), s.keys...), append([]http.Header(nil), s.headers...)
 }
 
-func startStandIn(t testing.TB) *standIn {
-	dir := t.TempDir()
-	certPath, keyPath, err := InitCA(dir, false, time.Now())
+// newTestCA is a CA of this test's own, for an upstream stand-in's certificates, and its
+// certificate's path.
+func newTestCA(t testing.TB) (*CA, string) {
+	certPath, keyPath, err := InitCA(t.TempDir(), false, time.Now())
 	require.NoError(t, err)
 	ca, err := LoadCA(certPath, keyPath)
 	require.NoError(t, err)
+	return ca, certPath
+}
+
+func startStandIn(t testing.TB) *standIn {
+	ca, certPath := newTestCA(t)
 	s := &standIn{ca: ca, caPath: certPath}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -114,11 +113,7 @@ type tappedBlock struct {
 }
 
 func startHPACKTap(t *testing.T) *hpackTap {
-	dir := t.TempDir()
-	certPath, keyPath, err := InitCA(dir, false, time.Now())
-	require.NoError(t, err)
-	ca, err := LoadCA(certPath, keyPath)
-	require.NoError(t, err)
+	ca, _ := newTestCA(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })

@@ -91,11 +91,7 @@ type holdingEcho struct {
 }
 
 func startHoldingEcho(t *testing.T) *holdingEcho {
-	dir := t.TempDir()
-	certPath, keyPath, err := InitCA(dir, false, time.Now())
-	require.NoError(t, err)
-	ca, err := LoadCA(certPath, keyPath)
-	require.NoError(t, err)
+	ca, _ := newTestCA(t)
 	e := &holdingEcho{ca: ca, firstArrived: make(chan struct{}), release: make(chan struct{})}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
