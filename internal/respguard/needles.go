@@ -35,8 +35,7 @@ type Needles struct {
 	// answer reads its run's set cold, a cache miss per line it touches. Spread over the
 	// struct and a block per needle, a small answer's scan cost 2.7 µs with 4,096 runs' sets
 	// against 1.1 µs with one static set (BenchmarkReader/cold, small).
-	values []string // sorted: the set's key
-	gen    uint64   // the store's generation they were read at
+	gen    uint64   // the store's generation they were read at (Current's test at each answer)
 	header []string // shortest first: a value is compared with those no longer than it
 	body   [][]byte
 	// heads are the body needles' lengths and first two bytes, in body's order and together:
@@ -70,6 +69,8 @@ type Needles struct {
 	// byFirst lists, for each byte, the body needles that begin with it (indices into body):
 	// held asks only those at each position of a window's tail that passed first and starts.
 	byFirst [256][]int
+	// values are the set's key (sorted), read only when the store's generation changed.
+	values []string
 }
 
 // escapes reports whether the short JSON escape \c may stand for a byte of a needle.
